@@ -1,0 +1,31 @@
+# Makefile — the front door: `make test`, `make run`, `make bench` (CMake and CTest underneath).
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+DEPS := cmake make gcc libc6-dev pkg-config libjansson-dev
+
+.PHONY: all deps configure build test run bench clean
+
+all: build
+
+deps:
+	@scripts/ensure-deps.sh $(DEPS)
+
+configure: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The whole suite; tests named *kernel* also run under MOE_ISA=scalar and MOE_ISA=avx2.
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+run: build
+	@scripts/demo.sh $(BUILD)/moe
+
+bench: build
+	@scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,160 @@
+/* moe.h — the one public header of libmoe: status codes, dtypes, CPU capabilities, checkpoints. */
+#ifndef MOE_H
+#define MOE_H
+
+/*
+ * libmoe runs the Mixture-of-Experts block of large language models (DeepSeek-V2/V3/R1,
+ * Kimi-K2, DeepSeek-V4, Qwen3-MoE, Mixtral, gpt-oss) from their Hugging Face checkpoints.
+ *
+ * Conventions that hold for every function below:
+ *  - Functions return a moe_status. MOE_OK (0) is success; on any other value the output
+ *    arguments are left untouched and moe_last_error() describes the first failing check,
+ *    naming the file, tensor, layer, field or argument.
+ *  - The library never aborts, never exits and never prints.
+ *  - Handles are opaque. An opened handle is immutable, so several threads may read it at
+ *    once; the last-error message is per thread.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOE_VERSION_MAJOR 0
+#define MOE_VERSION_MINOR 1
+#define MOE_VERSION_PATCH 0
+#define MOE_VERSION_STRING "0.1.0"
+
+/* The version string of the library that is linked, which may differ from the header's. */
+const char *moe_version_string(void);
+
+/* Status codes. The values are stable: new codes are appended, none is renumbered. */
+typedef enum moe_status {
+    MOE_OK = 0,
+    MOE_EINVAL = 1,       /* invalid argument: NULL pointer, value out of the allowed set */
+    MOE_ENOMEM = 2,       /* an allocation failed */
+    MOE_EIO = 3,          /* a file could not be opened, read, written or mapped */
+    MOE_ESTATE = 4,       /* a call in the wrong order (e.g. a setting changed twice) */
+    MOE_EUNSUPPORTED = 5, /* well-formed but not supported (model type, format, ISA) */
+    MOE_EOVERFLOW = 6,    /* size arithmetic overflows 64 bits or a documented limit */
+    MOE_ERANGE = 7,       /* a value out of range: expert id, token id, table entry */
+    MOE_EMISSING = 8,     /* a required file, tensor or config field is absent */
+    MOE_ETRUNCATED = 9,   /* a file is shorter than its own header says */
+    MOE_EHEADER = 10,     /* a file header is malformed (length, magic, version) */
+    MOE_EJSON = 11,       /* JSON that does not parse, or a value of the wrong JSON type */
+    MOE_EDUPLICATE = 12,  /* a name or key that appears twice */
+    MOE_EOFFSET = 13,     /* tensor offsets with holes, overlaps, or bytes past the end */
+    MOE_EDTYPE = 14,      /* an unknown dtype, or one not allowed for this tensor */
+    MOE_ESHAPE = 15,      /* a shape that disagrees with its byte size, config or peers */
+    MOE_EPATH = 16,       /* a path that is not a plain file name (shard names) */
+    MOE_ECONFIG = 17,     /* a config.json that is inconsistent or has a bad field */
+    MOE_EVALUE = 18,      /* a bad value inside tensor data (e.g. a NaN block scale) */
+} moe_status;
+
+/* A short, constant description of a status ("invalid argument"); never NULL. */
+const char *moe_status_string(moe_status status);
+
+/* The message of the last failure on the calling thread, or "" if none. The pointer stays
+ * valid until the next libmoe call on this thread. */
+const char *moe_last_error(void);
+
+/* Element types, as they appear in checkpoints and arrays. The values are stable. */
+typedef enum moe_dtype {
+    MOE_DTYPE_INVALID = 0,
+    MOE_DTYPE_F32 = 1,
+    MOE_DTYPE_F16 = 2,
+    MOE_DTYPE_BF16 = 3,
+    MOE_DTYPE_F64 = 4,
+    MOE_DTYPE_F8_E4M3 = 5, /* OCP E4M3 "fn": no Inf, NaN = 0x7F/0xFF, max 448 */
+    MOE_DTYPE_F8_E5M2 = 6, /* OCP E5M2: IEEE-like, Inf and NaN */
+    MOE_DTYPE_F8_E8M0 = 7, /* MX block scale: 2^(e-127), 0xFF = NaN */
+    MOE_DTYPE_F4_E2M1 = 8, /* FP4, two codes per byte, low nibble = even element */
+    MOE_DTYPE_BOOL = 9,
+    MOE_DTYPE_U8 = 10,
+    MOE_DTYPE_I8 = 11,
+    MOE_DTYPE_U16 = 12,
+    MOE_DTYPE_I16 = 13,
+    MOE_DTYPE_U32 = 14,
+    MOE_DTYPE_I32 = 15,
+    MOE_DTYPE_U64 = 16,
+    MOE_DTYPE_I64 = 17,
+    MOE_DTYPE_INT4 = 18,  /* signed int4 in two's complement, two per byte */
+    MOE_DTYPE_UINT4 = 19, /* int4 stored as value + 8, two per byte */
+    MOE_DTYPE_COUNT_
+} moe_dtype;
+
+/* The canonical name ("bf16", "f8_e4m3", ...), or "invalid" for an unknown value. */
+const char *moe_dtype_name(moe_dtype dtype);
+
+/* Bits per element (4, 8, 16, 32 or 64), or 0 for an unknown value. */
+unsigned moe_dtype_bits(moe_dtype dtype);
+
+/* ---- CPU capabilities ---------------------------------------------------------------- */
+
+/* ISA levels, ordered: each includes the ones before it. MOE_ISA (environment) caps the
+ * level libmoe may use: "scalar", "avx2", "avx512" or "avx512bf16". */
+typedef enum moe_isa_level {
+    MOE_ISA_SCALAR = 0,     /* portable C */
+    MOE_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C */
+    MOE_ISA_AVX512 = 2,     /* AVX-512 F/BW/DQ/VL, with VNNI where present */
+    MOE_ISA_AVX512BF16 = 3, /* + AVX512-BF16, with FP16 where present */
+} moe_isa_level;
+
+/* One set of features. Every flag already accounts for OS support of the registers. */
+typedef struct moe_cpu_caps {
+    bool avx2;        /* AVX2, FMA and F16C, with YMM state enabled by the OS */
+    bool avx512;      /* AVX-512 F, BW, DQ and VL, with ZMM and opmask state enabled */
+    bool avx512_bf16; /* AVX512-BF16 (vdpbf16ps); implies avx512 */
+    bool avx512_vnni; /* AVX512-VNNI (vpdpbusd); implies avx512 */
+    bool avx512_fp16; /* AVX512-FP16; implies avx512 */
+} moe_cpu_caps;
+
+/* What the machine has, what this build compiled kernels for, and what libmoe will use
+ * (detected ∩ compiled ∩ the MOE_ISA cap). */
+typedef struct moe_cpu_info {
+    moe_cpu_caps detected;
+    moe_cpu_caps compiled;
+    moe_cpu_caps allowed;
+    moe_isa_level cap;    /* the MOE_ISA cap, or the highest level when MOE_ISA is unset */
+    bool cap_from_env;    /* true when MOE_ISA was set */
+    char brand[64];       /* the CPU brand string, "" if unknown */
+} moe_cpu_info;
+
+/* Detects the CPU (once per process, thread-safe) and applies MOE_ISA. An unknown MOE_ISA
+ * value is MOE_EINVAL, naming the value. */
+moe_status moe_cpu_query(moe_cpu_info *info);
+
+/* The name of a level ("scalar", "avx2", "avx512", "avx512bf16"). */
+const char *moe_isa_level_name(moe_isa_level level);
+
+/* ---- Checkpoints --------------------------------------------------------------------- */
+
+/* An opened Hugging Face model folder: config.json, and model.safetensors or shards listed
+ * in model.safetensors.index.json. Opening parses and validates every header and the
+ * config, and maps the files; it packs nothing. */
+typedef struct moe_model moe_model;
+
+/* Options for moe_model_open. Set size to sizeof(moe_open_options); fields may be added at
+ * the end in later versions. NULL options means all defaults. */
+typedef struct moe_open_options {
+    size_t size;
+    bool no_mmap; /* read tensors into memory instead of mapping (e.g. network file systems) */
+} moe_open_options;
+
+/* Opens DIR (see above). On success *out is a handle to close with moe_model_close. */
+moe_status moe_model_open(const char *dir, const moe_open_options *options, moe_model **out);
+
+/* Releases everything the handle holds. NULL is a no-op. */
+void moe_model_close(moe_model *model);
+
+/* The number of decoder layers in the model description. */
+int moe_model_layer_count(const moe_model *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_H */

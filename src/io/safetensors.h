@@ -1,0 +1,53 @@
+/* safetensors.h — internal: open one .safetensors file, strictly validated (reliability.md §1). */
+#ifndef MOE_IO_SAFETENSORS_H
+#define MOE_IO_SAFETENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe.h"
+
+#define MOE_MAX_DIMS 8
+#define MOE_ST_MAX_HEADER 100000000u /* 100 MB, as the reference reader */
+
+/* One tensor of an opened file. Pointers stay valid until the file is closed. */
+typedef struct moe_tensor {
+    const char *name;
+    moe_dtype dtype;
+    int ndim;
+    int64_t shape[MOE_MAX_DIMS];
+    uint64_t count;  /* product of shape (1 for rank 0) */
+    uint64_t begin;  /* data_offsets[0], relative to the data area */
+    uint64_t nbytes; /* data_offsets[1] - data_offsets[0] */
+    const void *data; /* into the mapping or the read buffer; alignment is not guaranteed */
+    const char *file; /* the path of the file that holds it */
+} moe_tensor;
+
+typedef struct moe_st_file moe_st_file;
+
+typedef struct moe_st_options {
+    bool no_mmap; /* read the file into memory instead of mapping it */
+} moe_st_options;
+
+/* Opens and validates PATH: header length ≤ 100 MB and inside the file; a JSON object with
+ * no duplicate keys; optional string→string __metadata__; known dtypes; shapes of
+ * non-negative integers; integer data_offsets, contiguous from 0, no holes, overlaps or
+ * trailing bytes; shape product × element size = byte length, all with checked arithmetic.
+ * The file size is checked against the header before anything is mapped. */
+moe_status moe_st_open(const char *path, const moe_st_options *options, moe_st_file **out);
+
+/* The same validation over an in-memory image (fuzzing, tests). The buffer must outlive the
+ * returned handle; NAME is used in messages. */
+moe_status moe_st_open_memory(const void *buf, size_t len, const char *name, moe_st_file **out);
+
+void moe_st_close(moe_st_file *file);
+
+size_t moe_st_count(const moe_st_file *file);
+const moe_tensor *moe_st_tensor(const moe_st_file *file, size_t index); /* in offset order */
+const moe_tensor *moe_st_find(const moe_st_file *file, const char *name); /* NULL if absent */
+
+/* The __metadata__ value for KEY, or NULL. */
+const char *moe_st_metadata(const moe_st_file *file, const char *key);
+
+#endif
