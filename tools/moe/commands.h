@@ -1,0 +1,12 @@
+/* commands.h — the moe subcommands: one file each, each with its own --help. */
+#ifndef MOE_TOOLS_COMMANDS_H
+#define MOE_TOOLS_COMMANDS_H
+
+/* Each takes the arguments after the subcommand name (argv[0] is the subcommand) and returns
+ * the process exit status: 0 on success, 1 on a failure reported with one line on stderr,
+ * 2 on a usage error. */
+int moe_cmd_caps(int argc, char **argv);
+int moe_cmd_inspect(int argc, char **argv);
+int moe_cmd_gen(int argc, char **argv);
+
+#endif
