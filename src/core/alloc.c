@@ -1,12 +1,18 @@
 /* alloc.c — allocation wrappers; every library allocation goes through here. */
 #include "core/alloc.h"
+#include "core/checked.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 void *moe_malloc(size_t size) { return malloc(size ? size : 1); }
 
-void *moe_calloc(size_t n, size_t size) { return calloc(n ? n : 1, size ? size : 1); }
+void *moe_calloc(size_t n, size_t size)
+{
+    size_t total;
+    if (moe_mul_overflow_size(n, size, &total)) return NULL;
+    return calloc(total ? total : 1, 1);
+}
 
 void *moe_realloc(void *ptr, size_t size) { return realloc(ptr, size ? size : 1); }
 
