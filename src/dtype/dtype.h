@@ -10,15 +10,22 @@
  * Every *_to_f32 decodes one code exactly (all these formats are subsets of f32, except
  * E8M0 code 0, 2^-127, which is an f32 subnormal and is still exact).
  *
- * Every f32_to_* rounds to nearest, ties to even, and:
- *  - bf16, f16, E5M2 (formats with Inf): overflow goes to ±Inf as IEEE rounding says;
- *    NaN stays NaN (sign kept, quiet).
+ * Every f32_to_* rounds to nearest, ties to even (for every f32 input, subnormals included;
+ * the result does not depend on the FPU rounding mode, FTZ or DAZ); a negative value that
+ * rounds to zero gives -0 where the format has one; and:
+ *  - bf16, f16, E5M2 (formats with Inf): overflow goes to ±Inf as IEEE rounding says (a
+ *    value at or above the midpoint between max and the next power of two becomes Inf);
+ *    NaN stays NaN (sign kept, quiet: the top payload bits are kept and the quiet bit set,
+ *    which is what vcvtneps2bf16 does for bf16).
  *  - E4M3 "fn" (no Inf): overflow saturates to ±448; NaN -> 0x7F (0xFF if the sign is set).
  *  - E2M1 (no Inf, no NaN): overflow saturates to ±6; NaN -> +0 (an MX block encodes NaN
  *    through its E8M0 scale, not its elements).
- *  - E8M0 (power of two, no sign, no zero): rounds in the exponent (ties to the even code);
- *    NaN or a negative value -> 0xFF (NaN); 0 and anything below 2^-127 -> 0x00 (2^-127);
- *    +Inf and anything from 2^127 up -> 0xFE (2^127).
+ *  - E8M0 (power of two, no sign, no zero): rounds to the nearest power of two by value,
+ *    like every other format: between 2^k and 2^(k+1) the midpoint is 1.5 * 2^k, and an
+ *    exact midpoint goes to the even code. NaN or a negative value -> 0xFF (NaN); +0, -0
+ *    and anything below 2^-127 -> 0x00 (2^-127); +Inf and anything from 2^127 up -> 0xFE
+ *    (2^127). This is not an MX block-scale rule: a quantiser derives its scale from
+ *    floor/ceil(log2 amax) itself.
  *  - int4 (signed, -8..7) and uint4 ("value + 8", code 0..15 meaning -8..7): round to the
  *    nearest integer, ties to even, saturate; NaN -> 0 (the value 0).
  */
