@@ -118,9 +118,9 @@ typedef struct moe_cpu_info {
     moe_cpu_caps detected;
     moe_cpu_caps compiled;
     moe_cpu_caps allowed;
-    moe_isa_level cap;    /* the MOE_ISA cap, or the highest level when MOE_ISA is unset */
-    bool cap_from_env;    /* true when MOE_ISA was set */
-    char brand[64];       /* the CPU brand string, "" if unknown */
+    moe_isa_level cap; /* the MOE_ISA cap, or the highest level when MOE_ISA is unset */
+    bool cap_from_env; /* true when MOE_ISA was set */
+    char brand[64];    /* the CPU brand string, "" if unknown */
 } moe_cpu_info;
 
 /* Detects the CPU (once per process, thread-safe) and applies MOE_ISA. An unknown MOE_ISA

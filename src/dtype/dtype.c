@@ -19,20 +19,23 @@
 #define F32_MAN_MASK 0x007FFFFFu
 #define F32_IMPLICIT 0x00800000u
 
-static inline uint32_t f32_bits(float x) {
+static inline uint32_t f32_bits(float x)
+{
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static inline float f32_from_bits(uint32_t u) {
+static inline float f32_from_bits(uint32_t u)
+{
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
 /* sig / 2^shift rounded to nearest, ties to even; 1 <= shift <= 31. */
-static inline uint32_t rne_shift(uint32_t sig, unsigned shift) {
+static inline uint32_t rne_shift(uint32_t sig, unsigned shift)
+{
     uint32_t q = sig >> shift;
     uint32_t rem = sig & ((1u << shift) - 1u);
     uint32_t half = 1u << (shift - 1u);
@@ -45,7 +48,8 @@ static inline uint32_t rne_shift(uint32_t sig, unsigned shift) {
  * code means the value overflowed. Needs 1 - B >= -126 (true of every format here), so an f32
  * subnormal input always lands in the format's subnormal range or at its smallest normal.
  */
-static inline uint32_t minifloat_round_mag(uint32_t a, unsigned man_bits, int bias) {
+static inline uint32_t minifloat_round_mag(uint32_t a, unsigned man_bits, int bias)
+{
     int e32 = (int)(a >> 23);
     uint32_t sig = a & F32_MAN_MASK;
     if (e32 != 0)
@@ -68,7 +72,8 @@ static inline uint32_t minifloat_round_mag(uint32_t a, unsigned man_bits, int bi
 /* The f32 bits of a finite magnitude code of the format (man_bits M, bias B). Needs
  * 1 - B - M >= -126, so the format's subnormals are f32 normals (not true of bf16, which
  * decodes by a plain shift instead). */
-static inline uint32_t minifloat_decode_mag(uint32_t mag, unsigned man_bits, int bias) {
+static inline uint32_t minifloat_decode_mag(uint32_t mag, unsigned man_bits, int bias)
+{
     uint32_t man_mask = (1u << man_bits) - 1u;
     int exp = (int)(mag >> man_bits);
     uint32_t man = mag & man_mask;
@@ -85,17 +90,14 @@ static inline uint32_t minifloat_decode_mag(uint32_t mag, unsigned man_bits, int
     return ((uint32_t)(exp - bias + 127) << 23) | (man << (23 - man_bits));
 }
 
-static inline uint32_t min_u32(uint32_t a, uint32_t b) {
-    return a < b ? a : b;
-}
+static inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 /* ---- bf16: M 7, bias 127 (the top half of an f32) ----------------------------------- */
 
-float moe_bf16_to_f32(uint16_t code) {
-    return f32_from_bits((uint32_t)code << 16);
-}
+float moe_bf16_to_f32(uint16_t code) { return f32_from_bits((uint32_t)code << 16); }
 
-uint16_t moe_f32_to_bf16(float x) {
+uint16_t moe_f32_to_bf16(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     if (a > F32_INF) return (uint16_t)((u >> 16) | 0x0040u); /* keep sign and payload, quiet */
@@ -105,7 +107,8 @@ uint16_t moe_f32_to_bf16(float x) {
 
 /* ---- f16: M 10, bias 15, Inf 0x7C00 ------------------------------------------------- */
 
-float moe_f16_to_f32(uint16_t code) {
+float moe_f16_to_f32(uint16_t code)
+{
     uint32_t sign = (uint32_t)(code & 0x8000u) << 16;
     uint32_t mag = code & 0x7FFFu;
     if (mag >= 0x7C00u) /* Inf, or NaN with its payload at the top of the f32 mantissa */
@@ -113,7 +116,8 @@ float moe_f16_to_f32(uint16_t code) {
     return f32_from_bits(sign | minifloat_decode_mag(mag, 10, 15));
 }
 
-uint16_t moe_f32_to_f16(float x) {
+uint16_t moe_f32_to_f16(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -123,14 +127,16 @@ uint16_t moe_f32_to_f16(float x) {
 
 /* ---- FP8 E4M3 "fn": M 3, bias 7, no Inf, NaN 0x7F/0xFF, max 0x7E = 448 -------------- */
 
-float moe_e4m3_to_f32(uint8_t code) {
+float moe_e4m3_to_f32(uint8_t code)
+{
     uint32_t sign = (uint32_t)(code & 0x80u) << 24;
     uint32_t mag = code & 0x7Fu;
     if (mag == 0x7Fu) return f32_from_bits(sign | 0x7FC00000u);
     return f32_from_bits(sign | minifloat_decode_mag(mag, 3, 7));
 }
 
-uint8_t moe_f32_to_e4m3(float x) {
+uint8_t moe_f32_to_e4m3(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     uint32_t sign = (u >> 24) & 0x80u;
@@ -141,14 +147,16 @@ uint8_t moe_f32_to_e4m3(float x) {
 
 /* ---- FP8 E5M2: M 2, bias 15, Inf 0x7C, NaN 0x7D..0x7F -------------------------------- */
 
-float moe_e5m2_to_f32(uint8_t code) {
+float moe_e5m2_to_f32(uint8_t code)
+{
     uint32_t sign = (uint32_t)(code & 0x80u) << 24;
     uint32_t mag = code & 0x7Fu;
     if (mag >= 0x7Cu) return f32_from_bits(sign | F32_INF | ((mag & 0x3u) << 21));
     return f32_from_bits(sign | minifloat_decode_mag(mag, 2, 15));
 }
 
-uint8_t moe_f32_to_e5m2(float x) {
+uint8_t moe_f32_to_e5m2(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     uint32_t sign = (u >> 24) & 0x80u;
@@ -158,12 +166,14 @@ uint8_t moe_f32_to_e5m2(float x) {
 
 /* ---- FP4 E2M1: M 1, bias 1, no Inf or NaN, max 0x7 = 6 ------------------------------ */
 
-float moe_e2m1_to_f32(uint8_t code) {
+float moe_e2m1_to_f32(uint8_t code)
+{
     uint32_t sign = (uint32_t)(code & 0x8u) << 28;
     return f32_from_bits(sign | minifloat_decode_mag(code & 0x7u, 1, 1));
 }
 
-uint8_t moe_f32_to_e2m1(float x) {
+uint8_t moe_f32_to_e2m1(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     if (a > F32_INF) return 0;
@@ -173,7 +183,8 @@ uint8_t moe_f32_to_e2m1(float x) {
 
 /* ---- E8M0: 2^(code - 127), 0xFF NaN -------------------------------------------------- */
 
-float moe_e8m0_to_f32(uint8_t code) {
+float moe_e8m0_to_f32(uint8_t code)
+{
     if (code == 0xFFu) return f32_from_bits(0x7FC00000u);
     if (code == 0) return f32_from_bits(0x00400000u); /* 2^-127 is an f32 subnormal */
     return f32_from_bits((uint32_t)code << 23);
@@ -183,7 +194,8 @@ float moe_e8m0_to_f32(uint8_t code) {
  * Nearest by value: between 2^k (code c) and 2^(k+1) (code c + 1) the midpoint is 1.5 × 2^k,
  * i.e. an f32 mantissa field of exactly 0x400000; there the even code wins.
  */
-uint8_t moe_f32_to_e8m0(float x) {
+uint8_t moe_f32_to_e8m0(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     if (a > F32_INF) return 0xFFu;
@@ -200,16 +212,13 @@ uint8_t moe_f32_to_e8m0(float x) {
 
 /* ---- int4: -8..7 as a two's complement nibble, or as value + 8 ----------------------- */
 
-int8_t moe_int4_to_i8(uint8_t code) {
-    return (int8_t)((int)((code & 0xFu) ^ 0x8u) - 8);
-}
+int8_t moe_int4_to_i8(uint8_t code) { return (int8_t)((int)((code & 0xFu) ^ 0x8u) - 8); }
 
-int8_t moe_uint4_to_i8(uint8_t code) {
-    return (int8_t)((int)(code & 0xFu) - 8);
-}
+int8_t moe_uint4_to_i8(uint8_t code) { return (int8_t)((int)(code & 0xFu) - 8); }
 
 /* x rounded to the nearest integer (ties to even) and saturated to [-8, 7]; NaN -> 0. */
-static int round_int4(float x) {
+static int round_int4(float x)
+{
     uint32_t u = f32_bits(x);
     uint32_t a = u & F32_ABS_MASK;
     if (a > F32_INF) return 0;
@@ -224,10 +233,6 @@ static int round_int4(float x) {
     return v > 7 ? 7 : v;
 }
 
-uint8_t moe_f32_to_int4(float x) {
-    return (uint8_t)((unsigned)round_int4(x) & 0xFu);
-}
+uint8_t moe_f32_to_int4(float x) { return (uint8_t)((unsigned)round_int4(x) & 0xFu); }
 
-uint8_t moe_f32_to_uint4(float x) {
-    return (uint8_t)(round_int4(x) + 8);
-}
+uint8_t moe_f32_to_uint4(float x) { return (uint8_t)(round_int4(x) + 8); }

@@ -4,7 +4,7 @@
 #include "dtype/dtype.h"
 
 typedef struct dtype_row {
-    const char *name;        /* canonical, lower case */
+    const char *name; /* canonical, lower case */
     unsigned bits;
     const char *safetensors; /* NULL when safetensors has no name for it */
 } dtype_row;

@@ -114,6 +114,8 @@ moe_status moe_model_desc_load(const char *path, moe_model_desc *out);
 void moe_model_desc_free(moe_model_desc *desc);
 
 const char *moe_family_name(moe_family family); /* the model_type string */
+/* The family whose model_type is NAME; false (and *out untouched) for an unknown name. */
+bool moe_family_from_name(const char *name, moe_family *out);
 const char *moe_layer_kind_name(moe_layer_kind kind);
 const char *moe_score_func_name(moe_score_func score);
 const char *moe_route_method_name(moe_route_method method);
@@ -145,6 +147,9 @@ typedef enum moe_tensor_role {
     MOE_ROLE_GATE_UP_BIAS,
     MOE_ROLE_DOWN_BIAS,
 } moe_tensor_role;
+
+const char *moe_tensor_group_name(moe_tensor_group group); /* "router", "routed", ... */
+const char *moe_tensor_role_name(moe_tensor_role role);    /* "router_weight", "gate", ... */
 
 /* One tensor a checkpoint must (or may) hold. */
 typedef struct moe_tensor_spec {

@@ -1,4 +1,5 @@
-/* test_core.c — status strings, the per-thread last-error message, checked arithmetic, allocation. */
+/* test_core.c — status strings, the per-thread last-error message, checked arithmetic, allocation.
+ */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -15,7 +16,8 @@ static void test_status_strings(void)
     for (int s = MOE_OK; s <= MOE_EVALUE; s++) {
         const char *str = moe_status_string((moe_status)s);
         CHECKF(str && *str && strcmp(str, "unknown status") != 0, "status %d", s);
-        for (int t = MOE_OK; t < s; t++) CHECKF(strcmp(seen[t], str) != 0, "status %d == %d", s, t);
+        for (int t = MOE_OK; t < s; t++)
+            CHECKF(strcmp(seen[t], str) != 0, "status %d == %d", s, t);
         seen[s] = str;
     }
     CHECK(strcmp(moe_status_string((moe_status)999), "unknown status") == 0);
@@ -81,7 +83,8 @@ static void test_alloc(void)
     unsigned char *p = moe_calloc(16, 4);
     REQUIRE(p);
     int zero = 1;
-    for (int i = 0; i < 64; i++) zero &= p[i] == 0;
+    for (int i = 0; i < 64; i++)
+        zero &= p[i] == 0;
     CHECK(zero);
     p = moe_realloc(p, 128);
     CHECK(p != NULL);

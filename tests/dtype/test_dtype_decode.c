@@ -3,12 +3,14 @@
 
 /* Bit-exact equality of a decoded f32 and a double reference: NaN matches NaN (with its
  * sign), zeros must agree in sign. */
-static int same_value(float got, double want) {
+static int same_value(float got, double want)
+{
     if (isnan(want)) return isnan(got) && (signbit(got) != 0) == (signbit(want) != 0);
     return (double)got == want && (signbit(got) != 0) == (signbit(want) != 0);
 }
 
-static void test_every_code(const fmt_desc *f) {
+static void test_every_code(const fmt_desc *f)
+{
     for (unsigned c = 0; c < f->ncodes; c++) {
         float got = f->decode(c);
         double want = f->ref(c);
@@ -18,7 +20,8 @@ static void test_every_code(const fmt_desc *f) {
 }
 
 /* The 4-bit decoders read the low nibble only, so a caller can pass a whole packed byte. */
-static void test_nibble_decoders_ignore_high_bits(void) {
+static void test_nibble_decoders_ignore_high_bits(void)
+{
     for (unsigned c = 0; c < 256; c++) {
         float e2m1 = moe_e2m1_to_f32((uint8_t)c), e2m1_low = moe_e2m1_to_f32((uint8_t)(c & 0xF));
         CHECKF(bits_of(e2m1) == bits_of(e2m1_low), "e2m1 byte 0x%02X", c);
@@ -30,7 +33,8 @@ static void test_nibble_decoders_ignore_high_bits(void) {
 
 /* A few values written out by hand from formats.md, so a wrong formula in the reference
  * itself would also be caught. */
-static void test_known_values(void) {
+static void test_known_values(void)
+{
     static const float e2m1[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
                                    -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
     for (unsigned c = 0; c < 16; c++)
@@ -72,7 +76,8 @@ static void test_known_values(void) {
 
 /* NaN codes keep their sign and payload where the format has one, so a NaN survives a
  * decode-encode trip through the wider format. */
-static void test_nan_payloads(void) {
+static void test_nan_payloads(void)
+{
     CHECK(bits_of(moe_bf16_to_f32(0xFFC1)) == 0xFFC10000u);
     CHECK(bits_of(moe_bf16_to_f32(0x7F81)) == 0x7F810000u);
     CHECK(bits_of(moe_f16_to_f32(0x7E00)) == 0x7FC00000u);
@@ -81,7 +86,8 @@ static void test_nan_payloads(void) {
     CHECK(bits_of(moe_e5m2_to_f32(0xFD)) == 0xFFA00000u);
 }
 
-int main(void) {
+int main(void)
+{
     for (size_t i = 0; i < N_FORMATS; i++)
         test_every_code(ALL_FORMATS[i]);
     test_nibble_decoders_ignore_high_bits();

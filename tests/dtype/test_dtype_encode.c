@@ -6,7 +6,8 @@
 #include "test_dtype_formats.h"
 
 /* encode(decode(code)) == code for every non-NaN code; a NaN code comes back as a NaN. */
-static void test_round_trip(const fmt_desc *f) {
+static void test_round_trip(const fmt_desc *f)
+{
     for (unsigned c = 0; c < f->ncodes; c++) {
         double v = f->ref(c);
         unsigned got = f->encode(f->decode(c));
@@ -18,7 +19,8 @@ static void test_round_trip(const fmt_desc *f) {
     }
 }
 
-static void check_encode(const fmt_desc *f, float x, unsigned want, const char *what) {
+static void check_encode(const fmt_desc *f, float x, unsigned want, const char *what)
+{
     unsigned got = f->encode(x);
     CHECKF(got == want, "%s: %s x=%a: got 0x%X, want 0x%X", f->name, what, (double)x, got, want);
 }
@@ -28,7 +30,8 @@ static void check_encode(const fmt_desc *f, float x, unsigned want, const char *
  * midpoint goes to a, just above to b, the midpoint itself to the code with the even
  * mantissa (the even integer for int4). A zero result keeps the input's sign.
  */
-static void test_neighbours(const fmt_table *t) {
+static void test_neighbours(const fmt_table *t)
+{
     const fmt_desc *f = t->fmt;
     for (unsigned i = 0; i + 1 < t->n; i++) {
         double a = t->v[i], b = t->v[i + 1];
@@ -47,7 +50,8 @@ static void test_neighbours(const fmt_table *t) {
 
 /* Around the largest finite value: the midpoint to the would-be next value decides between
  * max and overflow (Inf, or max again where the format saturates). */
-static void test_overflow(const fmt_table *t) {
+static void test_overflow(const fmt_table *t)
+{
     const fmt_desc *f = t->fmt;
     double max = t->v[t->n - 1];
     unsigned max_code = t->code[t->n - 1];
@@ -72,7 +76,8 @@ static void test_overflow(const fmt_table *t) {
 }
 
 /* Around zero: half the smallest positive value is a tie that goes to (signed) zero. */
-static void test_underflow(const fmt_table *t) {
+static void test_underflow(const fmt_table *t)
+{
     const fmt_desc *f = t->fmt;
     if (f->unsigned_only) return; /* E8M0 has no zero */
     unsigned z = 0;
@@ -92,7 +97,8 @@ static void test_underflow(const fmt_table *t) {
 }
 
 /* NaN inputs, quiet and signalling, both signs, with and without payload. */
-static void test_nan_inputs(const fmt_desc *f) {
+static void test_nan_inputs(const fmt_desc *f)
+{
     static const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u,
                                     0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FA00000u, 0xFF812345u};
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
@@ -231,7 +237,8 @@ static const edge_case EDGES[] = {
     {&FMT_UINT4, -0.50000006f, 0x7},
 };
 
-static void test_edges(void) {
+static void test_edges(void)
+{
     char what[64];
     for (size_t i = 0; i < sizeof EDGES / sizeof EDGES[0]; i++) {
         snprintf(what, sizeof what, "edge case %zu", i);
@@ -240,13 +247,15 @@ static void test_edges(void) {
 }
 
 /* E8M0 holds every power of two from 2^-127 to 2^127 exactly. */
-static void test_e8m0_powers(void) {
+static void test_e8m0_powers(void)
+{
     for (int k = -127; k <= 127; k++)
         CHECKF(moe_f32_to_e8m0(ldexpf(1.0f, k)) == (uint8_t)(k + 127), "e8m0 2^%d", k);
 }
 
 /* The conversions are integer code: the same results under every FPU rounding mode. */
-static void run_rounding_checks(const fmt_table *tables) {
+static void run_rounding_checks(const fmt_table *tables)
+{
     for (size_t i = 0; i < N_FORMATS; i++) {
         test_neighbours(&tables[i]);
         test_overflow(&tables[i]);
@@ -255,7 +264,8 @@ static void run_rounding_checks(const fmt_table *tables) {
     test_edges();
 }
 
-int main(void) {
+int main(void)
+{
     fmt_table tables[N_FORMATS];
     for (size_t i = 0; i < N_FORMATS; i++) {
         tables[i] = table_build(ALL_FORMATS[i]);

@@ -18,13 +18,15 @@
 
 #define NO_CODE 0xFFFFFFFFu
 
-static inline uint32_t bits_of(float x) {
+static inline uint32_t bits_of(float x)
+{
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static inline float float_of(uint32_t u) {
+static inline float float_of(uint32_t u)
+{
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
@@ -32,7 +34,8 @@ static inline float float_of(uint32_t u) {
 
 /* A sign / exponent / mantissa code with an implicit 1 and subnormals, read from its fields:
  * (1 + m / 2^M) × 2^(e - B), or (m / 2^M) × 2^(1 - B) when e == 0. */
-static inline double ref_fields(unsigned code, int ebits, int mbits, int bias) {
+static inline double ref_fields(unsigned code, int ebits, int mbits, int bias)
+{
     unsigned s = (code >> (ebits + mbits)) & 1u;
     unsigned e = (code >> mbits) & ((1u << ebits) - 1u);
     unsigned m = code & ((1u << mbits) - 1u);
@@ -42,7 +45,8 @@ static inline double ref_fields(unsigned code, int ebits, int mbits, int bias) {
 }
 
 /* IEEE-style top exponent (bf16, f16, E5M2): mantissa 0 is Inf, anything else NaN. */
-static inline double ref_ieee(unsigned code, int ebits, int mbits, int bias) {
+static inline double ref_ieee(unsigned code, int ebits, int mbits, int bias)
+{
     unsigned s = (code >> (ebits + mbits)) & 1u;
     unsigned e = (code >> mbits) & ((1u << ebits) - 1u);
     unsigned m = code & ((1u << mbits) - 1u);
@@ -53,88 +57,49 @@ static inline double ref_ieee(unsigned code, int ebits, int mbits, int bias) {
     return ref_fields(code, ebits, mbits, bias);
 }
 
-static inline double ref_bf16(unsigned code) {
-    return ref_ieee(code, 8, 7, 127);
-}
-static inline double ref_f16(unsigned code) {
-    return ref_ieee(code, 5, 10, 15);
-}
-static inline double ref_e5m2(unsigned code) {
-    return ref_ieee(code, 5, 2, 15);
-}
+static inline double ref_bf16(unsigned code) { return ref_ieee(code, 8, 7, 127); }
+static inline double ref_f16(unsigned code) { return ref_ieee(code, 5, 10, 15); }
+static inline double ref_e5m2(unsigned code) { return ref_ieee(code, 5, 2, 15); }
 
-static inline double ref_e4m3(unsigned code) {
+static inline double ref_e4m3(unsigned code)
+{
     if ((code & 0x7Fu) == 0x7Fu) return (code & 0x80u) ? -NAN : NAN; /* S.1111.111 only */
     return ref_fields(code, 4, 3, 7);
 }
 
-static inline double ref_e2m1(unsigned code) {
-    return ref_fields(code & 0xFu, 2, 1, 1);
-}
+static inline double ref_e2m1(unsigned code) { return ref_fields(code & 0xFu, 2, 1, 1); }
 
-static inline double ref_e8m0(unsigned code) {
+static inline double ref_e8m0(unsigned code)
+{
     return code == 0xFFu ? NAN : ldexp(1.0, (int)code - 127);
 }
 
-static inline double ref_int4(unsigned code) {
+static inline double ref_int4(unsigned code)
+{
     code &= 0xFu;
     return code < 8 ? (double)code : (double)code - 16.0;
 }
 
-static inline double ref_uint4(unsigned code) {
-    return (double)(code & 0xFu) - 8.0;
-}
+static inline double ref_uint4(unsigned code) { return (double)(code & 0xFu) - 8.0; }
 
 /* Uniform wrappers around the functions under test. */
-static inline float dec_bf16(unsigned c) {
-    return moe_bf16_to_f32((uint16_t)c);
-}
-static inline float dec_f16(unsigned c) {
-    return moe_f16_to_f32((uint16_t)c);
-}
-static inline float dec_e4m3(unsigned c) {
-    return moe_e4m3_to_f32((uint8_t)c);
-}
-static inline float dec_e5m2(unsigned c) {
-    return moe_e5m2_to_f32((uint8_t)c);
-}
-static inline float dec_e2m1(unsigned c) {
-    return moe_e2m1_to_f32((uint8_t)c);
-}
-static inline float dec_e8m0(unsigned c) {
-    return moe_e8m0_to_f32((uint8_t)c);
-}
-static inline float dec_int4(unsigned c) {
-    return (float)moe_int4_to_i8((uint8_t)c);
-}
-static inline float dec_uint4(unsigned c) {
-    return (float)moe_uint4_to_i8((uint8_t)c);
-}
+static inline float dec_bf16(unsigned c) { return moe_bf16_to_f32((uint16_t)c); }
+static inline float dec_f16(unsigned c) { return moe_f16_to_f32((uint16_t)c); }
+static inline float dec_e4m3(unsigned c) { return moe_e4m3_to_f32((uint8_t)c); }
+static inline float dec_e5m2(unsigned c) { return moe_e5m2_to_f32((uint8_t)c); }
+static inline float dec_e2m1(unsigned c) { return moe_e2m1_to_f32((uint8_t)c); }
+static inline float dec_e8m0(unsigned c) { return moe_e8m0_to_f32((uint8_t)c); }
+static inline float dec_int4(unsigned c) { return (float)moe_int4_to_i8((uint8_t)c); }
+static inline float dec_uint4(unsigned c) { return (float)moe_uint4_to_i8((uint8_t)c); }
 
-static inline unsigned enc_bf16(float x) {
-    return moe_f32_to_bf16(x);
-}
-static inline unsigned enc_f16(float x) {
-    return moe_f32_to_f16(x);
-}
-static inline unsigned enc_e4m3(float x) {
-    return moe_f32_to_e4m3(x);
-}
-static inline unsigned enc_e5m2(float x) {
-    return moe_f32_to_e5m2(x);
-}
-static inline unsigned enc_e2m1(float x) {
-    return moe_f32_to_e2m1(x);
-}
-static inline unsigned enc_e8m0(float x) {
-    return moe_f32_to_e8m0(x);
-}
-static inline unsigned enc_int4(float x) {
-    return moe_f32_to_int4(x);
-}
-static inline unsigned enc_uint4(float x) {
-    return moe_f32_to_uint4(x);
-}
+static inline unsigned enc_bf16(float x) { return moe_f32_to_bf16(x); }
+static inline unsigned enc_f16(float x) { return moe_f32_to_f16(x); }
+static inline unsigned enc_e4m3(float x) { return moe_f32_to_e4m3(x); }
+static inline unsigned enc_e5m2(float x) { return moe_f32_to_e5m2(x); }
+static inline unsigned enc_e2m1(float x) { return moe_f32_to_e2m1(x); }
+static inline unsigned enc_e8m0(float x) { return moe_f32_to_e8m0(x); }
+static inline unsigned enc_int4(float x) { return moe_f32_to_int4(x); }
+static inline unsigned enc_uint4(float x) { return moe_f32_to_uint4(x); }
 
 typedef struct fmt_desc {
     const char *name;
@@ -182,12 +147,14 @@ typedef struct fmt_table {
 } fmt_table;
 
 static const double *sort_values_;
-static inline int cmp_by_value(const void *a, const void *b) {
+static inline int cmp_by_value(const void *a, const void *b)
+{
     double x = sort_values_[*(const unsigned *)a], y = sort_values_[*(const unsigned *)b];
     return (x > y) - (x < y);
 }
 
-static inline fmt_table table_build(const fmt_desc *fmt) {
+static inline fmt_table table_build(const fmt_desc *fmt)
+{
     fmt_table t = {fmt, 0, NULL, NULL, NO_CODE, NO_CODE, NO_CODE};
     double *all = malloc(fmt->ncodes * sizeof *all);
     unsigned *idx = malloc(fmt->ncodes * sizeof *idx);
@@ -221,7 +188,8 @@ static inline fmt_table table_build(const fmt_desc *fmt) {
     return t;
 }
 
-static inline void table_free(fmt_table *t) {
+static inline void table_free(fmt_table *t)
+{
     free(t->v);
     free(t->code);
     t->v = NULL;
@@ -229,14 +197,16 @@ static inline void table_free(fmt_table *t) {
 }
 
 /* The code of table entry i for an input with sign `neg` (zero keeps the input's sign). */
-static inline unsigned table_code(const fmt_table *t, unsigned i, int neg) {
+static inline unsigned table_code(const fmt_table *t, unsigned i, int neg)
+{
     if (t->v[i] == 0 && neg && t->neg_zero != NO_CODE) return t->neg_zero;
     return t->code[i];
 }
 
 /* The expected code for a non-NaN x: the nearest finite value by exact comparison with the
  * midpoints, ties to the even code, overflow to Inf or saturation as the format says. */
-static inline unsigned table_nearest(const fmt_table *t, double x) {
+static inline unsigned table_nearest(const fmt_table *t, double x)
+{
     const fmt_desc *f = t->fmt;
     int neg = signbit(x) != 0;
     if (f->unsigned_only && x < 0) return f->nan_code;
@@ -268,7 +238,8 @@ static inline unsigned table_nearest(const fmt_table *t, double x) {
 /* The expected value for a non-NaN x in a sign/exponent/mantissa format, by scaling to the
  * quantum of x's binade and rounding with rint (the default rounding mode is to nearest,
  * ties to even). */
-static inline double rint_nearest(const fmt_desc *f, const fmt_table *t, double x) {
+static inline double rint_nearest(const fmt_desc *f, const fmt_table *t, double x)
+{
     double max = t->v[t->n - 1];
     double ax = fabs(x);
     if (isinf(ax)) return f->has_inf ? x : copysign(max, x);
@@ -284,14 +255,16 @@ static inline double rint_nearest(const fmt_desc *f, const fmt_table *t, double 
 }
 
 /* Whether code is what a NaN input with sign `neg` must become. */
-static inline int nan_result_ok(const fmt_desc *f, unsigned code, int neg) {
+static inline int nan_result_ok(const fmt_desc *f, unsigned code, int neg)
+{
     if (f->nan_code != NO_CODE) return code == f->nan_code;
     double v = f->ref(code);
     return isnan(v) && (signbit(v) != 0) == neg;
 }
 
 /* splitmix64: a fixed, portable sequence, so every run checks the same inputs. */
-static inline uint64_t rng_next(uint64_t *state) {
+static inline uint64_t rng_next(uint64_t *state)
+{
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

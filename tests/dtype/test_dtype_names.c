@@ -4,7 +4,8 @@
 #include "dtype/dtype.h"
 #include "test.h"
 
-static void test_safetensors_round_trip(void) {
+static void test_safetensors_round_trip(void)
+{
     /* Every dtype with a safetensors name parses back to itself; names are distinct. */
     for (int d = 1; d < MOE_DTYPE_COUNT_; d++) {
         const char *st = moe_dtype_safetensors_name((moe_dtype)d);
@@ -15,7 +16,8 @@ static void test_safetensors_round_trip(void) {
     }
 }
 
-static void test_known_names(void) {
+static void test_known_names(void)
+{
     static const struct {
         const char *st;
         moe_dtype dtype;
@@ -37,7 +39,8 @@ static void test_known_names(void) {
     CHECK(moe_dtype_safetensors_name(MOE_DTYPE_UINT4) == NULL);
 }
 
-static void test_unknown_names(void) {
+static void test_unknown_names(void)
+{
     static const char *bad[] = {"", "bf16", "F8_E4M3FN", "F8", "FP4", "F6_E2M3", " BF16", "BF16 "};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECKF(moe_dtype_from_safetensors(bad[i]) == MOE_DTYPE_INVALID, "'%s'", bad[i]);
@@ -47,7 +50,8 @@ static void test_unknown_names(void) {
     CHECK(moe_dtype_safetensors_name((moe_dtype)999) == NULL);
 }
 
-int main(void) {
+int main(void)
+{
     test_safetensors_round_trip();
     test_known_names();
     test_unknown_names();

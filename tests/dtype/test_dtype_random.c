@@ -17,7 +17,8 @@ typedef struct tally {
     long checked, wrong;
 } tally;
 
-static void check_one(const fmt_table *t, uint32_t u, tally *tl) {
+static void check_one(const fmt_table *t, uint32_t u, tally *tl)
+{
     const fmt_desc *f = t->fmt;
     float x = float_of(u);
     unsigned code = f->encode(x);
@@ -38,7 +39,8 @@ static void check_one(const fmt_table *t, uint32_t u, tally *tl) {
 
 /* Every sign and exponent and the top 7 mantissa bits, with the low 16 bits set to the
  * patterns that sit on or next to bf16 rounding boundaries. */
-static void test_top16(const fmt_table *t, tally *tl) {
+static void test_top16(const fmt_table *t, tally *tl)
+{
     static const uint32_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
     for (uint32_t hi = 0; hi < 0x10000u; hi++)
         for (size_t j = 0; j < sizeof lows / sizeof lows[0]; j++)
@@ -48,7 +50,8 @@ static void test_top16(const fmt_table *t, tally *tl) {
 /* f32 bits with a random sign and mantissa and an exponent from [lo_e, hi_e] (unbiased;
  * clamped to the f32 range, where exponent field 0 gives an f32 subnormal). A quarter of
  * them keep only 12 mantissa bits, which lands many on or near midpoints. */
-static uint32_t random_in_range(uint64_t *rng, int lo_e, int hi_e) {
+static uint32_t random_in_range(uint64_t *rng, int lo_e, int hi_e)
+{
     uint64_t r = rng_next(rng);
     int e = lo_e + (int)((r >> 32) % (uint64_t)(hi_e - lo_e + 1)) + 127;
     if (e < 0) e = 0;
@@ -58,7 +61,8 @@ static uint32_t random_in_range(uint64_t *rng, int lo_e, int hi_e) {
     return ((uint32_t)(r >> 63) << 31) | ((uint32_t)e << 23) | man;
 }
 
-static void test_random(const fmt_table *t, tally *tl) {
+static void test_random(const fmt_table *t, tally *tl)
+{
     uint64_t rng = 0x6D6F652D64747970ull; /* fixed: the same inputs on every run */
     for (uint32_t i = 0; i < RANDOM_UNIFORM; i++)
         check_one(t, (uint32_t)rng_next(&rng), tl);
@@ -76,7 +80,8 @@ static void test_random(const fmt_table *t, tally *tl) {
         check_one(t, random_in_range(&rng, e_small - 4, e_max + 2), tl);
 }
 
-int main(void) {
+int main(void)
+{
     for (size_t i = 0; i < N_FORMATS; i++) {
         fmt_table t = table_build(ALL_FORMATS[i]);
         tally tl = {0, 0};

@@ -19,9 +19,10 @@ static const command commands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: moe COMMAND [ARGS]   (moe COMMAND --help for its options)\n\n"
-                 "libmoe %s: the Mixture-of-Experts block of DeepSeek, Kimi-K2, Qwen3-MoE,\n"
-                 "Mixtral and gpt-oss, straight from Hugging Face checkpoints.\n\ncommands:\n",
+    fprintf(out,
+            "usage: moe COMMAND [ARGS]   (moe COMMAND --help for its options)\n\n"
+            "libmoe %s: the Mixture-of-Experts block of DeepSeek, Kimi-K2, Qwen3-MoE,\n"
+            "Mixtral and gpt-oss, straight from Hugging Face checkpoints.\n\ncommands:\n",
             moe_version_string());
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
