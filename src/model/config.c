@@ -1,0 +1,443 @@
+/* config.c — config.json into moe_model_desc: strict field readers, shared rules, dispatch. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "model/family.h"
+
+/* config.json files are a few KiB; this only bounds what a bad path can make us read. */
+#define MOE_CFG_MAX_FILE (INT64_C(16) << 20)
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "an unknown JSON value";
+}
+
+moe_status moe_cfg_fail(const moe_cfg *c, moe_status status, const char *key, const char *fmt, ...)
+{
+    char detail[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return moe_error(status, "%s: field '%s%s': %s", c->name, c->prefix, key, detail);
+}
+
+/* The value of KEY, or NULL when it is absent or null (HF writes None as null). */
+static const json_t *cfg_get(const moe_cfg *c, const char *key)
+{
+    const json_t *v = json_object_get(c->obj, key);
+    return (v && !json_is_null(v)) ? v : NULL;
+}
+
+bool moe_cfg_has(const moe_cfg *c, const char *key) { return cfg_get(c, key) != NULL; }
+
+static moe_status cfg_missing(const moe_cfg *c, const char *key)
+{
+    return moe_cfg_fail(c, MOE_EMISSING, key, "required field is missing");
+}
+
+static moe_status cfg_wrong_type(const moe_cfg *c, const char *key, const json_t *v,
+                                 const char *want)
+{
+    return moe_cfg_fail(c, MOE_EJSON, key, "must be %s, not %s", want, json_type_name(v));
+}
+
+moe_status moe_cfg_int(const moe_cfg *c, const char *key, bool required, int64_t def, int64_t lo,
+                       int64_t hi, int64_t *out)
+{
+    const json_t *v = cfg_get(c, key);
+    if (!v) {
+        if (required) return cfg_missing(c, key);
+        *out = def;
+        return MOE_OK;
+    }
+    if (!json_is_integer(v)) return cfg_wrong_type(c, key, v, "an integer");
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return moe_cfg_fail(c, MOE_ECONFIG, key, "%lld is outside [%lld, %lld]", (long long)x,
+                            (long long)lo, (long long)hi);
+    *out = (int64_t)x;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_num(const moe_cfg *c, const char *key, bool required, double def, double lo,
+                       double hi, double *out)
+{
+    const json_t *v = cfg_get(c, key);
+    if (!v) {
+        if (required) return cfg_missing(c, key);
+        *out = def;
+        return MOE_OK;
+    }
+    if (!json_is_number(v)) return cfg_wrong_type(c, key, v, "a number");
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi)
+        return moe_cfg_fail(c, MOE_ECONFIG, key, "%g is outside [%g, %g]", x, lo, hi);
+    *out = x;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_bool(const moe_cfg *c, const char *key, bool required, bool def, bool *out)
+{
+    const json_t *v = cfg_get(c, key);
+    if (!v) {
+        if (required) return cfg_missing(c, key);
+        *out = def;
+        return MOE_OK;
+    }
+    if (!json_is_boolean(v)) return cfg_wrong_type(c, key, v, "true or false");
+    *out = json_is_true(v);
+    return MOE_OK;
+}
+
+moe_status moe_cfg_str(const moe_cfg *c, const char *key, bool required, const char *def,
+                       const char **out)
+{
+    const json_t *v = cfg_get(c, key);
+    if (!v) {
+        if (required) return cfg_missing(c, key);
+        *out = def;
+        return MOE_OK;
+    }
+    if (!json_is_string(v)) return cfg_wrong_type(c, key, v, "a string");
+    *out = json_string_value(v);
+    return MOE_OK;
+}
+
+moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d)
+{
+    int64_t layers, hidden, vocab;
+    moe_status st = moe_cfg_int(c, "num_hidden_layers", true, 0, 1, MOE_CFG_MAX_LAYERS, &layers);
+    if (st) return st;
+    st = moe_cfg_int(c, "hidden_size", true, 0, 1, MOE_CFG_MAX_DIM, &hidden);
+    if (st) return st;
+    st = moe_cfg_int(c, "vocab_size", false, 0, 1, MOE_CFG_MAX_VOCAB, &vocab);
+    if (st) return st;
+    /* transformers 5 renamed torch_dtype to dtype; the older name wins when both exist. */
+    const char *key = moe_cfg_has(c, "torch_dtype") ? "torch_dtype" : "dtype";
+    const char *dt;
+    st = moe_cfg_str(c, key, false, "bfloat16", &dt);
+    if (st) return st;
+    if (!strcmp(dt, "bfloat16"))
+        d->router_dtype = MOE_DTYPE_BF16;
+    else if (!strcmp(dt, "float16"))
+        d->router_dtype = MOE_DTYPE_F16;
+    else if (!strcmp(dt, "float32"))
+        d->router_dtype = MOE_DTYPE_F32;
+    else
+        return moe_cfg_fail(c, MOE_ECONFIG, key,
+                            "'%.64s' is not one of \"bfloat16\", \"float16\", \"float32\"", dt);
+    d->n_layers = (int)layers;
+    d->hidden = hidden;
+    d->vocab_size = vocab;
+    return MOE_OK;
+}
+
+static moe_status quant_fp8(const moe_cfg *q, moe_cfg_quant_info *out)
+{
+    const char *fmt, *scheme, *scale_fmt;
+    moe_status st = moe_cfg_str(q, "fmt", false, "e4m3", &fmt);
+    if (st) return st;
+    if (strcmp(fmt, "e4m3"))
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "fmt", "'%.64s' is not supported (only e4m3)",
+                            fmt);
+    st = moe_cfg_str(q, "activation_scheme", false, "dynamic", &scheme);
+    if (st) return st;
+    if (strcmp(scheme, "dynamic"))
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "activation_scheme",
+                            "'%.64s' is not supported (only dynamic)", scheme);
+    st = moe_cfg_str(q, "scale_fmt", false, "", &scale_fmt);
+    if (st) return st;
+    if (*scale_fmt && strcmp(scale_fmt, "ue8m0"))
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "scale_fmt",
+                            "'%.64s' is not supported (only ue8m0)", scale_fmt);
+    const json_t *bs = json_object_get(q->obj, "weight_block_size");
+    if (!bs || json_is_null(bs))
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "weight_block_size",
+                            "absent: per-tensor FP8 is not supported (only [128, 128] blocks)");
+    if (!json_is_array(bs)) return cfg_wrong_type(q, "weight_block_size", bs, "an array");
+    json_int_t b[2] = {0, 0};
+    for (size_t i = 0; i < 2 && i < json_array_size(bs); i++) {
+        const json_t *e = json_array_get(bs, i);
+        if (!json_is_integer(e))
+            return moe_cfg_fail(q, MOE_EJSON, "weight_block_size",
+                                "element %zu must be an integer, not %s", i, json_type_name(e));
+        b[i] = json_integer_value(e);
+    }
+    if (json_array_size(bs) != 2 || b[0] != 128 || b[1] != 128)
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "weight_block_size",
+                            "only [128, 128] is supported (got %zu elements, [%lld, %lld])",
+                            json_array_size(bs), (long long)b[0], (long long)b[1]);
+    out->kind = MOE_QUANT_FP8_BLOCK;
+    out->scale_ue8m0 = *scale_fmt != '\0';
+    return MOE_OK;
+}
+
+moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_info *out)
+{
+    moe_cfg_quant_info info = {MOE_QUANT_NONE, false};
+    const json_t *v = cfg_get(c, "quantization_config");
+    if (!v) {
+        *out = info;
+        return MOE_OK;
+    }
+    if (!json_is_object(v)) return cfg_wrong_type(c, "quantization_config", v, "an object");
+    moe_cfg q = {v, c->name, "quantization_config."};
+    const char *method;
+    moe_status st = moe_cfg_str(&q, "quant_method", true, NULL, &method);
+    if (st) return st;
+    if (!strcmp(method, "fp8")) {
+        st = quant_fp8(&q, &info);
+        if (st) return st;
+    } else if (!strcmp(method, "mxfp4") && allow_mxfp4) {
+        info.kind = MOE_QUANT_MXFP4;
+    } else {
+        return moe_cfg_fail(&q, MOE_EUNSUPPORTED, "quant_method",
+                            "'%.64s' is not supported for this model_type (supported: fp8%s)",
+                            method, allow_mxfp4 ? ", mxfp4" : "");
+    }
+    *out = info;
+    return MOE_OK;
+}
+
+moe_mlp_desc moe_cfg_mlp(int64_t hidden, int64_t intermediate, moe_weight_format format,
+                         moe_dtype scale)
+{
+    moe_mlp_desc m;
+    memset(&m, 0, sizeof m);
+    m.hidden = hidden;
+    m.intermediate = intermediate;
+    m.format = format;
+    m.activation = MOE_ACT_SILU_GLU;
+    m.scale_dtype = MOE_DTYPE_INVALID;
+    if (format == MOE_WFMT_FP8_BLOCK) {
+        m.scale_dtype = scale;
+        m.block_out = 128;
+        m.block_in = 128;
+    } else if (format == MOE_WFMT_MXFP4) {
+        m.scale_dtype = MOE_DTYPE_F8_E8M0;
+        m.block_out = 1;
+        m.block_in = 32;
+    }
+    return m;
+}
+
+moe_status moe_cfg_check_routing(const moe_cfg *c, const moe_routing_desc *r,
+                                 const char *experts_key, const char *topk_key)
+{
+    const int e = r->n_experts, k = r->top_k, g = r->n_group, tg = r->topk_group;
+    if (k < 1 || k > e)
+        return moe_cfg_fail(c, MOE_ECONFIG, topk_key, "%d must be in [1, %s = %d]", k, experts_key,
+                            e);
+    if (g < 1 || e % g != 0)
+        return moe_cfg_fail(c, MOE_ECONFIG, "n_group", "%d must be >= 1 and divide %s = %d", g,
+                            experts_key, e);
+    if (tg < 1 || tg > g)
+        return moe_cfg_fail(c, MOE_ECONFIG, "topk_group", "%d must be in [1, n_group = %d]", tg, g);
+    const int per_group = e / g;
+    if ((int64_t)k > (int64_t)tg * per_group)
+        return moe_cfg_fail(c, MOE_ECONFIG, topk_key,
+                            "%d exceeds topk_group × experts per group = %d × %d: the kept "
+                            "groups cannot supply %d experts",
+                            k, tg, per_group, k);
+    /* The noaux_tc group score is the sum of the two largest keys of the group. */
+    if (r->method == MOE_ROUTE_NOAUX_TC && g > 1 && per_group < 2)
+        return moe_cfg_fail(c, MOE_ECONFIG, "n_group",
+                            "%d leaves %d expert per group, but the noaux_tc group score sums "
+                            "the top 2 of each group",
+                            g, per_group);
+    return MOE_OK;
+}
+
+moe_status moe_cfg_alloc_layers(const moe_cfg *c, moe_model_desc *d)
+{
+    d->layers = moe_calloc((size_t)d->n_layers, sizeof *d->layers);
+    if (!d->layers)
+        return moe_error(MOE_ENOMEM, "%s: allocating %d layer descriptions", c->name, d->n_layers);
+    for (int i = 0; i < d->n_layers; i++)
+        d->layers[i].index = i;
+    return MOE_OK;
+}
+
+/* ---- Entry points -------------------------------------------------------------------- */
+
+typedef moe_status (*family_parse_fn)(const moe_cfg *c, moe_model_desc *d);
+
+static moe_status parse_deepseek_v2(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_deepseek_parse(c, MOE_FAMILY_DEEPSEEK_V2, d);
+}
+static moe_status parse_deepseek_v3(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_deepseek_parse(c, MOE_FAMILY_DEEPSEEK_V3, d);
+}
+static moe_status parse_kimi_k2(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_deepseek_parse(c, MOE_FAMILY_KIMI_K2, d);
+}
+
+static family_parse_fn parser_of(moe_family f)
+{
+    switch (f) {
+    case MOE_FAMILY_DEEPSEEK_V2: return parse_deepseek_v2;
+    case MOE_FAMILY_DEEPSEEK_V3: return parse_deepseek_v3;
+    case MOE_FAMILY_KIMI_K2: return parse_kimi_k2;
+    case MOE_FAMILY_DEEPSEEK_V4: return moe_family_deepseek_v4_parse;
+    case MOE_FAMILY_QWEN3_MOE: return moe_family_qwen3_parse;
+    case MOE_FAMILY_MIXTRAL: return moe_family_mixtral_parse;
+    case MOE_FAMILY_GPT_OSS: return moe_family_gpt_oss_parse;
+    case MOE_FAMILY_COUNT_: break;
+    }
+    return NULL;
+}
+
+/* The key jansson stopped at: it reports a duplicate with the position just past the key,
+ * and its own message drops the key when the text before it is long. */
+static void duplicate_key(const char *json, size_t len, int pos, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (pos <= 0 || (size_t)pos > len) return;
+    size_t end = (size_t)pos;
+    while (end > 0 && strchr(" \t\r\n", json[end - 1]))
+        end--;
+    if (end < 2 || json[end - 1] != '"') return;
+    size_t start = end - 1;
+    while (start > 0 && json[start - 1] != '"')
+        start--;
+    if (start == 0) return;
+    snprintf(buf, cap, "%.*s", (int)(end - 1 - start), json + start);
+}
+
+static moe_status json_fail(const char *name, const char *json, size_t len, const json_error_t *err)
+{
+    if (json_error_code(err) == json_error_duplicate_key) {
+        char key[80];
+        duplicate_key(json, len, err->position, key, sizeof key);
+        return moe_error(MOE_EDUPLICATE, "%s: line %d: key '%s' appears twice in one object", name,
+                         err->line, key);
+    }
+    return moe_error(MOE_EJSON, "%s: not valid JSON: line %d column %d: %s", name, err->line,
+                     err->column, err->text);
+}
+
+static moe_status parse_root(const json_t *root, const char *name, moe_model_desc *d)
+{
+    moe_cfg c = {root, name, ""};
+    if (!json_is_object(root))
+        return moe_error(MOE_EJSON, "%s: the top level must be a JSON object, not %s", name,
+                         json_type_name(root));
+    const char *type;
+    moe_status st = moe_cfg_str(&c, "model_type", true, NULL, &type);
+    if (st) return st;
+    moe_family family;
+    if (!moe_family_from_name(type, &family))
+        return moe_cfg_fail(&c, MOE_EUNSUPPORTED, "model_type",
+                            "'%.64s' is not supported (supported: deepseek_v2, deepseek_v3, "
+                            "kimi_k2, deepseek_v4, qwen3_moe, mixtral, gpt_oss)",
+                            type);
+    d->family = family;
+    snprintf(d->model_type, sizeof d->model_type, "%s", moe_family_name(family));
+    return parser_of(family)(&c, d);
+}
+
+moe_status moe_model_desc_parse(const char *json, size_t len, const char *name, moe_model_desc *out)
+{
+    if (!name) name = "config.json";
+    if (!json) return moe_error(MOE_EINVAL, "%s: argument 'json' is NULL", name);
+    if (!out) return moe_error(MOE_EINVAL, "%s: argument 'out' is NULL", name);
+    json_error_t err;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root) return json_fail(name, json, len, &err);
+    moe_model_desc d;
+    memset(&d, 0, sizeof d);
+    moe_status st = parse_root(root, name, &d);
+    json_decref(root);
+    if (st) {
+        moe_model_desc_free(&d);
+        return st;
+    }
+    *out = d;
+    return MOE_OK;
+}
+
+/* Reads all of PATH into a fresh buffer. */
+static moe_status read_file(const char *path, char **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        return moe_error(e == ENOENT ? MOE_EMISSING : MOE_EIO, "%s: cannot open: %s", path,
+                         strerror(e));
+    }
+    moe_status st = MOE_OK;
+    size_t cap = 0, n = 0;
+    char *data = NULL;
+    for (;;) {
+        if (n == cap) {
+            if ((int64_t)cap >= MOE_CFG_MAX_FILE) {
+                st = moe_error(MOE_EOVERFLOW, "%s: larger than %lld bytes", path,
+                               (long long)MOE_CFG_MAX_FILE);
+                goto fail;
+            }
+            size_t ncap = cap ? cap * 2 : 16384;
+            char *p = moe_realloc(data, ncap);
+            if (!p) {
+                st = moe_error(MOE_ENOMEM, "%s: allocating %zu bytes", path, ncap);
+                goto fail;
+            }
+            data = p;
+            cap = ncap;
+        }
+        size_t got = fread(data + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        st = moe_error(MOE_EIO, "%s: read error", path);
+        goto fail;
+    }
+    fclose(f);
+    *buf = data;
+    *len = n;
+    return MOE_OK;
+fail:
+    fclose(f);
+    moe_free(data);
+    return st;
+}
+
+moe_status moe_model_desc_load(const char *path, moe_model_desc *out)
+{
+    if (!path) return moe_error(MOE_EINVAL, "argument 'path' is NULL");
+    if (!out) return moe_error(MOE_EINVAL, "argument 'out' is NULL");
+    char *buf;
+    size_t len;
+    moe_status st = read_file(path, &buf, &len);
+    if (st) return st;
+    st = moe_model_desc_parse(buf, len, path, out);
+    moe_free(buf);
+    return st;
+}
+
+void moe_model_desc_free(moe_model_desc *desc)
+{
+    if (!desc) return;
+    moe_free(desc->layers);
+    desc->layers = NULL;
+    desc->n_layers = 0;
+}

@@ -1,0 +1,125 @@
+/* family.h — internal to src/model: config readers and table builders the families share. */
+#ifndef MOE_MODEL_FAMILY_H
+#define MOE_MODEL_FAMILY_H
+
+#include <jansson.h>
+
+#include "model/model.h"
+
+/* Documented limits (docs/models.md). They keep every derived size far from overflow and a
+ * per-layer tensor table small, and they are generous next to every shipped model. */
+#define MOE_CFG_MAX_DIM (INT64_C(1) << 20) /* hidden, intermediate (shared: after × n) */
+#define MOE_CFG_MAX_LAYERS 4096
+#define MOE_CFG_MAX_EXPERTS 4096
+#define MOE_CFG_MAX_SHARED 64
+#define MOE_CFG_MAX_VOCAB (INT64_C(1) << 24)
+
+/* ---- Reading fields of one JSON object ----------------------------------------------- */
+
+/* Where the fields are read from: the object, the config's name for messages, and the path
+ * of the object inside the config ("" for the top level, "quantization_config." below). */
+typedef struct moe_cfg {
+    const json_t *obj;
+    const char *name;
+    const char *prefix;
+} moe_cfg;
+
+/* Each reader: a missing key or a JSON null takes DEF when REQUIRED is false and is
+ * MOE_EMISSING otherwise; a value of the wrong JSON type is MOE_EJSON; a value outside
+ * [LO, HI] is MOE_ECONFIG. Every message names the config and the field. */
+moe_status moe_cfg_int(const moe_cfg *c, const char *key, bool required, int64_t def, int64_t lo,
+                       int64_t hi, int64_t *out);
+/* Integers and reals; the value must be finite and inside [LO, HI]. */
+moe_status moe_cfg_num(const moe_cfg *c, const char *key, bool required, double def, double lo,
+                       double hi, double *out);
+moe_status moe_cfg_bool(const moe_cfg *c, const char *key, bool required, bool def, bool *out);
+/* *OUT points into the JSON document (valid while it lives); DEF may be NULL. */
+moe_status moe_cfg_str(const moe_cfg *c, const char *key, bool required, const char *def,
+                       const char **out);
+/* True when KEY is present and not null. */
+bool moe_cfg_has(const moe_cfg *c, const char *key);
+
+/* A MOE_ECONFIG message that starts with the config's name and the field. */
+moe_status moe_cfg_fail(const moe_cfg *c, moe_status status, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- Fields several families read the same way --------------------------------------- */
+
+/* num_hidden_layers, hidden_size, vocab_size (optional; 0 when absent) and
+ * torch_dtype (or the newer "dtype"; default bfloat16) into D. */
+moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d);
+
+/* The quantisation a config declares. */
+typedef enum moe_cfg_quant {
+    MOE_QUANT_NONE = 0,
+    MOE_QUANT_FP8_BLOCK, /* fp8, e4m3, weight_block_size [128, 128] */
+    MOE_QUANT_MXFP4,     /* gpt-oss */
+} moe_cfg_quant;
+
+typedef struct moe_cfg_quant_info {
+    moe_cfg_quant kind;
+    bool scale_ue8m0; /* scale_fmt "ue8m0" */
+} moe_cfg_quant_info;
+
+/* Reads quantization_config. ALLOW_MXFP4 is true for gpt-oss only. Any other quant_method,
+ * fmt or block size is MOE_EUNSUPPORTED naming it. */
+moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_info *out);
+
+/* The plain SiLU-GLU MLP description in format BF16 or FP8_BLOCK (with SCALE for FP8). */
+moe_mlp_desc moe_cfg_mlp(int64_t hidden, int64_t intermediate, moe_weight_format format,
+                         moe_dtype scale);
+
+/* Validates a scored routing description: top_k in [1, E], n_group ≥ 1 dividing E,
+ * topk_group in [1, n_group], top_k ≤ topk_group × E/n_group, and ≥ 2 experts per group
+ * when the group score is a top-2 sum. The *_KEY arguments name the fields in messages. */
+moe_status moe_cfg_check_routing(const moe_cfg *c, const moe_routing_desc *r,
+                                 const char *experts_key, const char *topk_key);
+
+/* Allocates D->layers (n_layers entries, zeroed, index set). */
+moe_status moe_cfg_alloc_layers(const moe_cfg *c, moe_model_desc *d);
+
+/* The family parsers: each fills D (layers included) from the top-level object. */
+moe_status moe_family_deepseek_parse(const moe_cfg *c, moe_family family, moe_model_desc *d);
+moe_status moe_family_deepseek_v4_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_qwen3_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_mixtral_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d);
+
+/* ---- Building a layer's tensor table ------------------------------------------------- */
+
+typedef struct moe_spec_list {
+    moe_tensor_spec *v;
+    size_t n, cap;
+} moe_spec_list;
+
+#define MOE_DTBIT(d) (1u << (unsigned)(d))
+#define MOE_MASK_FLOAT                                                                             \
+    (MOE_DTBIT(MOE_DTYPE_BF16) | MOE_DTBIT(MOE_DTYPE_F16) | MOE_DTBIT(MOE_DTYPE_F32))
+
+/* Appends one spec; the name is printf-formatted. NDIM ≤ 4. */
+moe_status moe_spec_add(moe_spec_list *l, int layer, int expert, moe_tensor_group group,
+                        moe_tensor_role role, moe_dtype dtype, uint32_t mask, int ndim,
+                        const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 10, 11)));
+
+/* How a family spells the three projections of an MLP below PREFIX:
+ * PREFIX.<gate>.<weight>, PREFIX.<gate>.<scale> and the same for up and down. */
+typedef struct moe_mlp_names {
+    const char *gate, *up, *down;
+    const char *weight; /* "weight" */
+    const char *scale;  /* "weight_scale_inv" or "scale" */
+} moe_mlp_names;
+
+/* Appends gate, [gate scale], up, [up scale], down, [down scale] of MLP M (formats BF16,
+ * FP8_BLOCK, and MXFP4 as separate packed [out, in/2] tensors, DeepSeek-V4 style). */
+moe_status moe_spec_add_mlp(moe_spec_list *l, const char *prefix, const moe_mlp_names *names,
+                            const moe_mlp_desc *m, moe_tensor_group group, int layer, int expert);
+
+/* The per-family tables: append layer LAYER's tensors to L. */
+moe_status moe_family_deepseek_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_deepseek_v4_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_qwen3_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_mixtral_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_gpt_oss_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+
+#endif

@@ -1,0 +1,179 @@
+/* family_deepseek.c — DeepSeek-V2, DeepSeek-V3/R1 and Kimi-K2: config rules and tensor table. */
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/family.h"
+
+/* The fields these three families share, as read from config.json. */
+typedef struct ds_fields {
+    int64_t experts, top_k, moe_inter, inter, n_shared, first_dense, freq, n_group, topk_group;
+    double rsf;
+    bool norm;
+    const char *method, *scoring;
+} ds_fields;
+
+static moe_status read_counts(const moe_cfg *c, ds_fields *f)
+{
+    moe_status st =
+        moe_cfg_int(c, "n_routed_experts", true, 0, 0, MOE_CFG_MAX_EXPERTS, &f->experts);
+    if (st) return st;
+    st =
+        moe_cfg_int(c, "num_experts_per_tok", f->experts > 0, 1, 1, MOE_CFG_MAX_EXPERTS, &f->top_k);
+    if (st) return st;
+    st = moe_cfg_int(c, "moe_intermediate_size", f->experts > 0, 0, 1, MOE_CFG_MAX_DIM,
+                     &f->moe_inter);
+    if (st) return st;
+    st = moe_cfg_int(c, "n_shared_experts", false, 0, 0, MOE_CFG_MAX_SHARED, &f->n_shared);
+    if (st) return st;
+    st = moe_cfg_int(c, "first_k_dense_replace", false, 0, 0, MOE_CFG_MAX_LAYERS, &f->first_dense);
+    if (st) return st;
+    st = moe_cfg_int(c, "moe_layer_freq", false, 1, 1, MOE_CFG_MAX_LAYERS, &f->freq);
+    if (st) return st;
+    st = moe_cfg_int(c, "n_group", false, 1, 1, MOE_CFG_MAX_EXPERTS, &f->n_group);
+    if (st) return st;
+    return moe_cfg_int(c, "topk_group", false, 1, 1, MOE_CFG_MAX_EXPERTS, &f->topk_group);
+}
+
+static moe_status read_routing(const moe_cfg *c, moe_family family, ds_fields *f)
+{
+    /* The defaults are those of the transformers config classes of each family. */
+    const bool v2 = family == MOE_FAMILY_DEEPSEEK_V2;
+    moe_status st = moe_cfg_str(c, "topk_method", false, v2 ? "greedy" : "noaux_tc", &f->method);
+    if (st) return st;
+    st = moe_cfg_str(c, "scoring_func", false, v2 ? "softmax" : "sigmoid", &f->scoring);
+    if (st) return st;
+    st = moe_cfg_bool(c, "norm_topk_prob", false, false, &f->norm);
+    if (st) return st;
+    st = moe_cfg_num(c, "routed_scaling_factor", false, 1.0, 0.0, FLT_MAX, &f->rsf);
+    if (st) return st;
+    if (!(f->rsf > 0.0))
+        return moe_cfg_fail(c, MOE_ECONFIG, "routed_scaling_factor", "%g must be > 0", f->rsf);
+    return MOE_OK;
+}
+
+static moe_status map_routing(const moe_cfg *c, const ds_fields *f, moe_routing_desc *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!strcmp(f->method, "greedy"))
+        r->method = MOE_ROUTE_GREEDY;
+    else if (!strcmp(f->method, "group_limited_greedy"))
+        r->method = MOE_ROUTE_GROUP_LIMITED_GREEDY;
+    else if (!strcmp(f->method, "noaux_tc"))
+        r->method = MOE_ROUTE_NOAUX_TC;
+    else
+        return moe_cfg_fail(
+            c, MOE_ECONFIG, "topk_method",
+            "unknown method '%.64s' (known: greedy, group_limited_greedy, noaux_tc)", f->method);
+    if (!strcmp(f->scoring, "softmax"))
+        r->score = MOE_SCORE_SOFTMAX;
+    else if (!strcmp(f->scoring, "sigmoid"))
+        r->score = MOE_SCORE_SIGMOID;
+    else
+        return moe_cfg_fail(c, MOE_ECONFIG, "scoring_func",
+                            "unknown scoring function '%.64s' (known here: softmax, sigmoid)",
+                            f->scoring);
+    r->n_experts = (int)f->experts;
+    r->top_k = (int)f->top_k;
+    r->n_group = (int)f->n_group;
+    r->topk_group = (int)f->topk_group;
+    r->has_correction_bias = r->method == MOE_ROUTE_NOAUX_TC;
+    r->norm_topk_prob = f->norm;
+    r->routed_scaling_factor = (float)f->rsf;
+    return MOE_OK;
+}
+
+static bool ds_is_moe(const ds_fields *f, int layer)
+{
+    return f->experts > 0 && layer >= f->first_dense && layer % f->freq == 0;
+}
+
+static moe_status fill_layers(const moe_cfg *c, const ds_fields *f, const moe_routing_desc *r,
+                              const moe_cfg_quant_info *q, moe_model_desc *d)
+{
+    const moe_weight_format fmt =
+        q->kind == MOE_QUANT_FP8_BLOCK ? MOE_WFMT_FP8_BLOCK : MOE_WFMT_BF16;
+    /* V3.1's scale_fmt "ue8m0" rounds scales to powers of two but still stores them as f32
+     * weight_scale_inv, so the scale dtype does not follow it here. */
+    moe_status st = moe_cfg_alloc_layers(c, d);
+    if (st) return st;
+    for (int i = 0; i < d->n_layers; i++) {
+        moe_layer_desc *l = &d->layers[i];
+        if (!ds_is_moe(f, i)) {
+            l->kind = MOE_LAYER_DENSE;
+            l->dense = moe_cfg_mlp(d->hidden, f->inter, fmt, MOE_DTYPE_F32);
+            continue;
+        }
+        l->kind = MOE_LAYER_MOE;
+        l->routing = *r;
+        l->experts = moe_cfg_mlp(d->hidden, f->moe_inter, fmt, MOE_DTYPE_F32);
+        l->n_shared = (int)f->n_shared;
+        if (f->n_shared > 0)
+            l->shared = moe_cfg_mlp(d->hidden, f->moe_inter * f->n_shared, fmt, MOE_DTYPE_F32);
+    }
+    return MOE_OK;
+}
+
+moe_status moe_family_deepseek_parse(const moe_cfg *c, moe_family family, moe_model_desc *d)
+{
+    ds_fields f;
+    memset(&f, 0, sizeof f);
+    moe_status st = moe_cfg_common(c, d);
+    if (st) return st;
+    if ((st = read_counts(c, &f)) || (st = read_routing(c, family, &f))) return st;
+    bool any_dense = false, any_moe = false;
+    for (int i = 0; i < d->n_layers; i++) {
+        any_moe |= ds_is_moe(&f, i);
+        any_dense |= !ds_is_moe(&f, i);
+    }
+    st = moe_cfg_int(c, "intermediate_size", any_dense, 0, 1, MOE_CFG_MAX_DIM, &f.inter);
+    if (st) return st;
+    if (f.moe_inter * f.n_shared > MOE_CFG_MAX_DIM)
+        return moe_cfg_fail(c, MOE_ECONFIG, "n_shared_experts",
+                            "%lld × moe_intermediate_size %lld exceeds the limit %lld",
+                            (long long)f.n_shared, (long long)f.moe_inter,
+                            (long long)MOE_CFG_MAX_DIM);
+    moe_routing_desc r;
+    memset(&r, 0, sizeof r);
+    /* Names are checked even when every layer is dense; the counts only matter for MoE. */
+    if ((st = map_routing(c, &f, &r))) return st;
+    if (any_moe && (st = moe_cfg_check_routing(c, &r, "n_routed_experts", "num_experts_per_tok")))
+        return st;
+    moe_cfg_quant_info q;
+    if ((st = moe_cfg_quant_read(c, false, &q))) return st;
+    return fill_layers(c, &f, &r, &q, d);
+}
+
+static const moe_mlp_names ds_names = {"gate_proj", "up_proj", "down_proj", "weight",
+                                       "weight_scale_inv"};
+
+moe_status moe_family_deepseek_tensors(const moe_model_desc *d, int layer, moe_spec_list *l)
+{
+    const moe_layer_desc *ld = &d->layers[layer];
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    if (ld->kind == MOE_LAYER_DENSE)
+        return moe_spec_add_mlp(l, prefix, &ds_names, &ld->dense, MOE_GROUP_DENSE, layer, -1);
+    const int64_t e = ld->routing.n_experts;
+    const int64_t router[2] = {e, d->hidden};
+    moe_status st =
+        moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
+                     MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+    if (st) return st;
+    if (ld->routing.has_correction_bias) {
+        st = moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_CORRECTION_BIAS, MOE_DTYPE_F32,
+                          MOE_MASK_FLOAT, 1, &e, "%s.gate.e_score_correction_bias", prefix);
+        if (st) return st;
+    }
+    for (int x = 0; x < e; x++) {
+        char ep[128];
+        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, x);
+        st = moe_spec_add_mlp(l, ep, &ds_names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
+        if (st) return st;
+    }
+    if (ld->n_shared == 0) return MOE_OK;
+    char sp[128];
+    snprintf(sp, sizeof sp, "%s.shared_experts", prefix);
+    return moe_spec_add_mlp(l, sp, &ds_names, &ld->shared, MOE_GROUP_SHARED, layer, -1);
+}

@@ -1,0 +1,62 @@
+/* family_mixtral.c — Mixtral: all layers MoE, renormalised softmax top-k, w1/w2/w3 tensors. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/family.h"
+
+moe_status moe_family_mixtral_parse(const moe_cfg *c, moe_model_desc *d)
+{
+    int64_t experts, k, inter;
+    moe_status st = moe_cfg_common(c, d);
+    if (st) return st;
+    st = moe_cfg_int(c, "num_local_experts", true, 0, 1, MOE_CFG_MAX_EXPERTS, &experts);
+    if (st) return st;
+    st = moe_cfg_int(c, "num_experts_per_tok", true, 0, 1, MOE_CFG_MAX_EXPERTS, &k);
+    if (st) return st;
+    st = moe_cfg_int(c, "intermediate_size", true, 0, 1, MOE_CFG_MAX_DIM, &inter);
+    if (st) return st;
+    moe_routing_desc r;
+    memset(&r, 0, sizeof r);
+    r.method = MOE_ROUTE_SOFTMAX_TOPK;
+    r.score = MOE_SCORE_SOFTMAX;
+    r.n_experts = (int)experts;
+    r.top_k = (int)k;
+    r.n_group = r.topk_group = 1;
+    r.norm_topk_prob = true; /* Mixtral always renormalises; its config has no switch */
+    r.routed_scaling_factor = 1.0f;
+    if ((st = moe_cfg_check_routing(c, &r, "num_local_experts", "num_experts_per_tok"))) return st;
+    moe_cfg_quant_info q;
+    if ((st = moe_cfg_quant_read(c, false, &q))) return st;
+    const moe_weight_format fmt =
+        q.kind == MOE_QUANT_FP8_BLOCK ? MOE_WFMT_FP8_BLOCK : MOE_WFMT_BF16;
+    if ((st = moe_cfg_alloc_layers(c, d))) return st;
+    for (int i = 0; i < d->n_layers; i++) {
+        d->layers[i].kind = MOE_LAYER_MOE;
+        d->layers[i].routing = r;
+        d->layers[i].experts = moe_cfg_mlp(d->hidden, inter, fmt, MOE_DTYPE_F32);
+    }
+    return MOE_OK;
+}
+
+/* w1 is the gate, w3 the up and w2 the down projection. */
+static const moe_mlp_names mixtral_names = {"w1", "w3", "w2", "weight", "weight_scale_inv"};
+
+moe_status moe_family_mixtral_tensors(const moe_model_desc *d, int layer, moe_spec_list *l)
+{
+    const moe_layer_desc *ld = &d->layers[layer];
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.block_sparse_moe", layer);
+    const int64_t router[2] = {ld->routing.n_experts, d->hidden};
+    moe_status st =
+        moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
+                     MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+    if (st) return st;
+    for (int x = 0; x < ld->routing.n_experts; x++) {
+        char ep[128];
+        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, x);
+        st = moe_spec_add_mlp(l, ep, &mixtral_names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
+        if (st) return st;
+    }
+    return MOE_OK;
+}

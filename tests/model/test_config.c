@@ -1,0 +1,714 @@
+/* test_config.c — every family's config.json fixture parses to routing.md §7; layer plans. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test.h"
+#include "model/model.h"
+
+/* What each fixture must parse to, written from routing.md §7 and formats.md §2–4, not from
+ * the parser. */
+typedef struct want {
+    const char *file, *type;
+    moe_family family;
+    int layers;
+    int64_t hidden, vocab;
+    int first_dense; /* leading dense layers (DeepSeek first_k_dense_replace) */
+    int first_hash;  /* leading hash layers (DeepSeek-V4 num_hash_layers) */
+    moe_route_method method;
+    moe_score_func score;
+    int experts, top_k, n_group, topk_group;
+    bool correction_bias, router_bias, norm;
+    float rsf;
+    int64_t expert_inter, dense_inter;
+    int n_shared;
+    moe_weight_format fmt, shared_fmt;
+    moe_dtype scale, shared_scale;
+    moe_activation act;
+    float limit, alpha;
+} want;
+
+static const want wants[] = {
+    {"deepseek-v3.json",
+     "deepseek_v3",
+     MOE_FAMILY_DEEPSEEK_V3,
+     61,
+     7168,
+     129280,
+     3,
+     0,
+     MOE_ROUTE_NOAUX_TC,
+     MOE_SCORE_SIGMOID,
+     256,
+     8,
+     8,
+     4,
+     true,
+     false,
+     true,
+     2.5f,
+     2048,
+     18432,
+     1,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_DTYPE_F32,
+     MOE_DTYPE_F32,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"deepseek-r1.json",
+     "deepseek_v3",
+     MOE_FAMILY_DEEPSEEK_V3,
+     61,
+     7168,
+     129280,
+     3,
+     0,
+     MOE_ROUTE_NOAUX_TC,
+     MOE_SCORE_SIGMOID,
+     256,
+     8,
+     8,
+     4,
+     true,
+     false,
+     true,
+     2.5f,
+     2048,
+     18432,
+     1,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_DTYPE_F32,
+     MOE_DTYPE_F32,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"kimi-k2.json",
+     "kimi_k2",
+     MOE_FAMILY_KIMI_K2,
+     61,
+     7168,
+     163840,
+     1,
+     0,
+     MOE_ROUTE_NOAUX_TC,
+     MOE_SCORE_SIGMOID,
+     384,
+     8,
+     1,
+     1,
+     true,
+     false,
+     true,
+     2.827f,
+     2048,
+     18432,
+     1,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_DTYPE_F32,
+     MOE_DTYPE_F32,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"deepseek-v2.json",
+     "deepseek_v2",
+     MOE_FAMILY_DEEPSEEK_V2,
+     60,
+     5120,
+     102400,
+     1,
+     0,
+     MOE_ROUTE_GROUP_LIMITED_GREEDY,
+     MOE_SCORE_SOFTMAX,
+     160,
+     6,
+     8,
+     3,
+     false,
+     false,
+     false,
+     16.0f,
+     1536,
+     12288,
+     2,
+     MOE_WFMT_BF16,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_INVALID,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"deepseek-v2-lite.json",
+     "deepseek_v2",
+     MOE_FAMILY_DEEPSEEK_V2,
+     27,
+     2048,
+     102400,
+     1,
+     0,
+     MOE_ROUTE_GREEDY,
+     MOE_SCORE_SOFTMAX,
+     64,
+     6,
+     1,
+     1,
+     false,
+     false,
+     false,
+     1.0f,
+     1408,
+     10944,
+     2,
+     MOE_WFMT_BF16,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_INVALID,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"deepseek-v4-flash.json",
+     "deepseek_v4",
+     MOE_FAMILY_DEEPSEEK_V4,
+     43,
+     4096,
+     129280,
+     0,
+     3,
+     MOE_ROUTE_NOAUX_TC,
+     MOE_SCORE_SQRTSOFTPLUS,
+     256,
+     6,
+     1,
+     1,
+     true,
+     false,
+     true,
+     1.5f,
+     2048,
+     0,
+     1,
+     MOE_WFMT_MXFP4,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_DTYPE_F8_E8M0,
+     MOE_DTYPE_F8_E8M0,
+     MOE_ACT_SILU_GLU_CLAMP,
+     10.0f,
+     0},
+    {"qwen3-30b-a3b.json",
+     "qwen3_moe",
+     MOE_FAMILY_QWEN3_MOE,
+     48,
+     2048,
+     151936,
+     0,
+     0,
+     MOE_ROUTE_SOFTMAX_TOPK,
+     MOE_SCORE_SOFTMAX,
+     128,
+     8,
+     1,
+     1,
+     false,
+     false,
+     true,
+     1.0f,
+     768,
+     0,
+     0,
+     MOE_WFMT_BF16,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_INVALID,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"qwen3-30b-a3b-fp8.json",
+     "qwen3_moe",
+     MOE_FAMILY_QWEN3_MOE,
+     48,
+     2048,
+     151936,
+     0,
+     0,
+     MOE_ROUTE_SOFTMAX_TOPK,
+     MOE_SCORE_SOFTMAX,
+     128,
+     8,
+     1,
+     1,
+     false,
+     false,
+     true,
+     1.0f,
+     768,
+     0,
+     0,
+     MOE_WFMT_FP8_BLOCK,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_F32,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"mixtral-8x7b.json",
+     "mixtral",
+     MOE_FAMILY_MIXTRAL,
+     32,
+     4096,
+     32000,
+     0,
+     0,
+     MOE_ROUTE_SOFTMAX_TOPK,
+     MOE_SCORE_SOFTMAX,
+     8,
+     2,
+     1,
+     1,
+     false,
+     false,
+     true,
+     1.0f,
+     14336,
+     0,
+     0,
+     MOE_WFMT_BF16,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_INVALID,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_SILU_GLU,
+     0,
+     0},
+    {"gpt-oss-20b.json",
+     "gpt_oss",
+     MOE_FAMILY_GPT_OSS,
+     24,
+     2880,
+     201088,
+     0,
+     0,
+     MOE_ROUTE_TOPK_SOFTMAX,
+     MOE_SCORE_SOFTMAX,
+     32,
+     4,
+     1,
+     1,
+     false,
+     true,
+     true,
+     1.0f,
+     2880,
+     0,
+     0,
+     MOE_WFMT_MXFP4,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_F8_E8M0,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_GPTOSS_GLU,
+     7.0f,
+     1.702f},
+    {"gpt-oss-120b.json",
+     "gpt_oss",
+     MOE_FAMILY_GPT_OSS,
+     36,
+     2880,
+     201088,
+     0,
+     0,
+     MOE_ROUTE_TOPK_SOFTMAX,
+     MOE_SCORE_SOFTMAX,
+     128,
+     4,
+     1,
+     1,
+     false,
+     true,
+     true,
+     1.0f,
+     2880,
+     0,
+     0,
+     MOE_WFMT_MXFP4,
+     MOE_WFMT_BF16,
+     MOE_DTYPE_F8_E8M0,
+     MOE_DTYPE_INVALID,
+     MOE_ACT_GPTOSS_GLU,
+     7.0f,
+     1.702f},
+};
+
+static const char *data_dir(void)
+{
+    const char *d = getenv("MOE_TEST_DATA");
+    return d ? d : "tests/data";
+}
+
+static moe_status load_fixture(const char *file, moe_model_desc *d)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/configs/%s", data_dir(), file);
+    return moe_model_desc_load(path, d);
+}
+
+static int blocks_out(moe_weight_format f)
+{
+    return f == MOE_WFMT_FP8_BLOCK ? 128 : f == MOE_WFMT_MXFP4 ? 1 : 0;
+}
+static int blocks_in(moe_weight_format f)
+{
+    return f == MOE_WFMT_FP8_BLOCK ? 128 : f == MOE_WFMT_MXFP4 ? 32 : 0;
+}
+
+static void check_mlp(const want *w, const moe_mlp_desc *m, int64_t inter, moe_weight_format fmt,
+                      moe_dtype scale, int layer, const char *what)
+{
+    CHECKF(m->hidden == w->hidden, "%s layer %d %s hidden %lld", w->file, layer, what,
+           (long long)m->hidden);
+    CHECKF(m->intermediate == inter, "%s layer %d %s intermediate %lld, want %lld", w->file, layer,
+           what, (long long)m->intermediate, (long long)inter);
+    CHECKF(m->format == fmt, "%s layer %d %s format %s", w->file, layer, what,
+           moe_weight_format_name(m->format));
+    CHECKF(m->scale_dtype == scale, "%s layer %d %s scale %s", w->file, layer, what,
+           moe_dtype_name(m->scale_dtype));
+    CHECKF(m->block_out == blocks_out(fmt) && m->block_in == blocks_in(fmt),
+           "%s layer %d %s block %dx%d", w->file, layer, what, m->block_out, m->block_in);
+    CHECKF(m->activation == w->act, "%s layer %d %s activation %s", w->file, layer, what,
+           moe_activation_name(m->activation));
+    CHECKF(m->swiglu_limit == w->limit, "%s layer %d %s limit %g", w->file, layer, what,
+           (double)m->swiglu_limit);
+    CHECKF(m->alpha == w->alpha, "%s layer %d %s alpha %g", w->file, layer, what, (double)m->alpha);
+    CHECK(m->has_bias == (w->family == MOE_FAMILY_GPT_OSS));
+}
+
+static void check_routing(const want *w, const moe_layer_desc *l)
+{
+    const moe_routing_desc *r = &l->routing;
+    const bool hash = l->kind == MOE_LAYER_HASH;
+    CHECKF(r->method == (hash ? MOE_ROUTE_HASH : w->method), "%s layer %d method %s", w->file,
+           l->index, moe_route_method_name(r->method));
+    CHECKF(r->score == w->score, "%s layer %d score %s", w->file, l->index,
+           moe_score_func_name(r->score));
+    CHECK(r->n_experts == w->experts);
+    CHECK(r->top_k == w->top_k);
+    CHECK(r->n_group == (hash ? 1 : w->n_group));
+    CHECK(r->topk_group == (hash ? 1 : w->topk_group));
+    CHECKF(r->has_correction_bias == (w->correction_bias && !hash), "%s layer %d bias", w->file,
+           l->index);
+    CHECK(r->has_router_bias == w->router_bias);
+    CHECK(r->norm_topk_prob == w->norm);
+    CHECKF(r->routed_scaling_factor == w->rsf, "%s rsf %g", w->file,
+           (double)r->routed_scaling_factor);
+}
+
+static void check_want(const want *w)
+{
+    moe_model_desc d;
+    moe_status st = load_fixture(w->file, &d);
+    CHECKF(st == MOE_OK, "%s: %s", w->file, moe_last_error());
+    if (st) return;
+    CHECK(d.family == w->family);
+    CHECKF(!strcmp(d.model_type, w->type), "%s model_type %s", w->file, d.model_type);
+    CHECK(!strcmp(moe_family_name(d.family), w->type));
+    CHECK(d.n_layers == w->layers);
+    CHECK(d.hidden == w->hidden);
+    CHECK(d.vocab_size == w->vocab);
+    CHECK(d.router_dtype == MOE_DTYPE_BF16);
+    CHECK(d.num_hash_layers == w->first_hash);
+    int counts[3] = {0, 0, 0};
+    for (int i = 0; i < d.n_layers; i++) {
+        const moe_layer_desc *l = &d.layers[i];
+        moe_layer_kind kind = i < w->first_hash    ? MOE_LAYER_HASH
+                              : i < w->first_dense ? MOE_LAYER_DENSE
+                                                   : MOE_LAYER_MOE;
+        CHECK(l->index == i);
+        CHECKF(l->kind == kind, "%s layer %d kind %s", w->file, i, moe_layer_kind_name(l->kind));
+        if (l->kind >= 0 && l->kind <= 2) counts[l->kind]++;
+        if (l->kind == MOE_LAYER_DENSE) {
+            check_mlp(w, &l->dense, w->dense_inter, w->shared_fmt, w->shared_scale, i, "dense");
+            continue;
+        }
+        check_routing(w, l);
+        check_mlp(w, &l->experts, w->expert_inter, w->fmt, w->scale, i, "experts");
+        CHECK(l->n_shared == w->n_shared);
+        if (w->n_shared)
+            check_mlp(w, &l->shared, w->expert_inter * w->n_shared, w->shared_fmt, w->shared_scale,
+                      i, "shared");
+    }
+    CHECK(counts[MOE_LAYER_DENSE] == w->first_dense);
+    CHECK(counts[MOE_LAYER_HASH] == w->first_hash);
+    CHECK(counts[MOE_LAYER_MOE] == w->layers - w->first_dense - w->first_hash);
+    moe_model_desc_free(&d);
+    CHECK(d.layers == NULL);
+}
+
+/* Parses TEXT, which must succeed. */
+static bool parse_ok(const char *text, moe_model_desc *d)
+{
+    moe_status st = moe_model_desc_parse(text, strlen(text), "inline.json", d);
+    CHECKF(st == MOE_OK, "%s -> %s", text, moe_last_error());
+    return st == MOE_OK;
+}
+
+/* Parses TEXT, which must fail with WANT and a message containing NEEDLE. */
+static void parse_fails(const char *text, moe_status want_st, const char *needle)
+{
+    moe_model_desc d;
+    memset(&d, 0x5a, sizeof d);
+    moe_model_desc before = d;
+    moe_status st = moe_model_desc_parse(text, strlen(text), "inline.json", &d);
+    CHECKF(st == want_st, "%s -> %d (%s), want %d", text, (int)st, moe_last_error(), (int)want_st);
+    CHECKF(strstr(moe_last_error(), needle) != NULL, "message '%s' lacks '%s'", moe_last_error(),
+           needle);
+    CHECK(memcmp(&d, &before, sizeof d) == 0); /* untouched on error */
+    if (st == MOE_OK) moe_model_desc_free(&d);
+}
+
+#define QWEN3(extra)                                                                               \
+    "{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"num_hidden_layers\":8,"                    \
+    "\"num_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":32" extra "}"
+
+static void test_qwen3_plan(void)
+{
+    moe_model_desc d;
+    /* decoder_sparse_step 2: layers 1, 3, 5, 7 are MoE ((L+1) % 2 == 0), minus mlp_only 3. */
+    if (parse_ok(QWEN3(",\"intermediate_size\":96,\"decoder_sparse_step\":2,"
+                       "\"mlp_only_layers\":[3, 0]"),
+                 &d)) {
+        const bool moe[8] = {false, true, false, false, false, true, false, true};
+        for (int i = 0; i < 8; i++) {
+            CHECKF(d.layers[i].kind == (moe[i] ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d", i);
+            if (!moe[i]) CHECK(d.layers[i].dense.intermediate == 96);
+        }
+        CHECK(d.layers[1].routing.norm_topk_prob == false); /* the default */
+        moe_model_desc_free(&d);
+    }
+    /* Dense layers need intermediate_size; all-MoE configs do not. */
+    parse_fails(QWEN3(",\"mlp_only_layers\":[2]"), MOE_EMISSING, "intermediate_size");
+    if (parse_ok(QWEN3(""), &d)) {
+        for (int i = 0; i < 8; i++)
+            CHECK(d.layers[i].kind == MOE_LAYER_MOE);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(QWEN3(",\"mlp_only_layers\":[8]"), MOE_ECONFIG, "mlp_only_layers");
+    parse_fails(QWEN3(",\"mlp_only_layers\":[\"1\"]"), MOE_EJSON, "mlp_only_layers");
+    parse_fails(QWEN3(",\"mlp_only_layers\":3"), MOE_EJSON, "mlp_only_layers");
+    parse_fails(QWEN3(",\"decoder_sparse_step\":0"), MOE_ECONFIG, "decoder_sparse_step");
+}
+
+#define DSV2(extra)                                                                                \
+    "{\"model_type\":\"deepseek_v2\",\"hidden_size\":64,\"num_hidden_layers\":9,"                  \
+    "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32" extra "}"
+
+static void test_deepseek_plan_and_defaults(void)
+{
+    moe_model_desc d;
+    /* moe_layer_freq 3, first_k_dense_replace 2: MoE at 3 and 6 only. */
+    if (parse_ok(DSV2(",\"intermediate_size\":80,\"first_k_dense_replace\":2,\"moe_layer_freq\":3"),
+                 &d)) {
+        for (int i = 0; i < 9; i++)
+            CHECKF(d.layers[i].kind == ((i == 3 || i == 6) ? MOE_LAYER_MOE : MOE_LAYER_DENSE),
+                   "layer %d", i);
+        moe_model_desc_free(&d);
+    }
+    /* Defaults of deepseek_v2: greedy, softmax, no norm, rsf 1, groups 1/1, no shared. */
+    if (parse_ok(DSV2(""), &d)) {
+        const moe_layer_desc *l = &d.layers[0];
+        CHECK(l->kind == MOE_LAYER_MOE);
+        CHECK(l->routing.method == MOE_ROUTE_GREEDY);
+        CHECK(l->routing.score == MOE_SCORE_SOFTMAX);
+        CHECK(!l->routing.norm_topk_prob && !l->routing.has_correction_bias);
+        CHECK(l->routing.routed_scaling_factor == 1.0f);
+        CHECK(l->routing.n_group == 1 && l->routing.topk_group == 1);
+        CHECK(l->n_shared == 0);
+        CHECK(d.vocab_size == 0);
+        CHECK(l->experts.format == MOE_WFMT_BF16);
+        moe_model_desc_free(&d);
+    }
+    /* Defaults of deepseek_v3: noaux_tc with sigmoid and a correction bias. */
+    if (parse_ok("{\"model_type\":\"deepseek_v3\",\"hidden_size\":64,\"num_hidden_layers\":1,"
+                 "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32}",
+                 &d)) {
+        CHECK(d.layers[0].routing.method == MOE_ROUTE_NOAUX_TC);
+        CHECK(d.layers[0].routing.score == MOE_SCORE_SIGMOID);
+        CHECK(d.layers[0].routing.has_correction_bias);
+        moe_model_desc_free(&d);
+    }
+    /* Every layer dense when there are no routed experts. */
+    if (parse_ok("{\"model_type\":\"deepseek_v2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                 "\"n_routed_experts\":0,\"intermediate_size\":128}",
+                 &d)) {
+        CHECK(d.layers[0].kind == MOE_LAYER_DENSE && d.layers[1].kind == MOE_LAYER_DENSE);
+        moe_model_desc_free(&d);
+    }
+    /* Kimi-K2 accepts the older DeepSeek methods too. */
+    if (parse_ok("{\"model_type\":\"kimi_k2\",\"hidden_size\":64,\"num_hidden_layers\":1,"
+                 "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
+                 "\"topk_method\":\"group_limited_greedy\",\"n_group\":4,\"topk_group\":2,"
+                 "\"scoring_func\":\"softmax\"}",
+                 &d)) {
+        CHECK(d.layers[0].routing.method == MOE_ROUTE_GROUP_LIMITED_GREEDY);
+        CHECK(!d.layers[0].routing.has_correction_bias);
+        CHECK(d.layers[0].routing.n_group == 4 && d.layers[0].routing.topk_group == 2);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(DSV2(",\"first_k_dense_replace\":1"), MOE_EMISSING, "intermediate_size");
+    parse_fails(DSV2(",\"moe_layer_freq\":0"), MOE_ECONFIG, "moe_layer_freq");
+    parse_fails(DSV2(",\"routed_scaling_factor\":0"), MOE_ECONFIG, "routed_scaling_factor");
+    parse_fails(DSV2(",\"routed_scaling_factor\":-2.5"), MOE_ECONFIG, "routed_scaling_factor");
+    parse_fails(DSV2(",\"norm_topk_prob\":1"), MOE_EJSON, "norm_topk_prob");
+    parse_fails(DSV2(",\"scoring_func\":\"sqrtsoftplus\""), MOE_ECONFIG, "scoring_func");
+    parse_fails(DSV2(",\"n_shared_experts\":-1"), MOE_ECONFIG, "n_shared_experts");
+    parse_fails(DSV2(",\"topk_method\":\"noaux_tc\",\"n_group\":8,\"topk_group\":8"), MOE_ECONFIG,
+                "top 2");
+    parse_fails(DSV2(",\"num_experts_per_tok\":0"), MOE_EDUPLICATE, "num_experts_per_tok");
+}
+
+static void test_common_fields(void)
+{
+    moe_model_desc d;
+    /* torch_dtype -> router dtype; the transformers-5 "dtype" key; null means absent. */
+    if (parse_ok(DSV2(",\"torch_dtype\":\"float32\""), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_F32);
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(DSV2(",\"dtype\":\"float16\""), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_F16);
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(DSV2(",\"torch_dtype\":null,\"n_group\":null,\"quantization_config\":null"), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_BF16);
+        CHECK(d.layers[0].routing.n_group == 1);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(DSV2(",\"torch_dtype\":\"float64\""), MOE_ECONFIG, "torch_dtype");
+    parse_fails(DSV2(",\"vocab_size\":0"), MOE_ECONFIG, "vocab_size");
+    parse_fails("{\"model_type\":\"mixtral\",\"hidden_size\":64,\"num_hidden_layers\":4097,"
+                "\"num_local_experts\":8,\"num_experts_per_tok\":2,\"intermediate_size\":32}",
+                MOE_ECONFIG, "num_hidden_layers");
+    parse_fails("{\"model_type\":\"mixtral\",\"hidden_size\":1048577,\"num_hidden_layers\":1,"
+                "\"num_local_experts\":8,\"num_experts_per_tok\":2,\"intermediate_size\":32}",
+                MOE_ECONFIG, "hidden_size");
+    parse_fails("{\"model_type\":\"mixtral\",\"hidden_size\":64,\"num_hidden_layers\":1,"
+                "\"num_local_experts\":8,\"num_experts_per_tok\":2,\"intermediate_size\":32.0}",
+                MOE_EJSON, "intermediate_size");
+    parse_fails("{\"model_type\":\"mixtral\",\"hidden_size\":64,\"num_hidden_layers\":1,"
+                "\"num_local_experts\":8,\"num_experts_per_tok\":2}",
+                MOE_EMISSING, "intermediate_size");
+    parse_fails("{\"model_type\":7}", MOE_EJSON, "model_type");
+    parse_fails("", MOE_EJSON, "not valid JSON");
+    parse_fails("{\"model_type\":\"mixtral\"} trailing", MOE_EJSON, "not valid JSON");
+    CHECK_STATUS(moe_model_desc_parse(NULL, 0, "x", &d), MOE_EINVAL);
+    CHECK_STATUS(moe_model_desc_parse("{}", 2, "x", NULL), MOE_EINVAL);
+    CHECK_STATUS(moe_model_desc_load("/nonexistent/config.json", &d), MOE_EMISSING);
+    CHECK(strstr(moe_last_error(), "/nonexistent/config.json") != NULL);
+    moe_model_desc_free(NULL);
+}
+
+#define GPTOSS(extra)                                                                              \
+    "{\"model_type\":\"gpt_oss\",\"hidden_size\":64,\"num_hidden_layers\":2,"                      \
+    "\"num_local_experts\":8,\"intermediate_size\":96" extra "}"
+
+static void test_gpt_oss_variants(void)
+{
+    moe_model_desc d;
+    /* No quantization_config: HF's dequantised bf16 layout; OpenAI's top-k key; limit default. */
+    if (parse_ok(GPTOSS(",\"experts_per_token\":3"), &d)) {
+        CHECK(d.layers[1].experts.format == MOE_WFMT_BF16);
+        CHECK(d.layers[1].routing.top_k == 3);
+        CHECK(d.layers[1].experts.swiglu_limit == 7.0f);
+        CHECK(d.layers[1].experts.alpha == 1.702f);
+        CHECK(d.layers[1].experts.has_bias);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(GPTOSS(""), MOE_EMISSING, "num_experts_per_tok");
+    parse_fails(GPTOSS(",\"experts_per_token\":3,\"num_experts_per_tok\":4"), MOE_ECONFIG,
+                "experts_per_token");
+    parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_limit\":0"), MOE_ECONFIG,
+                "swiglu_limit");
+    parse_fails(
+        GPTOSS(",\"num_experts_per_tok\":4,\"quantization_config\":{\"quant_method\":\"fp8\","
+               "\"weight_block_size\":[128,128]}"),
+        MOE_EUNSUPPORTED, "fp8");
+    /* intermediate 96 is a multiple of 32, 80 is not. */
+    parse_fails("{\"model_type\":\"gpt_oss\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                "\"num_local_experts\":8,\"intermediate_size\":80,\"num_experts_per_tok\":4,"
+                "\"quantization_config\":{\"quant_method\":\"mxfp4\"}}",
+                MOE_ECONFIG, "intermediate_size");
+    parse_fails(DSV2(",\"quantization_config\":{\"quant_method\":\"mxfp4\"}"), MOE_EUNSUPPORTED,
+                "mxfp4");
+}
+
+#define DSV4(extra)                                                                                \
+    "{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":4,"                 \
+    "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":64" extra "}"
+
+static void test_deepseek_v4_variants(void)
+{
+    moe_model_desc d;
+    /* expert_dtype fp8 with ue8m0 scales; no swiglu_limit means no clamp; defaults. */
+    if (parse_ok(DSV4(",\"expert_dtype\":\"fp8\",\"n_shared_experts\":2,\"quantization_config\":{"
+                      "\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"weight_block_size\":[128,128],"
+                      "\"scale_fmt\":\"ue8m0\"}"),
+                 &d)) {
+        const moe_layer_desc *l = &d.layers[0];
+        CHECK(d.num_hash_layers == 0 && l->kind == MOE_LAYER_MOE);
+        CHECK(l->experts.format == MOE_WFMT_FP8_BLOCK &&
+              l->experts.scale_dtype == MOE_DTYPE_F8_E8M0);
+        CHECK(l->shared.format == MOE_WFMT_FP8_BLOCK && l->shared.intermediate == 128);
+        CHECK(l->experts.activation == MOE_ACT_SILU_GLU);
+        CHECK(l->routing.score == MOE_SCORE_SQRTSOFTPLUS && !l->routing.norm_topk_prob);
+        moe_model_desc_free(&d);
+    }
+    /* Without quantization_config the shared expert is bf16. */
+    if (parse_ok(DSV4(",\"n_shared_experts\":1"), &d)) {
+        CHECK(d.layers[3].experts.format == MOE_WFMT_MXFP4);
+        CHECK(d.layers[3].shared.format == MOE_WFMT_BF16);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(DSV4(",\"num_hash_layers\":2"), MOE_EMISSING, "vocab_size");
+    parse_fails(DSV4(",\"num_hash_layers\":5,\"vocab_size\":100"), MOE_ECONFIG, "num_hash_layers");
+    parse_fails(DSV4(",\"expert_dtype\":\"fp8\""), MOE_EMISSING, "quantization_config");
+    parse_fails(DSV4(",\"expert_dtype\":\"int4\""), MOE_EUNSUPPORTED, "expert_dtype");
+    parse_fails(DSV4(",\"topk_method\":\"greedy\""), MOE_ECONFIG, "topk_method");
+    parse_fails(DSV4(",\"swiglu_limit\":-1"), MOE_ECONFIG, "swiglu_limit");
+    parse_fails(DSV4(",\"moe_intermediate_size\":48"), MOE_EDUPLICATE, "moe_intermediate_size");
+    parse_fails("{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":4,"
+                "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":48}",
+                MOE_ECONFIG, "moe_intermediate_size");
+}
+
+static void test_names(void)
+{
+    moe_family f = MOE_FAMILY_COUNT_;
+    const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v4",
+                           "qwen3_moe",   "mixtral",     "gpt_oss"};
+    for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
+        CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
+        CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));
+    }
+    CHECK(!moe_family_from_name("llama4", &f));
+    CHECK(!strcmp(moe_family_name((moe_family)99), "unknown"));
+    CHECK(!strcmp(moe_route_method_name(MOE_ROUTE_NOAUX_TC), "noaux_tc"));
+    CHECK(!strcmp(moe_route_method_name((moe_route_method)-1), "unknown"));
+    CHECK(!strcmp(moe_score_func_name(MOE_SCORE_SQRTSOFTPLUS), "sqrtsoftplus"));
+    CHECK(!strcmp(moe_layer_kind_name(MOE_LAYER_HASH), "hash"));
+    CHECK(!strcmp(moe_weight_format_name(MOE_WFMT_FP8_BLOCK), "fp8_block"));
+    CHECK(!strcmp(moe_activation_name(MOE_ACT_GPTOSS_GLU), "gptoss_glu"));
+    CHECK(!strcmp(moe_tensor_group_name(MOE_GROUP_SHARED), "shared"));
+    CHECK(!strcmp(moe_tensor_role_name(MOE_ROLE_DOWN_BIAS), "down_bias"));
+}
+
+int main(void)
+{
+    for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++)
+        check_want(&wants[i]);
+    test_qwen3_plan();
+    test_deepseek_plan_and_defaults();
+    test_common_fields();
+    test_gpt_oss_variants();
+    test_deepseek_v4_variants();
+    test_names();
+    return TEST_END();
+}
