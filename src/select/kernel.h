@@ -1,0 +1,79 @@
+/* kernel.h — internal: the kernel descriptor, kernel families and their signatures. */
+#ifndef MOE_SELECT_KERNEL_H
+#define MOE_SELECT_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/cpu.h"
+
+/*
+ * A kernel family is one operation with one signature (bf16 -> f32 rows, MXFP4 block
+ * decode, ...). Each family has one enumerator file, kernels/<family>.inc, that lists its
+ * kernels; docs/kernels.md has the contract and how to add one.
+ */
+typedef enum moe_kernel_family {
+    MOE_KERNEL_FAMILY_CVT_BF16_F32 = 0,
+    MOE_KERNEL_FAMILY_CVT_F16_F32 = 1,
+    MOE_KERNEL_FAMILY_CVT_E4M3_F32 = 2,
+    MOE_KERNEL_FAMILY_CVT_MXFP4_F32 = 3,
+    MOE_KERNEL_FAMILY_COUNT_
+} moe_kernel_family;
+
+/* Converts n bf16 codes to f32. Any n (0 included), any alignment; x and y do not overlap. */
+typedef void moe_cvt_bf16_f32_ukernel(size_t n, const uint16_t *x, float *y);
+/* Converts n IEEE half codes to f32 (same contract). */
+typedef void moe_cvt_f16_f32_ukernel(size_t n, const uint16_t *x, float *y);
+/* Converts n FP8 E4M3 ("fn") codes to f32 (same contract). */
+typedef void moe_cvt_e4m3_f32_ukernel(size_t n, const uint8_t *x, float *y);
+/* Decodes nblocks MXFP4 blocks: blocks holds 16 bytes per block (32 E2M1 codes, low nibble
+ * = even element), scales one E8M0 byte per block; y receives 32 * nblocks floats. */
+typedef void moe_cvt_mxfp4_f32_ukernel(size_t nblocks, const uint8_t *blocks, const uint8_t *scales,
+                                       float *y);
+
+/* One pointer per family signature; the family field says which member is live. */
+typedef union moe_kernel_fn {
+    moe_cvt_bf16_f32_ukernel *cvt_bf16_f32;
+    moe_cvt_f16_f32_ukernel *cvt_f16_f32;
+    moe_cvt_e4m3_f32_ukernel *cvt_e4m3_f32;
+    moe_cvt_mxfp4_f32_ukernel *cvt_mxfp4_f32;
+} moe_kernel_fn;
+
+/* What a kernel needs, as MOE_FEAT_* masks: the flags its kernels/<isa>/ folder compiles with.
+ * The avx512 folders also compile with AVX2/FMA/F16C, so they need avx2 too. */
+#define MOE_REQ_SCALAR 0u
+#define MOE_REQ_AVX2 ((uint32_t)MOE_FEAT_AVX2)
+#define MOE_REQ_AVX512 ((uint32_t)(MOE_FEAT_AVX2 | MOE_FEAT_AVX512))
+#define MOE_REQ_AVX512BF16 (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_BF16)
+#define MOE_REQ_AVX512VNNI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VNNI)
+
+/* A registered kernel. Registry entries are constant and live for the whole process. */
+typedef struct moe_kernel {
+    const char *name; /* moe_<op>_<types>__<isa>, the C function's own name */
+    moe_kernel_family family;
+    uint32_t isa; /* MOE_REQ_* : features the allowed caps must all have */
+    moe_kernel_fn fn;
+    moe_kernel_fn ref; /* the family's reference kernel (== fn for the reference) */
+} moe_kernel;
+
+/* The family's short name ("cvt_bf16_f32"), "invalid" for an unknown value. */
+const char *moe_kernel_family_name(moe_kernel_family family);
+
+/* The ISA token a requirement mask stands for ("ref", "avx2", "avx512", "avx512bf16",
+ * "avx512vnni"), or NULL for a mask that is none of the MOE_REQ_* values. */
+const char *moe_kernel_isa_token(uint32_t isa);
+
+/*
+ * Every kernel compiled into this build, grouped by family in family order; within a
+ * family from the reference (first) to the most preferred (last), as its .inc lists them.
+ * *count receives the number of entries.
+ */
+const moe_kernel *moe_kernel_registry(size_t *count);
+
+/* The registered kernel with this exact name, or NULL. */
+const moe_kernel *moe_kernel_find(const char *name);
+
+/* Features this build compiled kernel folders for (from the MOE_COMPILED_* definitions). */
+moe_cpu_caps moe_kernels_compiled(void);
+
+#endif

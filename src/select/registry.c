@@ -1,0 +1,65 @@
+/* registry.c — the table of every compiled kernel, generated from the family enumerators. */
+#include <string.h>
+
+#include "kernels/cvt.h"
+#include "select/kernel.h"
+
+/* Each family's lines expand to entries that store the pointer in that family's union member;
+ * the enumerators' order (reference first, most preferred last) is kept. */
+static const moe_kernel registry[] = {
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_CVT_BF16_F32, isa, {.cvt_bf16_f32 = name}, {.cvt_bf16_f32 = ref}},
+#include "kernels/cvt_bf16_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_CVT_F16_F32, isa, {.cvt_f16_f32 = name}, {.cvt_f16_f32 = ref}},
+#include "kernels/cvt_f16_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_CVT_E4M3_F32, isa, {.cvt_e4m3_f32 = name}, {.cvt_e4m3_f32 = ref}},
+#include "kernels/cvt_e4m3_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_CVT_MXFP4_F32, isa, {.cvt_mxfp4_f32 = name}, {.cvt_mxfp4_f32 = ref}},
+#include "kernels/cvt_mxfp4_f32.inc"
+#undef MOE_KERNEL
+};
+
+static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
+    [MOE_KERNEL_FAMILY_CVT_BF16_F32] = "cvt_bf16_f32",
+    [MOE_KERNEL_FAMILY_CVT_F16_F32] = "cvt_f16_f32",
+    [MOE_KERNEL_FAMILY_CVT_E4M3_F32] = "cvt_e4m3_f32",
+    [MOE_KERNEL_FAMILY_CVT_MXFP4_F32] = "cvt_mxfp4_f32",
+};
+
+const char *moe_kernel_family_name(moe_kernel_family family)
+{
+    if ((unsigned)family >= MOE_KERNEL_FAMILY_COUNT_) return "invalid";
+    return family_names[family];
+}
+
+const char *moe_kernel_isa_token(uint32_t isa)
+{
+    switch (isa) {
+    case MOE_REQ_SCALAR: return "ref";
+    case MOE_REQ_AVX2: return "avx2";
+    case MOE_REQ_AVX512: return "avx512";
+    case MOE_REQ_AVX512BF16: return "avx512bf16";
+    case MOE_REQ_AVX512VNNI: return "avx512vnni";
+    }
+    return NULL;
+}
+
+const moe_kernel *moe_kernel_registry(size_t *count)
+{
+    *count = sizeof registry / sizeof registry[0];
+    return registry;
+}
+
+const moe_kernel *moe_kernel_find(const char *name)
+{
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+        if (strcmp(registry[i].name, name) == 0) return &registry[i];
+    return NULL;
+}

@@ -1,0 +1,251 @@
+/* test_cpu.c — CPU detection consistency, feature masks, and the pure MOE_ISA cap function. */
+#include <pthread.h>
+#include <string.h>
+
+#include "moe.h"
+#include "cpu/cpu.h"
+#include "test.h"
+
+static const moe_isa_level levels[] = {MOE_ISA_SCALAR, MOE_ISA_AVX2, MOE_ISA_AVX512,
+                                       MOE_ISA_AVX512BF16};
+
+static bool caps_equal(const moe_cpu_caps *a, const moe_cpu_caps *b)
+{
+    return a->avx2 == b->avx2 && a->avx512 == b->avx512 && a->avx512_bf16 == b->avx512_bf16 &&
+           a->avx512_vnni == b->avx512_vnni && a->avx512_fp16 == b->avx512_fp16;
+}
+
+/* Made-up caps from five booleans (avx2, avx512, bf16, vnni, fp16), written out field by
+ * field so the test does not lean on moe_cpu_caps_from_mask. */
+static moe_cpu_caps caps_of(unsigned bits)
+{
+    moe_cpu_caps c;
+    c.avx2 = bits & 1;
+    c.avx512 = (bits >> 1) & 1;
+    c.avx512_bf16 = (bits >> 2) & 1;
+    c.avx512_vnni = (bits >> 3) & 1;
+    c.avx512_fp16 = (bits >> 4) & 1;
+    return c;
+}
+
+/* What moe.h says each cap keeps, spelled independently of the implementation: a feature
+ * survives when the input has it, its prerequisites survive, and the level permits it. */
+static moe_cpu_caps expected_cap(const moe_cpu_caps *in, moe_isa_level lv)
+{
+    moe_cpu_caps e;
+    e.avx2 = in->avx2 && lv >= MOE_ISA_AVX2;
+    e.avx512 = in->avx512 && e.avx2 && lv >= MOE_ISA_AVX512;
+    e.avx512_vnni = in->avx512_vnni && e.avx512 && lv >= MOE_ISA_AVX512;
+    e.avx512_bf16 = in->avx512_bf16 && e.avx512 && lv >= MOE_ISA_AVX512BF16;
+    e.avx512_fp16 = in->avx512_fp16 && e.avx512 && lv >= MOE_ISA_AVX512BF16;
+    return e;
+}
+
+static void test_level_names(void)
+{
+    CHECK(!strcmp(moe_isa_level_name(MOE_ISA_SCALAR), "scalar"));
+    CHECK(!strcmp(moe_isa_level_name(MOE_ISA_AVX2), "avx2"));
+    CHECK(!strcmp(moe_isa_level_name(MOE_ISA_AVX512), "avx512"));
+    CHECK(!strcmp(moe_isa_level_name(MOE_ISA_AVX512BF16), "avx512bf16"));
+    CHECK(!strcmp(moe_isa_level_name((moe_isa_level)4), "invalid"));
+    CHECK(!strcmp(moe_isa_level_name((moe_isa_level)-1), "invalid"));
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
+        moe_isa_level got = (moe_isa_level)99;
+        CHECK_STATUS(moe_isa_level_parse(moe_isa_level_name(levels[i]), &got), MOE_OK);
+        CHECK(got == levels[i]);
+    }
+}
+
+/* Every level applied to every made-up caps struct, consistent or not. */
+static void test_cap_every_level_every_caps(void)
+{
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        for (unsigned bits = 0; bits < 32; bits++) {
+            moe_cpu_caps in = caps_of(bits), out, want = expected_cap(&in, levels[l]);
+            moe_isa_level got = (moe_isa_level)99;
+            CHECK_STATUS(moe_cpu_caps_apply_isa(&in, moe_isa_level_name(levels[l]), &out, &got),
+                         MOE_OK);
+            CHECKF(caps_equal(&out, &want), "MOE_ISA=%s caps=0x%02x", moe_isa_level_name(levels[l]),
+                   bits);
+            CHECK(got == levels[l]);
+        }
+    }
+}
+
+/* The literal sets from moe.h, for the caps of a machine that has everything. */
+static void test_cap_literal_sets(void)
+{
+    const moe_cpu_caps all = caps_of(31);
+    moe_cpu_caps out;
+    moe_isa_level lv;
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "scalar", &out, &lv), MOE_OK);
+    CHECK(!out.avx2 && !out.avx512 && !out.avx512_bf16 && !out.avx512_vnni && !out.avx512_fp16);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx2", &out, &lv), MOE_OK);
+    CHECK(out.avx2 && !out.avx512 && !out.avx512_bf16 && !out.avx512_vnni && !out.avx512_fp16);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx512", &out, &lv), MOE_OK);
+    CHECK(out.avx2 && out.avx512 && !out.avx512_bf16 && out.avx512_vnni && !out.avx512_fp16);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx512bf16", &out, &lv), MOE_OK);
+    CHECK(out.avx2 && out.avx512 && out.avx512_bf16 && out.avx512_vnni && out.avx512_fp16);
+
+    /* No cap: NULL and "" both mean the highest level, and keep everything. */
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, NULL, &out, &lv), MOE_OK);
+    CHECK(lv == MOE_ISA_AVX512BF16 && caps_equal(&out, &all));
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "", &out, &lv), MOE_OK);
+    CHECK(lv == MOE_ISA_AVX512BF16 && caps_equal(&out, &all));
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx2", &out, NULL), MOE_OK);
+
+    /* A cap never adds what the caps lack: an AVX2-only machine under MOE_ISA=avx512bf16. */
+    const moe_cpu_caps avx2_only = caps_of(1);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&avx2_only, "avx512bf16", &out, &lv), MOE_OK);
+    CHECK(out.avx2 && !out.avx512 && !out.avx512_bf16);
+    /* AVX-512 without BF16 under avx512bf16: bf16 stays off, VNNI stays on. */
+    const moe_cpu_caps skx_vnni = caps_of(1 | 2 | 8);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&skx_vnni, "avx512bf16", &out, &lv), MOE_OK);
+    CHECK(out.avx512 && out.avx512_vnni && !out.avx512_bf16 && !out.avx512_fp16);
+    /* Inconsistent made-up caps: bf16 without avx512 is dropped. */
+    const moe_cpu_caps bad = caps_of(1 | 4);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&bad, NULL, &out, &lv), MOE_OK);
+    CHECK(out.avx2 && !out.avx512 && !out.avx512_bf16);
+}
+
+static void test_cap_rejects_unknown(void)
+{
+    static const char *const bad[] = {"AVX2",     "Scalar",     "avx",   "sse2",  "avx512f",
+                                      "avx512bf", "avx512vnni", " avx2", "avx2 ", "avx2,avx512",
+                                      "none",     "native",     "0"};
+    const moe_cpu_caps all = caps_of(31);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        moe_cpu_caps out, before;
+        memset(&out, 0x5A, sizeof out);
+        memcpy(&before, &out, sizeof out);
+        moe_isa_level lv = (moe_isa_level)77;
+        CHECK_STATUS(moe_cpu_caps_apply_isa(&all, bad[i], &out, &lv), MOE_EINVAL);
+        CHECKF(strstr(moe_last_error(), bad[i]) != NULL, "message '%s' lacks '%s'",
+               moe_last_error(), bad[i]);
+        CHECK(memcmp(&out, &before, sizeof out) == 0);
+        CHECK(lv == (moe_isa_level)77);
+    }
+    moe_cpu_caps out;
+    CHECK_STATUS(moe_cpu_caps_apply_isa(NULL, "avx2", &out, NULL), MOE_EINVAL);
+    CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx2", NULL, NULL), MOE_EINVAL);
+}
+
+static void test_masks(void)
+{
+    for (unsigned bits = 0; bits < 32; bits++) {
+        moe_cpu_caps c = caps_of(bits);
+        uint32_t m = moe_cpu_caps_mask(&c);
+        CHECK(((m & MOE_FEAT_AVX2) != 0) == c.avx2);
+        CHECK(((m & MOE_FEAT_AVX512) != 0) == c.avx512);
+        CHECK(((m & MOE_FEAT_AVX512_BF16) != 0) == c.avx512_bf16);
+        CHECK(((m & MOE_FEAT_AVX512_VNNI) != 0) == c.avx512_vnni);
+        CHECK(((m & MOE_FEAT_AVX512_FP16) != 0) == c.avx512_fp16);
+        moe_cpu_caps back = moe_cpu_caps_from_mask(m);
+        CHECK(caps_equal(&back, &c));
+    }
+    CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AVX512_BF16), "avx512_bf16"));
+    CHECK(!strcmp(moe_cpu_feature_name(0), "?"));
+    CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AVX2 | MOE_FEAT_AVX512), "?"));
+    char buf[128];
+    moe_cpu_mask_format(0, buf, sizeof buf);
+    CHECK(!strcmp(buf, "none"));
+    moe_cpu_mask_format(MOE_FEAT_AVX2 | MOE_FEAT_AVX512_VNNI, buf, sizeof buf);
+    CHECK(!strcmp(buf, "avx2 avx512_vnni"));
+    char tiny[6];
+    moe_cpu_mask_format(MOE_FEAT_ALL_, tiny, sizeof tiny);
+    CHECK(strlen(tiny) < sizeof tiny);
+}
+
+/* gcc's and clang's runtimes read CPUID and XCR0 on their own: an independent witness. */
+static void test_detect_matches_compiler_runtime(const moe_cpu_caps *d)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#ifndef __clang__ /* clang 14 knows neither "f16c" nor "avx512fp16" */
+    avx2 = avx2 && __builtin_cpu_supports("f16c");
+#endif
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    CHECK(d->avx2 == avx2);
+    CHECK(d->avx512 == avx512);
+    CHECK(d->avx512_vnni == (avx512 && __builtin_cpu_supports("avx512vnni")));
+    CHECK(d->avx512_bf16 == (avx512 && __builtin_cpu_supports("avx512bf16")));
+#ifndef __clang__
+    CHECK(d->avx512_fp16 == (avx512 && __builtin_cpu_supports("avx512fp16")));
+#endif
+#else
+    CHECK(!d->avx2 && !d->avx512);
+#endif
+}
+
+typedef struct detect_result {
+    moe_cpu_caps caps;
+    char brand[64];
+} detect_result;
+
+static void *detect_thread(void *arg)
+{
+    detect_result *r = arg;
+    moe_cpu_detect(&r->caps, r->brand);
+    return NULL;
+}
+
+static void test_detect(void)
+{
+    /* Several threads race to be first; pthread_once must give all of them one answer. */
+    enum { THREADS = 4 };
+    pthread_t th[THREADS];
+    detect_result r[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        REQUIRE(pthread_create(&th[i], NULL, detect_thread, &r[i]) == 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+
+    detect_result first;
+    moe_cpu_detect(&first.caps, first.brand);
+    moe_cpu_detect(NULL, NULL);
+    for (int i = 0; i < THREADS; i++) {
+        CHECK(caps_equal(&r[i].caps, &first.caps));
+        CHECK(!strcmp(r[i].brand, first.brand));
+    }
+    const moe_cpu_caps *d = &first.caps;
+    /* The implications moe.h documents. */
+    CHECK(!d->avx512 || d->avx2);
+    CHECK(!d->avx512_bf16 || d->avx512);
+    CHECK(!d->avx512_vnni || d->avx512);
+    CHECK(!d->avx512_fp16 || d->avx512);
+    size_t len = strnlen(first.brand, sizeof first.brand);
+    CHECK(len < sizeof first.brand);
+    CHECK(len == 0 || (first.brand[0] != ' ' && first.brand[len - 1] != ' '));
+    test_detect_matches_compiler_runtime(d);
+    fprintf(stderr, "cpu: '%s' avx2=%d avx512=%d bf16=%d vnni=%d fp16=%d\n", first.brand, d->avx2,
+            d->avx512, d->avx512_bf16, d->avx512_vnni, d->avx512_fp16);
+}
+
+static void test_normalize_and_intersect(void)
+{
+    for (unsigned a = 0; a < 32; a++) {
+        moe_cpu_caps ca = caps_of(a), n = moe_cpu_caps_normalize(ca);
+        moe_cpu_caps want = expected_cap(&ca, MOE_ISA_AVX512BF16);
+        CHECKF(caps_equal(&n, &want), "normalize 0x%02x", a);
+        for (unsigned b = 0; b < 32; b++) {
+            moe_cpu_caps cb = caps_of(b), both = caps_of(a & b);
+            moe_cpu_caps got = moe_cpu_caps_intersect(&ca, &cb);
+            moe_cpu_caps w = expected_cap(&both, MOE_ISA_AVX512BF16);
+            CHECKF(caps_equal(&got, &w), "intersect 0x%02x 0x%02x", a, b);
+        }
+    }
+}
+
+int main(void)
+{
+    test_level_names();
+    test_cap_every_level_every_caps();
+    test_cap_literal_sets();
+    test_cap_rejects_unknown();
+    test_masks();
+    test_normalize_and_intersect();
+    test_detect();
+    return TEST_END();
+}

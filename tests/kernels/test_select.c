@@ -1,0 +1,317 @@
+/* test_select.c — the kernel registry, and selection with made-up capabilities for every branch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe.h"
+#include "select/select.h"
+#include "test.h"
+
+static const moe_kernel_family families[] = {
+    MOE_KERNEL_FAMILY_CVT_BF16_F32, MOE_KERNEL_FAMILY_CVT_F16_F32, MOE_KERNEL_FAMILY_CVT_E4M3_F32,
+    MOE_KERNEL_FAMILY_CVT_MXFP4_F32};
+#define NFAMILIES (sizeof families / sizeof families[0])
+
+static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
+{
+    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16};
+    return c;
+}
+
+/* The name this build should pick for a family at a given best ISA, spelled out here from the
+ * naming rule and the MOE_COMPILED_* definitions rather than read from the registry. */
+static void expected_name(moe_kernel_family f, const char *isa, char *buf, size_t size)
+{
+    snprintf(buf, size, "moe_%s__%s", moe_kernel_family_name(f), isa);
+}
+
+static const char *best_compiled(bool avx2, bool avx512)
+{
+#ifdef MOE_COMPILED_AVX512
+    if (avx2 && avx512) return "avx512";
+#endif
+#ifdef MOE_COMPILED_AVX2
+    if (avx2) return "avx2";
+#endif
+    (void)avx2;
+    (void)avx512;
+    return "ref";
+}
+
+/* Function pointers compared through the member the family makes live. */
+static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
+{
+    switch (f) {
+    case MOE_KERNEL_FAMILY_CVT_BF16_F32: return a.cvt_bf16_f32 == b.cvt_bf16_f32;
+    case MOE_KERNEL_FAMILY_CVT_F16_F32: return a.cvt_f16_f32 == b.cvt_f16_f32;
+    case MOE_KERNEL_FAMILY_CVT_E4M3_F32: return a.cvt_e4m3_f32 == b.cvt_e4m3_f32;
+    case MOE_KERNEL_FAMILY_CVT_MXFP4_F32: return a.cvt_mxfp4_f32 == b.cvt_mxfp4_f32;
+    case MOE_KERNEL_FAMILY_COUNT_: break;
+    }
+    return false;
+}
+
+typedef struct caps_case {
+    const char *what;
+    moe_cpu_caps caps;
+    const char *decisive; /* the feature the reason must name, when missing is not 0 */
+    uint32_t missing;     /* expected choice.missing when this build has the better kernel */
+} caps_case;
+
+static void check_case(const caps_case *c)
+{
+    const moe_cvt_problem prob = {.n = 1000};
+    const char *best = best_compiled(c->caps.avx2, c->caps.avx2 && c->caps.avx512);
+    for (size_t i = 0; i < NFAMILIES; i++) {
+        moe_kernel_choice ch;
+        char want[96];
+        expected_name(families[i], best, want, sizeof want);
+        CHECK_STATUS(moe_select_cvt(families[i], &c->caps, &prob, &ch), MOE_OK);
+        REQUIRE(ch.kernel != NULL);
+        CHECKF(!strcmp(ch.kernel->name, want), "%s: got %s, want %s", c->what, ch.kernel->name,
+               want);
+        CHECK(ch.packing == NULL);
+        CHECKF(strncmp(ch.reason, ch.kernel->name, strlen(ch.kernel->name)) == 0,
+               "%s: reason '%s' does not start with the kernel name", c->what, ch.reason);
+        /* The decisive feature is reported when this build has the better kernel; otherwise
+         * the reason names the ISA of the kernel it chose. */
+        bool better_compiled = false;
+#ifdef MOE_COMPILED_AVX2
+        better_compiled |= c->missing == MOE_FEAT_AVX2;
+#endif
+#ifdef MOE_COMPILED_AVX512
+        better_compiled |= c->missing == MOE_FEAT_AVX512;
+#endif
+        if (better_compiled) {
+            CHECKF(ch.missing == c->missing, "%s: missing 0x%x, want 0x%x", c->what, ch.missing,
+                   c->missing);
+            CHECKF(strstr(ch.reason, c->decisive) != NULL, "%s: reason '%s' does not name %s",
+                   c->what, ch.reason, c->decisive);
+        } else if (strcmp(best, "ref") != 0) {
+            CHECKF(strstr(ch.reason, best) != NULL, "%s: reason '%s' does not name %s", c->what,
+                   ch.reason, best);
+        }
+        CHECK(ch.reason[0] != '\0');
+        if (ch.missing == 0) CHECK(strstr(ch.reason, "not allowed") == NULL);
+    }
+}
+
+/* One made-up machine per branch of the ISA ladder. */
+static void test_branches(void)
+{
+    const caps_case cases[] = {
+        {"no AVX2", make_caps(0, 0, 0, 0, 0), "avx2", MOE_FEAT_AVX2},
+        {"AVX2 only", make_caps(1, 0, 0, 0, 0), "avx512", MOE_FEAT_AVX512},
+        {"AVX-512 without BF16", make_caps(1, 1, 0, 0, 0), "avx512", 0},
+        {"AVX-512 + VNNI", make_caps(1, 1, 0, 1, 0), "avx512", 0},
+        {"everything", make_caps(1, 1, 1, 1, 1), "avx512", 0},
+        /* Inconsistent structs are normalized: avx512 without avx2 is no avx512. */
+        {"avx512 flag without avx2", make_caps(0, 1, 1, 1, 1), "avx2", MOE_FEAT_AVX2},
+        {"bf16 without avx512", make_caps(1, 0, 1, 0, 0), "avx512", MOE_FEAT_AVX512},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_case(&cases[i]);
+
+    /* The reasons' wording for the three outcomes, where this build has the kernels. */
+    const moe_cvt_problem prob = {.n = 7};
+    moe_kernel_choice ch;
+#ifdef MOE_COMPILED_AVX512
+    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, &all, &prob, &ch), MOE_OK);
+    CHECKF(!strcmp(ch.reason, "moe_cvt_bf16_f32__avx512: avx512 allowed; preferred over "
+                              "moe_cvt_bf16_f32__avx2"),
+           "reason '%s'", ch.reason);
+    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_MXFP4_F32, &avx2, &prob, &ch), MOE_OK);
+    CHECKF(!strcmp(ch.reason, "moe_cvt_mxfp4_f32__avx2: moe_cvt_mxfp4_f32__avx512 needs "
+                              "avx512, which is not allowed"),
+           "reason '%s'", ch.reason);
+#endif
+#ifdef MOE_COMPILED_AVX2
+    moe_cpu_caps none = make_caps(0, 0, 0, 0, 0);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_E4M3_F32, &none, &prob, &ch), MOE_OK);
+    CHECKF(
+        !strcmp(ch.reason,
+                "moe_cvt_e4m3_f32__ref: moe_cvt_e4m3_f32__avx2 needs avx2, which is not allowed"),
+        "reason '%s'", ch.reason);
+#endif
+}
+
+/* Every registered kernel is chosen for the caps that are exactly its requirement. */
+static void test_every_kernel_reachable(void)
+{
+    size_t count;
+    const moe_kernel *reg = moe_kernel_registry(&count);
+    const moe_cvt_problem prob = {.n = 1};
+    for (size_t i = 0; i < count; i++) {
+        moe_cpu_caps caps = moe_cpu_caps_from_mask(reg[i].isa);
+        moe_kernel_choice ch;
+        CHECK_STATUS(moe_select_cvt(reg[i].family, &caps, &prob, &ch), MOE_OK);
+        CHECKF(ch.kernel == &reg[i], "%s unreachable (got %s)", reg[i].name,
+               ch.kernel ? ch.kernel->name : "NULL");
+        CHECK(ch.reason[0] != '\0');
+    }
+}
+
+static void test_registry_shape(void)
+{
+    size_t count;
+    const moe_kernel *reg = moe_kernel_registry(&count);
+    REQUIRE(count >= NFAMILIES);
+    size_t per_family[MOE_KERNEL_FAMILY_COUNT_] = {0};
+    for (size_t i = 0; i < count; i++) {
+        const moe_kernel *k = &reg[i];
+        REQUIRE((unsigned)k->family < MOE_KERNEL_FAMILY_COUNT_);
+        const char *token = moe_kernel_isa_token(k->isa);
+        CHECKF(token != NULL, "%s: isa mask 0x%x is no ISA level", k->name, k->isa);
+        char want[96];
+        expected_name(k->family, token ? token : "?", want, sizeof want);
+        CHECKF(!strcmp(k->name, want), "name %s, want %s", k->name, want);
+        if (per_family[k->family] == 0) {
+            /* The first entry of a family is its reference, which needs nothing. */
+            CHECKF(k->isa == MOE_REQ_SCALAR, "%s listed first but needs 0x%x", k->name, k->isa);
+            CHECK(same_fn(k->family, k->fn, k->ref));
+        } else {
+            /* Families are contiguous and everything points at the family's reference. */
+            CHECKF(reg[i - 1].family == k->family, "%s: family not contiguous", k->name);
+            const moe_kernel *first = &reg[i - per_family[k->family]];
+            CHECK(same_fn(k->family, k->ref, first->fn));
+            CHECK(!same_fn(k->family, k->fn, first->fn));
+        }
+        per_family[k->family]++;
+        CHECK(moe_kernel_find(k->name) == k);
+        for (size_t j = 0; j < i; j++)
+            CHECKF(strcmp(reg[j].name, k->name) != 0, "duplicate %s", k->name);
+    }
+    for (size_t f = 0; f < MOE_KERNEL_FAMILY_COUNT_; f++)
+        CHECKF(per_family[f] >= 1, "family %s has no kernel",
+               moe_kernel_family_name((moe_kernel_family)f));
+    CHECK(moe_kernel_find("moe_cvt_bf16_f32__sse9") == NULL);
+    CHECK(moe_kernel_find(NULL) == NULL);
+    CHECK(!strcmp(moe_kernel_family_name(MOE_KERNEL_FAMILY_COUNT_), "invalid"));
+    CHECK(moe_kernel_isa_token(MOE_FEAT_AVX512) == NULL); /* avx512 without avx2 */
+}
+
+static void test_errors_and_purity(void)
+{
+    const moe_cpu_caps caps = make_caps(1, 1, 0, 0, 0);
+    const moe_cvt_problem prob = {.n = 3};
+    moe_kernel_choice ch, before;
+    memset(&ch, 0x33, sizeof ch);
+    memcpy(&before, &ch, sizeof ch);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, NULL, &prob, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "allowed") != NULL);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, &caps, NULL, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "problem") != NULL);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, &caps, &prob, NULL), MOE_EINVAL);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_COUNT_, &caps, &prob, &ch), MOE_EINVAL);
+    CHECK_STATUS(moe_select_cvt((moe_kernel_family)-1, &caps, &prob, &ch), MOE_EINVAL);
+    CHECK(memcmp(&ch, &before, sizeof ch) == 0);
+
+    /* Same arguments, same answer, whatever the environment says. */
+    moe_kernel_choice a, b;
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_MXFP4_F32, &caps, &prob, &a), MOE_OK);
+    const char *old = getenv("MOE_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("MOE_ISA", "scalar", 1);
+    CHECK_STATUS(moe_select_cvt(MOE_KERNEL_FAMILY_CVT_MXFP4_F32, &caps, &prob, &b), MOE_OK);
+    CHECK(a.kernel == b.kernel && !strcmp(a.reason, b.reason) && a.missing == b.missing);
+    if (saved) {
+        setenv("MOE_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("MOE_ISA");
+    }
+}
+
+static bool caps_subset(const moe_cpu_caps *a, const moe_cpu_caps *b)
+{
+    return (moe_cpu_caps_mask(a) & ~moe_cpu_caps_mask(b)) == 0;
+}
+
+static void test_cpu_query(void)
+{
+    const char *old = getenv("MOE_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    moe_cpu_info info;
+
+    unsetenv("MOE_ISA");
+    CHECK_STATUS(moe_cpu_query(&info), MOE_OK);
+    CHECK(!info.cap_from_env && info.cap == MOE_ISA_AVX512BF16);
+    moe_cpu_caps both = moe_cpu_caps_intersect(&info.detected, &info.compiled);
+    CHECK(moe_cpu_caps_mask(&info.allowed) == moe_cpu_caps_mask(&both));
+    CHECK(caps_subset(&info.allowed, &info.detected) && caps_subset(&info.allowed, &info.compiled));
+
+    moe_cpu_caps compiled = moe_kernels_compiled();
+#ifdef MOE_COMPILED_AVX2
+    CHECK(compiled.avx2);
+#else
+    CHECK(!compiled.avx2);
+#endif
+#ifdef MOE_COMPILED_AVX512
+    CHECK(compiled.avx512);
+#else
+    CHECK(!compiled.avx512);
+#endif
+    CHECK(!compiled.avx512_fp16);
+    CHECK(moe_cpu_caps_mask(&compiled) == moe_cpu_caps_mask(&info.compiled));
+
+    setenv("MOE_ISA", "avx2", 1);
+    CHECK_STATUS(moe_cpu_query(&info), MOE_OK);
+    CHECK(info.cap_from_env && info.cap == MOE_ISA_AVX2);
+    CHECK(!info.allowed.avx512 && info.allowed.avx2 == (both.avx2));
+
+    setenv("MOE_ISA", "scalar", 1);
+    CHECK_STATUS(moe_cpu_query(&info), MOE_OK);
+    CHECK(moe_cpu_caps_mask(&info.allowed) == 0 && info.cap == MOE_ISA_SCALAR);
+
+    /* An empty value is the same as unset. */
+    setenv("MOE_ISA", "", 1);
+    CHECK_STATUS(moe_cpu_query(&info), MOE_OK);
+    CHECK(!info.cap_from_env && info.cap == MOE_ISA_AVX512BF16);
+
+    moe_cpu_info before;
+    memset(&info, 0x77, sizeof info);
+    memcpy(&before, &info, sizeof info);
+    setenv("MOE_ISA", "avx9000", 1);
+    CHECK_STATUS(moe_cpu_query(&info), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "avx9000") != NULL);
+    CHECK(memcmp(&info, &before, sizeof info) == 0);
+    CHECK_STATUS(moe_cpu_query(NULL), MOE_EINVAL);
+
+    if (saved) {
+        setenv("MOE_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("MOE_ISA");
+    }
+}
+
+static void test_feature_why(void)
+{
+    moe_cpu_info info = {0};
+    info.detected = make_caps(1, 1, 1, 1, 1);
+    info.compiled = make_caps(1, 1, 1, 1, 0);
+    info.allowed = make_caps(1, 0, 0, 0, 0);
+    info.cap = MOE_ISA_AVX2;
+    char buf[96];
+    moe_cpu_feature_why(&info, MOE_FEAT_AVX2, buf, sizeof buf);
+    CHECK(!strcmp(buf, "allowed"));
+    moe_cpu_feature_why(&info, MOE_FEAT_AVX512, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "capped by MOE_ISA=avx2"), "'%s'", buf);
+    moe_cpu_feature_why(&info, MOE_FEAT_AVX512_FP16, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "not compiled into this build"), "'%s'", buf);
+    info.detected = make_caps(1, 0, 0, 0, 0);
+    moe_cpu_feature_why(&info, MOE_FEAT_AVX512, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "not detected on this CPU"), "'%s'", buf);
+}
+
+int main(void)
+{
+    test_registry_shape();
+    test_branches();
+    test_every_kernel_reachable();
+    test_errors_and_purity();
+    test_cpu_query();
+    test_feature_why();
+    return TEST_END();
+}
