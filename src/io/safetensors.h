@@ -20,7 +20,10 @@ typedef struct moe_tensor {
     uint64_t count;  /* product of shape (1 for rank 0) */
     uint64_t begin;  /* data_offsets[0], relative to the data area */
     uint64_t nbytes; /* data_offsets[1] - data_offsets[0] */
-    const void *data; /* into the mapping or the read buffer; alignment is not guaranteed */
+    /* Into the mapping or the read buffer. Alignment is not guaranteed (old writers did not
+     * align tensors): check (uintptr_t)data % element size before reading it through a
+     * wider type, and copy (memcpy) otherwise. */
+    const void *data;
     const char *file; /* the path of the file that holds it */
 } moe_tensor;
 

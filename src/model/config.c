@@ -1,5 +1,4 @@
 /* config.c — config.json into moe_model_desc: strict field readers, shared rules, dispatch. */
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "model/family.h"
 
 /* config.json files are a few KiB; this only bounds what a bad path can make us read. */
@@ -375,59 +375,13 @@ moe_status moe_model_desc_parse(const char *json, size_t len, const char *name, 
     return MOE_OK;
 }
 
-/* Reads all of PATH into a fresh buffer. */
-static moe_status read_file(const char *path, char **buf, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        return moe_error(e == ENOENT ? MOE_EMISSING : MOE_EIO, "%s: cannot open: %s", path,
-                         strerror(e));
-    }
-    moe_status st = MOE_OK;
-    size_t cap = 0, n = 0;
-    char *data = NULL;
-    for (;;) {
-        if (n == cap) {
-            if ((int64_t)cap >= MOE_CFG_MAX_FILE) {
-                st = moe_error(MOE_EOVERFLOW, "%s: larger than %lld bytes", path,
-                               (long long)MOE_CFG_MAX_FILE);
-                goto fail;
-            }
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *p = moe_realloc(data, ncap);
-            if (!p) {
-                st = moe_error(MOE_ENOMEM, "%s: allocating %zu bytes", path, ncap);
-                goto fail;
-            }
-            data = p;
-            cap = ncap;
-        }
-        size_t got = fread(data + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        st = moe_error(MOE_EIO, "%s: read error", path);
-        goto fail;
-    }
-    fclose(f);
-    *buf = data;
-    *len = n;
-    return MOE_OK;
-fail:
-    fclose(f);
-    moe_free(data);
-    return st;
-}
-
 moe_status moe_model_desc_load(const char *path, moe_model_desc *out)
 {
     if (!path) return moe_error(MOE_EINVAL, "argument 'path' is NULL");
     if (!out) return moe_error(MOE_EINVAL, "argument 'out' is NULL");
-    char *buf;
-    size_t len;
-    moe_status st = read_file(path, &buf, &len);
+    void *buf = NULL;
+    size_t len = 0;
+    moe_status st = moe_file_read_all(path, MOE_CFG_MAX_FILE, &buf, &len);
     if (st) return st;
     st = moe_model_desc_parse(buf, len, path, out);
     moe_free(buf);

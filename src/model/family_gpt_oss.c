@@ -61,7 +61,7 @@ static moe_status read_experts(const moe_cfg *c, const moe_model_desc *d, moe_ml
 
 moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d)
 {
-    int64_t experts, k;
+    int64_t experts = 0, k = 0;
     moe_status st = moe_cfg_common(c, d);
     if (st) return st;
     st = moe_cfg_int(c, "num_local_experts", true, 0, 1, MOE_CFG_MAX_EXPERTS, &experts);

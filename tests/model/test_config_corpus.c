@@ -46,7 +46,7 @@ static bool split3(char *line, char **a, char **b, char **c)
 
 static void run_case(const char *dir, const char *file, moe_status want, const char *needle)
 {
-    char path[1024];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     moe_model_desc d;
     memset(&d, 0x3c, sizeof d);
