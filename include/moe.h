@@ -153,6 +153,81 @@ void moe_model_close(moe_model *model);
 /* The number of decoder layers in the model description. */
 int moe_model_layer_count(const moe_model *model);
 
+
+/* ---- Routing ------------------------------------------------------------------------- */
+
+/* The score function applied to router logits. */
+typedef enum moe_score_func {
+    MOE_SCORE_SOFTMAX = 0,
+    MOE_SCORE_SIGMOID = 1,
+    MOE_SCORE_SQRTSOFTPLUS = 2, /* sqrt(softplus(z)), computed without underflow or overflow */
+} moe_score_func;
+
+/* Routing methods; docs/routing.md gives each formula. */
+typedef enum moe_route_method {
+    MOE_ROUTE_SOFTMAX_TOPK = 0,         /* softmax -> top-k -> renormalise if asked (Mixtral, Qwen3) */
+    MOE_ROUTE_TOPK_SOFTMAX = 1,         /* top-k on the logits -> softmax over the k (gpt-oss) */
+    MOE_ROUTE_GREEDY = 2,               /* DeepSeek-V2 greedy: softmax -> top-k */
+    MOE_ROUTE_GROUP_LIMITED_GREEDY = 3, /* DeepSeek-V2: group score = max, keep topk_group */
+    MOE_ROUTE_NOAUX_TC = 4,             /* score + correction bias, group score = top-2 sum */
+    MOE_ROUTE_HASH = 5,                 /* ids from tid2eid[token id] (DeepSeek-V4 hash layers) */
+    MOE_ROUTE_SIGMOID_TOP1 = 6,         /* Llama-4: top-1 on the logits, sigmoid weight */
+} moe_route_method;
+
+/* A router: turns logits [T, E] (f32) into expert ids [T, K] (int32) and combine weights
+ * [T, K] (f32). Immutable after creation; any number of threads may call forward at once. */
+typedef struct moe_router moe_router;
+
+/* What a router does. Set size to sizeof(moe_router_params); NULL pointers mean "none". */
+typedef struct moe_router_params {
+    size_t size;
+    moe_route_method method;
+    moe_score_func score;  /* NOAUX_TC and HASH: SIGMOID or SQRTSOFTPLUS; others: fixed by method */
+    int n_experts;         /* E */
+    int top_k;             /* K */
+    int n_group;           /* groups of E / n_group contiguous experts; 1 = no groups */
+    int topk_group;        /* groups kept; 1 when n_group is 1 */
+    bool norm_topk_prob;   /* renormalise the selected weights */
+    float routed_scaling_factor; /* applied once, in the returned weights; 1 = none */
+    /* The score-correction bias [E] (NOAUX_TC): F32, BF16 or F16, converted to f32 once, at
+     * creation; every value must be finite. Copied: the caller may free it after create. */
+    const void *correction_bias;
+    moe_dtype correction_bias_dtype;
+    /* The hash table [vocab_size, K] (HASH): I32 or I64, validated at creation (entries in
+     * [0, E), distinct within a row) and copied. */
+    const void *tid2eid;
+    moe_dtype tid2eid_dtype;
+    int64_t vocab_size;
+} moe_router_params;
+
+/* Creates a router after validating every parameter (MOE_EINVAL / MOE_ECONFIG naming the
+ * field, MOE_EVALUE / MOE_ERANGE naming the table entry) and choosing its kernels. */
+moe_status moe_router_create(const moe_router_params *params, moe_router **out);
+
+/* Creates the router of layer LAYER of an opened model (its correction bias and tid2eid
+ * tensors read from the checkpoint). A dense layer is MOE_EINVAL. */
+moe_status moe_router_create_from_model(const moe_model *model, int layer, moe_router **out);
+
+void moe_router_destroy(moe_router *router);
+
+/* Routes n_tokens rows. logits: [n_tokens, E] f32, row-major. token_ids: [n_tokens] of
+ * token_id_dtype (I32 or I64, read in place), required by HASH routers (MOE_EINVAL without
+ * them, MOE_ERANGE for an id outside [0, vocab_size)) and ignored otherwise. ids: [n_tokens, K]
+ * int32; weights: [n_tokens, K] f32. n_tokens = 0 is a valid no-op. On error nothing is
+ * written to ids or weights.
+ *
+ * Contract: fp32 throughout; slots in descending key order, ties to the lower expert id
+ * (HASH: the table's order); ids distinct and in [0, E) for every input; a non-finite logit
+ * is never preferred over a finite one and its weight is 0; renormalisation with a zero sum
+ * leaves zero weights; routed_scaling_factor is applied exactly once. */
+moe_status moe_router_forward(const moe_router *router, size_t n_tokens, const float *logits,
+                              const void *token_ids, moe_dtype token_id_dtype, int32_t *ids,
+                              float *weights);
+
+/* One line naming the method, its parameters and the kernels chosen, with the reason. The
+ * string lives as long as the router. */
+const char *moe_router_explain(const moe_router *router);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,22 +25,7 @@ typedef enum moe_layer_kind {
     MOE_LAYER_HASH,      /* routed experts chosen by tid2eid[token id] (DeepSeek-V4 first layers) */
 } moe_layer_kind;
 
-typedef enum moe_score_func {
-    MOE_SCORE_SOFTMAX = 0,
-    MOE_SCORE_SIGMOID,
-    MOE_SCORE_SQRTSOFTPLUS,
-} moe_score_func;
-
-/* Routing methods (routing.md §3). */
-typedef enum moe_route_method {
-    MOE_ROUTE_SOFTMAX_TOPK = 0,     /* softmax over E -> top-k -> renormalise if asked (Mixtral, Qwen3) */
-    MOE_ROUTE_TOPK_SOFTMAX,         /* top-k on logits -> softmax over the k (gpt-oss) */
-    MOE_ROUTE_GREEDY,               /* DeepSeek-V2 greedy: softmax -> top-k */
-    MOE_ROUTE_GROUP_LIMITED_GREEDY, /* DeepSeek-V2: group score = max, keep topk_group groups */
-    MOE_ROUTE_NOAUX_TC,             /* score + correction bias, group score = top-2 sum (V3, Kimi, V4) */
-    MOE_ROUTE_HASH,                 /* ids from tid2eid, weights from the scores (V4 hash layers) */
-    MOE_ROUTE_SIGMOID_TOP1,         /* Llama-4: top-1 on logits, sigmoid */
-} moe_route_method;
+/* moe_score_func and moe_route_method are public: see include/moe.h. */
 
 /* Number format of a group of expert (or dense/shared MLP) weights. */
 typedef enum moe_weight_format {
