@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-DEPS := cmake make gcc libc6-dev pkg-config libjansson-dev
+DEPS := cmake make gcc libc6-dev pkg-config libjansson-dev python3
 
 .PHONY: all deps configure build test run bench clean
 

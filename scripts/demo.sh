@@ -4,8 +4,12 @@ set -euo pipefail
 moe=${1:-build/moe}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/moe-demo.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-"$moe" caps
-echo
-"$moe" gen --family deepseek_v3 --dtype fp8 --layers 3 --hidden 1024 --experts 16 --topk 4 \
-  --groups 4 --topk-group 2 --intermediate 256 --seed 1 --out "$dir/deepseek-v3-mini"
-"$moe" inspect "$dir/deepseek-v3-mini"
+run() {
+  echo "\$ $*" | sed "s|$dir|\$TMP|g"
+  "$@"
+  echo
+}
+run "$moe" caps
+run "$moe" gen --family deepseek_v3 --dtype fp8 --layers 3 --hidden 1024 --experts 16 --topk 4 \
+  --groups 4 --topk-group 2 --intermediate 256 --shards 2 --seed 1 --out "$dir/deepseek-v3-mini"
+run "$moe" inspect "$dir/deepseek-v3-mini"

@@ -1,0 +1,150 @@
+/* cli_util.c — argument parsing shared by the moe subcommands: options and strict numbers. */
+#include "cli_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void cli_args_init(cli_args *a, const char *prog, int argc, char **argv)
+{
+    a->prog = prog;
+    a->argc = argc;
+    a->argv = argv;
+    a->i = 1; /* argv[0] is the subcommand */
+    a->bad = false;
+}
+
+const char *cli_peek(const cli_args *a) { return a->i < a->argc ? a->argv[a->i] : NULL; }
+
+void cli_print_error(const char *prog, const char *message)
+{
+    fprintf(stderr, "%s: ", prog);
+    for (const unsigned char *p = (const unsigned char *)message; *p; p++) {
+        if (*p == '\n')
+            fputs("\\n", stderr);
+        else if (*p == '\t')
+            fputs("\\t", stderr);
+        else if (*p < 0x20 || *p == 0x7F)
+            fprintf(stderr, "\\x%02X", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
+}
+
+static int vfail(const char *prog, int code, const char *fmt, va_list ap)
+{
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    cli_print_error(prog, msg);
+    return code;
+}
+
+int cli_fail(const char *prog, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(prog, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int cli_usage_error(cli_args *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(a->prog, 2, fmt, ap);
+    va_end(ap);
+    a->bad = true;
+    return 2;
+}
+
+bool cli_flag(cli_args *a, const char *name)
+{
+    const char *arg = cli_peek(a);
+    if (!arg || strcmp(arg, name) != 0) return false;
+    a->i++;
+    return true;
+}
+
+bool cli_option(cli_args *a, const char *name, const char **value)
+{
+    const char *arg = cli_peek(a);
+    size_t n = strlen(name);
+    if (!arg || strncmp(arg, name, n) != 0) return false;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        a->i++;
+        return true;
+    }
+    if (arg[n] != '\0') return false; /* a longer option that merely starts with NAME */
+    if (a->i + 1 >= a->argc) {
+        *value = NULL;
+        cli_usage_error(a, "option %s needs a value", name);
+        return true;
+    }
+    *value = a->argv[a->i + 1];
+    a->i += 2;
+    return true;
+}
+
+static bool all_digits(const char *s)
+{
+    return s[0] != '\0' && strspn(s, "0123456789") == strlen(s);
+}
+
+/* Parses digits into *mag, false on anything that is not a digit or on overflow. */
+static bool parse_digits(const char *s, uint64_t *mag)
+{
+    uint64_t v = 0;
+    if (*s == '\0') return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return false;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *mag = v;
+    return true;
+}
+
+bool cli_int(cli_args *a, const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    bool neg = text[0] == '-';
+    const char *digits = neg ? text + 1 : text;
+    uint64_t mag = UINT64_MAX;
+    if ((neg && min >= 0) || (!parse_digits(digits, &mag) && !all_digits(digits))) {
+        cli_usage_error(a, "%s '%s' is not %s integer", opt, text,
+                        min >= 0 ? "a non-negative" : "an");
+        return false;
+    }
+    /* Magnitudes past INT64_MAX (or past 2^64: mag stays UINT64_MAX) are out of range
+     * whatever MIN and MAX say. */
+    bool in_range = neg ? mag <= (uint64_t)INT64_MAX + 1 : mag <= (uint64_t)INT64_MAX;
+    int64_t v = 0;
+    if (in_range)
+        v = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    if (!in_range || v < min || v > max) {
+        cli_usage_error(a, "%s %s is out of range [%lld, %lld]", opt, text, (long long)min,
+                        (long long)max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_u64(cli_args *a, const char *opt, const char *text, uint64_t *out)
+{
+    uint64_t v;
+    if (!parse_digits(text, &v)) {
+        /* Tell overflow apart from junk: the user typed digits, just too many. */
+        if (all_digits(text))
+            cli_usage_error(a, "%s %s is out of range [0, %llu]", opt, text,
+                            (unsigned long long)UINT64_MAX);
+        else
+            cli_usage_error(a, "%s '%s' is not a non-negative integer", opt, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
