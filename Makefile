@@ -1,5 +1,6 @@
 # Makefile — the front door: `make test`, `make run`, `make bench` (CMake and CTest underneath).
 BUILD ?= build
+MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 DEPS := cmake make gcc libc6-dev pkg-config libjansson-dev python3
