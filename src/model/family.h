@@ -115,6 +115,15 @@ typedef struct moe_mlp_names {
 moe_status moe_spec_add_mlp(moe_spec_list *l, const char *prefix, const moe_mlp_names *names,
                             const moe_mlp_desc *m, moe_tensor_group group, int layer, int expert);
 
+/* Appends the router weight PREFIX.gate.weight [E, H] of layer LAYER. */
+moe_status moe_spec_add_router(moe_spec_list *l, const moe_model_desc *d, int layer,
+                               const char *prefix);
+
+/* Appends every routed expert PREFIX.experts.X and, when the layer has them, the shared
+ * experts PREFIX.shared_experts, spelled with NAMES. */
+moe_status moe_spec_add_experts(moe_spec_list *l, const moe_model_desc *d, int layer,
+                                const char *prefix, const moe_mlp_names *names);
+
 /* The per-family tables: append layer LAYER's tensors to L. */
 moe_status moe_family_deepseek_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_deepseek_v4_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);

@@ -156,24 +156,12 @@ moe_status moe_family_deepseek_tensors(const moe_model_desc *d, int layer, moe_s
     if (ld->kind == MOE_LAYER_DENSE)
         return moe_spec_add_mlp(l, prefix, &ds_names, &ld->dense, MOE_GROUP_DENSE, layer, -1);
     const int64_t e = ld->routing.n_experts;
-    const int64_t router[2] = {e, d->hidden};
-    moe_status st =
-        moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
-                     MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+    moe_status st = moe_spec_add_router(l, d, layer, prefix);
     if (st) return st;
     if (ld->routing.has_correction_bias) {
         st = moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_CORRECTION_BIAS, MOE_DTYPE_F32,
                           MOE_MASK_FLOAT, 1, &e, "%s.gate.e_score_correction_bias", prefix);
         if (st) return st;
     }
-    for (int x = 0; x < e; x++) {
-        char ep[128];
-        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, x);
-        st = moe_spec_add_mlp(l, ep, &ds_names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
-        if (st) return st;
-    }
-    if (ld->n_shared == 0) return MOE_OK;
-    char sp[128];
-    snprintf(sp, sizeof sp, "%s.shared_experts", prefix);
-    return moe_spec_add_mlp(l, sp, &ds_names, &ld->shared, MOE_GROUP_SHARED, layer, -1);
+    return moe_spec_add_experts(l, d, layer, prefix, &ds_names);
 }

@@ -166,10 +166,7 @@ moe_status moe_family_deepseek_v4_tensors(const moe_model_desc *d, int layer, mo
     char prefix[96];
     snprintf(prefix, sizeof prefix, "layers.%d.ffn", layer);
     const int64_t e = ld->routing.n_experts;
-    const int64_t router[2] = {e, d->hidden};
-    moe_status st =
-        moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
-                     MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+    moe_status st = moe_spec_add_router(l, d, layer, prefix);
     if (st) return st;
     if (ld->kind == MOE_LAYER_HASH) {
         const int64_t table[2] = {d->vocab_size, ld->routing.top_k};
@@ -180,14 +177,5 @@ moe_status moe_family_deepseek_v4_tensors(const moe_model_desc *d, int layer, mo
                           MOE_MASK_FLOAT, 1, &e, "%s.gate.bias", prefix);
     }
     if (st) return st;
-    for (int x = 0; x < e; x++) {
-        char ep[128];
-        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, x);
-        st = moe_spec_add_mlp(l, ep, &v4_names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
-        if (st) return st;
-    }
-    if (ld->n_shared == 0) return MOE_OK;
-    char sp[128];
-    snprintf(sp, sizeof sp, "%s.shared_experts", prefix);
-    return moe_spec_add_mlp(l, sp, &v4_names, &ld->shared, MOE_GROUP_SHARED, layer, -1);
+    return moe_spec_add_experts(l, d, layer, prefix, &v4_names);
 }

@@ -44,19 +44,9 @@ static const moe_mlp_names mixtral_names = {"w1", "w3", "w2", "weight", "weight_
 
 moe_status moe_family_mixtral_tensors(const moe_model_desc *d, int layer, moe_spec_list *l)
 {
-    const moe_layer_desc *ld = &d->layers[layer];
     char prefix[96];
     snprintf(prefix, sizeof prefix, "model.layers.%d.block_sparse_moe", layer);
-    const int64_t router[2] = {ld->routing.n_experts, d->hidden};
-    moe_status st =
-        moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
-                     MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+    moe_status st = moe_spec_add_router(l, d, layer, prefix);
     if (st) return st;
-    for (int x = 0; x < ld->routing.n_experts; x++) {
-        char ep[128];
-        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, x);
-        st = moe_spec_add_mlp(l, ep, &mixtral_names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
-        if (st) return st;
-    }
-    return MOE_OK;
+    return moe_spec_add_experts(l, d, layer, prefix, &mixtral_names);
 }

@@ -119,16 +119,7 @@ moe_status moe_family_qwen3_tensors(const moe_model_desc *d, int layer, moe_spec
     snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
     if (ld->kind == MOE_LAYER_DENSE)
         return moe_spec_add_mlp(l, prefix, &qwen3_names, &ld->dense, MOE_GROUP_DENSE, layer, -1);
-    const int64_t router[2] = {ld->routing.n_experts, d->hidden};
-    moe_status st =
-        moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
-                     MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+    moe_status st = moe_spec_add_router(l, d, layer, prefix);
     if (st) return st;
-    for (int x = 0; x < ld->routing.n_experts; x++) {
-        char ep[128];
-        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, x);
-        st = moe_spec_add_mlp(l, ep, &qwen3_names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
-        if (st) return st;
-    }
-    return MOE_OK;
+    return moe_spec_add_experts(l, d, layer, prefix, &qwen3_names);
 }

@@ -103,6 +103,29 @@ moe_status moe_spec_add_mlp(moe_spec_list *l, const char *prefix, const moe_mlp_
                     MOE_ROLE_DOWN_SCALE, h, i);
 }
 
+moe_status moe_spec_add_router(moe_spec_list *l, const moe_model_desc *d, int layer,
+                               const char *prefix)
+{
+    const int64_t router[2] = {d->layers[layer].routing.n_experts, d->hidden};
+    return moe_spec_add(l, layer, -1, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, d->router_dtype,
+                        MOE_MASK_FLOAT, 2, router, "%s.gate.weight", prefix);
+}
+
+moe_status moe_spec_add_experts(moe_spec_list *l, const moe_model_desc *d, int layer,
+                                const char *prefix, const moe_mlp_names *names)
+{
+    const moe_layer_desc *ld = &d->layers[layer];
+    char p[160];
+    for (int x = 0; x < ld->routing.n_experts; x++) {
+        snprintf(p, sizeof p, "%s.experts.%d", prefix, x);
+        moe_status st = moe_spec_add_mlp(l, p, names, &ld->experts, MOE_GROUP_ROUTED, layer, x);
+        if (st) return st;
+    }
+    if (ld->n_shared == 0) return MOE_OK;
+    snprintf(p, sizeof p, "%s.shared_experts", prefix);
+    return moe_spec_add_mlp(l, p, names, &ld->shared, MOE_GROUP_SHARED, layer, -1);
+}
+
 typedef moe_status (*family_tensors_fn)(const moe_model_desc *d, int layer, moe_spec_list *l);
 
 static family_tensors_fn tensors_of(moe_family f)
