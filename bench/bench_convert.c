@@ -118,7 +118,7 @@ static void run_kernel(const bench_kernel *k, const buffers *b, size_t n)
         break;
     case MOE_KERNEL_FAMILY_CVT_E4M3_F32: k->fn.cvt_e4m3_f32(n, b->in, b->out); break;
     case MOE_KERNEL_FAMILY_CVT_MXFP4_F32: k->fn.cvt_mxfp4_f32(n, b->in, b->scales, b->out); break;
-    case MOE_KERNEL_FAMILY_COUNT_: break;
+    default: break; /* only conversion families are listed here */
     }
 }
 

@@ -228,6 +228,83 @@ moe_status moe_router_forward(const moe_router *router, size_t n_tokens, const f
  * string lives as long as the router. */
 const char *moe_router_explain(const moe_router *router);
 
+
+/* ---- The MoE layer ------------------------------------------------------------------- */
+
+/* One MoE block (or dense MLP) of a model: router gate -> routing -> experts -> shared
+ * experts -> combine. Created from an opened model: creation chooses every kernel, packs
+ * every weight once into the kernel's layout (and releases the mapped checkpoint pages it
+ * packed), converts every per-expert constant, and resolves every default. Immutable after
+ * creation except for moe_layer_set_logits_dtype; forward may then run on any number of
+ * threads at once, each with its own workspace. */
+typedef struct moe_layer moe_layer;
+
+typedef struct moe_layer_options {
+    size_t size;      /* sizeof(moe_layer_options) */
+    int threads;      /* worker threads per forward; 0 = the number of cores */
+    /* The router logits dtype: MOE_DTYPE_F32 (default), MOE_DTYPE_BF16 (parity mode: the gate
+     * rounds its fp32 accumulation to bf16 in the same epilogue), or MOE_DTYPE_INVALID to
+     * decide later with moe_layer_set_logits_dtype (it resolves to F32 if never set). */
+    moe_dtype logits_dtype;
+} moe_layer_options;
+
+/* Creates layer LAYER of MODEL. options NULL = defaults. */
+moe_status moe_layer_create(const moe_model *model, int layer, const moe_layer_options *options,
+                            moe_layer **out);
+
+void moe_layer_destroy(moe_layer *layer);
+
+/* Sets the logits dtype once, after creation and before the first forward; re-runs the same
+ * eligibility function creation ran. A second call, or a call after a forward, is
+ * MOE_ESTATE. */
+moe_status moe_layer_set_logits_dtype(moe_layer *layer, moe_dtype dtype);
+
+/* Bytes of workspace a forward of n_tokens needs (0 on overflow). */
+size_t moe_layer_workspace_size(const moe_layer *layer, size_t n_tokens);
+
+/* One step of a forward, in order: name ("gate", "route", "experts.gate_up", ...), the
+ * kernel that ran, bytes read and written, and wall time. */
+typedef struct moe_trace_step {
+    char name[32];
+    char kernel[64];
+    uint64_t bytes_read;
+    uint64_t bytes_written;
+    uint64_t ns;
+} moe_trace_step;
+
+#define MOE_TRACE_MAX_STEPS 32
+typedef struct moe_trace {
+    size_t count;
+    moe_trace_step steps[MOE_TRACE_MAX_STEPS];
+} moe_trace;
+
+/* The arguments of one forward. Optional outputs may be NULL. */
+typedef struct moe_forward_args {
+    size_t size;               /* sizeof(moe_forward_args) */
+    size_t n_tokens;           /* T; 0 is a valid no-op */
+    size_t hidden_size;        /* must equal the model's hidden size (checked) */
+    const void *hidden;        /* [T, hidden] hidden states entering the block */
+    moe_dtype hidden_dtype;    /* MOE_DTYPE_F32 or MOE_DTYPE_BF16 */
+    const void *token_ids;     /* [T] I32 or I64; required by hash-routed layers */
+    moe_dtype token_id_dtype;
+    float *out;                /* [T, hidden] the block output: routed experts combined + shared */
+    float *logits_out;         /* optional [T, E] router logits */
+    int32_t *ids_out;          /* optional [T, K] expert ids */
+    float *weights_out;        /* optional [T, K] combine weights */
+    void *workspace;           /* moe_layer_workspace_size(layer, T) bytes, 64-byte aligned */
+    size_t workspace_size;
+    moe_trace *trace;          /* optional: filled with one entry per step */
+} moe_forward_args;
+
+/* Runs the block. Validates every argument first (hidden dtype, NULL pointers, workspace size,
+ * token ids); on error nothing is written to any output. The output for a token does not
+ * depend on the other tokens of the batch, on the batch size or on the thread count. */
+moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args);
+
+/* A multi-line description: every kernel chosen and why, the recipe (activation rounding),
+ * packed bytes, and every default resolved at creation. Lives as long as the layer. */
+const char *moe_layer_explain(const moe_layer *layer);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/file.h"
 #include "model/family.h"
+#include "route/route_check.h"
 
 /* config.json files are a few KiB; this only bounds what a bad path can make us read. */
 #define MOE_CFG_MAX_FILE (INT64_C(16) << 20)
@@ -240,28 +241,22 @@ moe_mlp_desc moe_cfg_mlp(int64_t hidden, int64_t intermediate, moe_weight_format
 moe_status moe_cfg_check_routing(const moe_cfg *c, const moe_routing_desc *r,
                                  const char *experts_key, const char *topk_key)
 {
-    const int e = r->n_experts, k = r->top_k, g = r->n_group, tg = r->topk_group;
-    if (k < 1 || k > e)
-        return moe_cfg_fail(c, MOE_ECONFIG, topk_key, "%d must be in [1, %s = %d]", k, experts_key,
-                            e);
-    if (g < 1 || e % g != 0)
-        return moe_cfg_fail(c, MOE_ECONFIG, "n_group", "%d must be >= 1 and divide %s = %d", g,
-                            experts_key, e);
-    if (tg < 1 || tg > g)
-        return moe_cfg_fail(c, MOE_ECONFIG, "topk_group", "%d must be in [1, n_group = %d]", tg, g);
-    const int per_group = e / g;
-    if ((int64_t)k > (int64_t)tg * per_group)
-        return moe_cfg_fail(c, MOE_ECONFIG, topk_key,
-                            "%d exceeds topk_group × experts per group = %d × %d: the kept "
-                            "groups cannot supply %d experts",
-                            k, tg, per_group, k);
-    /* The noaux_tc group score is the sum of the two largest keys of the group. */
-    if (r->method == MOE_ROUTE_NOAUX_TC && g > 1 && per_group < 2)
-        return moe_cfg_fail(c, MOE_ECONFIG, "n_group",
-                            "%d leaves %d expert per group, but the noaux_tc group score sums "
-                            "the top 2 of each group",
-                            g, per_group);
-    return MOE_OK;
+    /* The rules are the router's own (src/route/route_check.c), so a config that parses is
+     * one a router accepts; only the field names are config.json's. */
+    const char *const names[MOE_ROUTE_FIELD_COUNT_] = {
+        [MOE_ROUTE_FIELD_METHOD] = "topk_method",
+        [MOE_ROUTE_FIELD_SCORE] = "scoring_func",
+        [MOE_ROUTE_FIELD_N_EXPERTS] = experts_key,
+        [MOE_ROUTE_FIELD_TOP_K] = topk_key,
+        [MOE_ROUTE_FIELD_N_GROUP] = "n_group",
+        [MOE_ROUTE_FIELD_TOPK_GROUP] = "topk_group",
+        [MOE_ROUTE_FIELD_NORM_TOPK_PROB] = "norm_topk_prob",
+    };
+    const moe_route_shape shape = {r->method,  r->score,      r->n_experts,     r->top_k,
+                                   r->n_group, r->topk_group, r->norm_topk_prob};
+    moe_route_violation v;
+    if (moe_route_check(&shape, names, &v)) return MOE_OK;
+    return moe_cfg_fail(c, MOE_ECONFIG, names[v.field], "%s", v.detail);
 }
 
 moe_status moe_cfg_alloc_layers(const moe_cfg *c, moe_model_desc *d)

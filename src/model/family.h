@@ -69,9 +69,11 @@ moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_
 moe_mlp_desc moe_cfg_mlp(int64_t hidden, int64_t intermediate, moe_weight_format format,
                          moe_dtype scale);
 
-/* Validates a scored routing description: top_k in [1, E], n_group ≥ 1 dividing E,
- * topk_group in [1, n_group], top_k ≤ topk_group × E/n_group, and ≥ 2 experts per group
- * when the group score is a top-2 sum. The *_KEY arguments name the fields in messages. */
+/* Validates a scored routing description with the router's own rules (moe_route_check in
+ * src/route/route_check.h): top_k in [1, E], n_group ≥ 1 dividing E, topk_group in
+ * [1, n_group], top_k ≤ topk_group × E/n_group, ≥ 2 experts per group when the group score is
+ * a top-2 sum, and a scoring function the method allows. MOE_ECONFIG naming the field; the
+ * *_KEY arguments are the config's names for E and top_k. */
 moe_status moe_cfg_check_routing(const moe_cfg *c, const moe_routing_desc *r,
                                  const char *experts_key, const char *topk_key);
 

@@ -17,6 +17,12 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_CVT_F16_F32 = 1,
     MOE_KERNEL_FAMILY_CVT_E4M3_F32 = 2,
     MOE_KERNEL_FAMILY_CVT_MXFP4_F32 = 3,
+    /* Routing primitives: signatures below, the contract in kernels/route.h. */
+    MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS = 4,
+    MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS = 5,
+    MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS = 6,
+    MOE_KERNEL_FAMILY_ROUTE_TOPK = 7,
+    MOE_KERNEL_FAMILY_ROUTE_EXPSUM = 8,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 
@@ -31,12 +37,31 @@ typedef void moe_cvt_e4m3_f32_ukernel(size_t n, const uint8_t *x, float *y);
 typedef void moe_cvt_mxfp4_f32_ukernel(size_t nblocks, const uint8_t *blocks, const uint8_t *scales,
                                        float *y);
 
+/* The routing primitives over uint32 keys (kernels/route.h has the key encoding and the full
+ * contract, bit-exactness included). Keys from finite logits, non-finite ones excluded: */
+typedef void moe_route_logit_keys_ukernel(size_t n, const float *z, uint32_t *key);
+/* Scores s = sigmoid(z) and keys of s + bias (bias may be NULL): */
+typedef void moe_route_sigmoid_keys_ukernel(size_t n, const float *z, const float *bias, float *s,
+                                            uint32_t *key);
+/* Scores s = sqrt(softplus(z)) and keys of s + bias (bias may be NULL): */
+typedef void moe_route_sqrtsoftplus_keys_ukernel(size_t n, const float *z, const float *bias,
+                                                 float *s, uint32_t *key);
+/* The k largest keys, lower index first among equals, each marked TAKEN: */
+typedef void moe_route_topk_ukernel(size_t n, uint32_t *key, size_t k, int32_t *ids, uint32_t *top);
+/* Σ exp(z[i] - m) over the finite z[i], in a fixed order of additions: */
+typedef float moe_route_expsum_ukernel(size_t n, const float *z, float m);
+
 /* One pointer per family signature; the family field says which member is live. */
 typedef union moe_kernel_fn {
     moe_cvt_bf16_f32_ukernel *cvt_bf16_f32;
     moe_cvt_f16_f32_ukernel *cvt_f16_f32;
     moe_cvt_e4m3_f32_ukernel *cvt_e4m3_f32;
     moe_cvt_mxfp4_f32_ukernel *cvt_mxfp4_f32;
+    moe_route_logit_keys_ukernel *route_logit_keys;
+    moe_route_sigmoid_keys_ukernel *route_sigmoid_keys;
+    moe_route_sqrtsoftplus_keys_ukernel *route_sqrtsoftplus_keys;
+    moe_route_topk_ukernel *route_topk;
+    moe_route_expsum_ukernel *route_expsum;
 } moe_kernel_fn;
 
 /* What a kernel needs, as MOE_FEAT_* masks: the flags its kernels/<isa>/ folder compiles with.

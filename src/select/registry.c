@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "kernels/cvt.h"
+#include "kernels/route.h"
 #include "select/kernel.h"
 
 /* Each family's lines expand to entries that store the pointer in that family's union member;
@@ -23,6 +24,38 @@ static const moe_kernel registry[] = {
     {#name, MOE_KERNEL_FAMILY_CVT_MXFP4_F32, isa, {.cvt_mxfp4_f32 = name}, {.cvt_mxfp4_f32 = ref}},
 #include "kernels/cvt_mxfp4_f32.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name,                                                                                        \
+     MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS,                                                           \
+     isa,                                                                                          \
+     {.route_logit_keys = name},                                                                   \
+     {.route_logit_keys = ref}},
+#include "kernels/route_logit_keys.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name,                                                                                        \
+     MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS,                                                         \
+     isa,                                                                                          \
+     {.route_sigmoid_keys = name},                                                                 \
+     {.route_sigmoid_keys = ref}},
+#include "kernels/route_sigmoid_keys.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name,                                                                                        \
+     MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS,                                                    \
+     isa,                                                                                          \
+     {.route_sqrtsoftplus_keys = name},                                                            \
+     {.route_sqrtsoftplus_keys = ref}},
+#include "kernels/route_sqrtsoftplus_keys.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_ROUTE_TOPK, isa, {.route_topk = name}, {.route_topk = ref}},
+#include "kernels/route_topk.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_ROUTE_EXPSUM, isa, {.route_expsum = name}, {.route_expsum = ref}},
+#include "kernels/route_expsum.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -30,6 +63,11 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_CVT_F16_F32] = "cvt_f16_f32",
     [MOE_KERNEL_FAMILY_CVT_E4M3_F32] = "cvt_e4m3_f32",
     [MOE_KERNEL_FAMILY_CVT_MXFP4_F32] = "cvt_mxfp4_f32",
+    [MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS] = "route_logit_keys",
+    [MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS] = "route_sigmoid_keys",
+    [MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS] = "route_sqrtsoftplus_keys",
+    [MOE_KERNEL_FAMILY_ROUTE_TOPK] = "route_topk",
+    [MOE_KERNEL_FAMILY_ROUTE_EXPSUM] = "route_expsum",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)

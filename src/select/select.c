@@ -82,6 +82,39 @@ moe_status moe_select_cvt(moe_kernel_family family, const moe_cpu_caps *allowed,
     return select_by_isa(family, &caps, out);
 }
 
+static bool is_route_family(moe_kernel_family family)
+{
+    switch (family) {
+    case MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS:
+    case MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS:
+    case MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS:
+    case MOE_KERNEL_FAMILY_ROUTE_TOPK:
+    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: return true;
+    default: return false;
+    }
+}
+
+moe_status moe_select_route(moe_kernel_family family, const moe_cpu_caps *allowed,
+                            const moe_route_problem *problem, moe_kernel_choice *out)
+{
+    if (!allowed || !problem || !out)
+        return moe_error(MOE_EINVAL, "moe_select_route: argument '%s' is NULL",
+                         !allowed   ? "allowed"
+                         : !problem ? "problem"
+                                    : "out");
+    if (!is_route_family(family))
+        return moe_error(MOE_EINVAL, "moe_select_route: family %d (%s) is not a routing family",
+                         (int)family, moe_kernel_family_name(family));
+    if (problem->n_experts < 1)
+        return moe_error(MOE_EINVAL, "moe_select_route: n_experts %d is not positive",
+                         problem->n_experts);
+    if (problem->top_k < 1 || problem->top_k > problem->n_experts)
+        return moe_error(MOE_EINVAL, "moe_select_route: top_k %d is outside [1, n_experts = %d]",
+                         problem->top_k, problem->n_experts);
+    moe_cpu_caps caps = moe_cpu_caps_normalize(*allowed);
+    return select_by_isa(family, &caps, out);
+}
+
 void moe_cpu_feature_why(const moe_cpu_info *info, uint32_t feature, char *buf, size_t size)
 {
     if (size == 0) return;

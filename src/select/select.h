@@ -42,6 +42,23 @@ typedef struct moe_cvt_problem {
 moe_status moe_select_cvt(moe_kernel_family family, const moe_cpu_caps *allowed,
                           const moe_cvt_problem *problem, moe_kernel_choice *out);
 
+/* A routing problem: one router's shape. Every routing kernel accepts any row length, so
+ * today the shape vetoes no kernel; it is validated, and kept for the reason and later
+ * shape-specific kernels. */
+typedef struct moe_route_problem {
+    int n_experts; /* E, ≥ 1 */
+    int top_k;     /* K, in [1, E] */
+} moe_route_problem;
+
+/*
+ * Chooses the routing kernel of `family` (one of the MOE_KERNEL_FAMILY_ROUTE_* families) for
+ * `problem` under `allowed`, by the same ISA ladder as moe_select_cvt. Pure. MOE_EINVAL for a
+ * NULL argument, a family that is not a routing one, n_experts < 1, or top_k outside
+ * [1, n_experts], naming the value; *out is untouched on error.
+ */
+moe_status moe_select_route(moe_kernel_family family, const moe_cpu_caps *allowed,
+                            const moe_route_problem *problem, moe_kernel_choice *out);
+
 /*
  * Why one MOE_FEAT_* feature is or is not in info->allowed, for diagnostics: "allowed",
  * "not detected on this CPU", "not compiled into this build" or "capped by MOE_ISA=<level>".

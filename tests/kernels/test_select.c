@@ -6,10 +6,40 @@
 #include "select/select.h"
 #include "test.h"
 
-static const moe_kernel_family families[] = {
-    MOE_KERNEL_FAMILY_CVT_BF16_F32, MOE_KERNEL_FAMILY_CVT_F16_F32, MOE_KERNEL_FAMILY_CVT_E4M3_F32,
-    MOE_KERNEL_FAMILY_CVT_MXFP4_F32};
+static const moe_kernel_family families[] = {MOE_KERNEL_FAMILY_CVT_BF16_F32,
+                                             MOE_KERNEL_FAMILY_CVT_F16_F32,
+                                             MOE_KERNEL_FAMILY_CVT_E4M3_F32,
+                                             MOE_KERNEL_FAMILY_CVT_MXFP4_F32,
+                                             MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS,
+                                             MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS,
+                                             MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS,
+                                             MOE_KERNEL_FAMILY_ROUTE_TOPK,
+                                             MOE_KERNEL_FAMILY_ROUTE_EXPSUM};
 #define NFAMILIES (sizeof families / sizeof families[0])
+
+static const moe_kernel_family route_families[] = {
+    MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS, MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS,
+    MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS, MOE_KERNEL_FAMILY_ROUTE_TOPK,
+    MOE_KERNEL_FAMILY_ROUTE_EXPSUM};
+#define NROUTE (sizeof route_families / sizeof route_families[0])
+
+static bool is_route(moe_kernel_family f)
+{
+    for (size_t i = 0; i < NROUTE; i++)
+        if (route_families[i] == f) return true;
+    return false;
+}
+
+/* Each family through its own entry point: conversions by length, routing by shape. */
+static moe_status select_any(moe_kernel_family f, const moe_cpu_caps *caps, moe_kernel_choice *ch)
+{
+    if (is_route(f)) {
+        const moe_route_problem rp = {.n_experts = 256, .top_k = 8};
+        return moe_select_route(f, caps, &rp, ch);
+    }
+    const moe_cvt_problem cp = {.n = 1000};
+    return moe_select_cvt(f, caps, &cp, ch);
+}
 
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
 {
@@ -45,6 +75,12 @@ static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
     case MOE_KERNEL_FAMILY_CVT_F16_F32: return a.cvt_f16_f32 == b.cvt_f16_f32;
     case MOE_KERNEL_FAMILY_CVT_E4M3_F32: return a.cvt_e4m3_f32 == b.cvt_e4m3_f32;
     case MOE_KERNEL_FAMILY_CVT_MXFP4_F32: return a.cvt_mxfp4_f32 == b.cvt_mxfp4_f32;
+    case MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS: return a.route_logit_keys == b.route_logit_keys;
+    case MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS: return a.route_sigmoid_keys == b.route_sigmoid_keys;
+    case MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS:
+        return a.route_sqrtsoftplus_keys == b.route_sqrtsoftplus_keys;
+    case MOE_KERNEL_FAMILY_ROUTE_TOPK: return a.route_topk == b.route_topk;
+    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: return a.route_expsum == b.route_expsum;
     case MOE_KERNEL_FAMILY_COUNT_: break;
     }
     return false;
@@ -59,13 +95,12 @@ typedef struct caps_case {
 
 static void check_case(const caps_case *c)
 {
-    const moe_cvt_problem prob = {.n = 1000};
     const char *best = best_compiled(c->caps.avx2, c->caps.avx2 && c->caps.avx512);
     for (size_t i = 0; i < NFAMILIES; i++) {
         moe_kernel_choice ch;
         char want[96];
         expected_name(families[i], best, want, sizeof want);
-        CHECK_STATUS(moe_select_cvt(families[i], &c->caps, &prob, &ch), MOE_OK);
+        CHECK_STATUS(select_any(families[i], &c->caps, &ch), MOE_OK);
         REQUIRE(ch.kernel != NULL);
         CHECKF(!strcmp(ch.kernel->name, want), "%s: got %s, want %s", c->what, ch.kernel->name,
                want);
@@ -141,11 +176,10 @@ static void test_every_kernel_reachable(void)
 {
     size_t count;
     const moe_kernel *reg = moe_kernel_registry(&count);
-    const moe_cvt_problem prob = {.n = 1};
     for (size_t i = 0; i < count; i++) {
         moe_cpu_caps caps = moe_cpu_caps_from_mask(reg[i].isa);
         moe_kernel_choice ch;
-        CHECK_STATUS(moe_select_cvt(reg[i].family, &caps, &prob, &ch), MOE_OK);
+        CHECK_STATUS(select_any(reg[i].family, &caps, &ch), MOE_OK);
         CHECKF(ch.kernel == &reg[i], "%s unreachable (got %s)", reg[i].name,
                ch.kernel ? ch.kernel->name : "NULL");
         CHECK(ch.reason[0] != '\0');
@@ -221,6 +255,82 @@ static void test_errors_and_purity(void)
     } else {
         unsetenv("MOE_ISA");
     }
+}
+
+/* moe_select_route: its own argument checks, its family set, purity, and its reasons. */
+static void test_route_selection(void)
+{
+    const moe_cpu_caps caps = make_caps(1, 1, 0, 0, 0);
+    moe_kernel_choice ch, before;
+    memset(&ch, 0x5A, sizeof ch);
+    memcpy(&before, &ch, sizeof ch);
+    const moe_route_problem ok = {.n_experts = 256, .top_k = 8};
+    const moe_kernel_family topk = MOE_KERNEL_FAMILY_ROUTE_TOPK;
+
+    CHECK_STATUS(moe_select_route(topk, NULL, &ok, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "allowed") != NULL);
+    CHECK_STATUS(moe_select_route(topk, &caps, NULL, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "problem") != NULL);
+    CHECK_STATUS(moe_select_route(topk, &caps, &ok, NULL), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "out") != NULL);
+    /* A conversion family is not a routing one, and the other way round. */
+    CHECK_STATUS(moe_select_route(MOE_KERNEL_FAMILY_CVT_BF16_F32, &caps, &ok, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "cvt_bf16_f32") != NULL);
+    CHECK_STATUS(moe_select_route(MOE_KERNEL_FAMILY_COUNT_, &caps, &ok, &ch), MOE_EINVAL);
+    CHECK_STATUS(moe_select_route((moe_kernel_family)-3, &caps, &ok, &ch), MOE_EINVAL);
+    const moe_cvt_problem cp = {.n = 8};
+    for (size_t i = 0; i < NROUTE; i++)
+        CHECK_STATUS(moe_select_cvt(route_families[i], &caps, &cp, &ch), MOE_EINVAL);
+    /* Shapes: E ≥ 1, 1 ≤ K ≤ E; the message names the offending value. */
+    const struct {
+        moe_route_problem p;
+        const char *named;
+    } bad[] = {
+        {{0, 1}, "n_experts 0"}, {{-5, 1}, "n_experts -5"}, {{8, 0}, "top_k 0"},
+        {{8, -1}, "top_k -1"},   {{8, 9}, "top_k 9"},       {{1, 2}, "top_k 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_STATUS(moe_select_route(topk, &caps, &bad[i].p, &ch), MOE_EINVAL);
+        CHECKF(strstr(moe_last_error(), bad[i].named) != NULL, "message '%s' does not name '%s'",
+               moe_last_error(), bad[i].named);
+    }
+    CHECK(memcmp(&ch, &before, sizeof ch) == 0);
+
+    /* Edge shapes that are fine: one expert, K = E, a large E. */
+    const moe_route_problem edges[] = {{1, 1}, {8, 8}, {384, 8}, {4096, 4096}};
+    for (size_t f = 0; f < NROUTE; f++) {
+        for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+            moe_kernel_choice a, b;
+            CHECK_STATUS(moe_select_route(route_families[f], &caps, &edges[i], &a), MOE_OK);
+            CHECK(a.kernel && a.kernel->family == route_families[f] && a.packing == NULL);
+            /* Pure: the same arguments give the same answer. */
+            CHECK_STATUS(moe_select_route(route_families[f], &caps, &edges[i], &b), MOE_OK);
+            CHECK(a.kernel == b.kernel && a.missing == b.missing && !strcmp(a.reason, b.reason));
+        }
+    }
+
+    /* The reasons' wording, where this build has the kernels. */
+#ifdef MOE_COMPILED_AVX512
+    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1);
+    CHECK_STATUS(moe_select_route(topk, &all, &ok, &ch), MOE_OK);
+    CHECKF(!strcmp(ch.reason,
+                   "moe_route_topk__avx512: avx512 allowed; preferred over moe_route_topk__avx2"),
+           "reason '%s'", ch.reason);
+    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0);
+    CHECK_STATUS(moe_select_route(MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS, &avx2, &ok, &ch), MOE_OK);
+    CHECKF(!strcmp(ch.reason, "moe_route_sigmoid_keys__avx2: moe_route_sigmoid_keys__avx512 "
+                              "needs avx512, which is not allowed"),
+           "reason '%s'", ch.reason);
+    CHECK(ch.missing == MOE_FEAT_AVX512);
+#endif
+#ifdef MOE_COMPILED_AVX2
+    moe_cpu_caps none = make_caps(0, 0, 0, 0, 0);
+    CHECK_STATUS(moe_select_route(MOE_KERNEL_FAMILY_ROUTE_EXPSUM, &none, &ok, &ch), MOE_OK);
+    CHECKF(!strcmp(ch.reason, "moe_route_expsum__ref: moe_route_expsum__avx2 needs avx2, which "
+                              "is not allowed"),
+           "reason '%s'", ch.reason);
+    CHECK(ch.missing == MOE_FEAT_AVX2);
+#endif
 }
 
 static bool caps_subset(const moe_cpu_caps *a, const moe_cpu_caps *b)
@@ -311,6 +421,7 @@ int main(void)
     test_branches();
     test_every_kernel_reachable();
     test_errors_and_purity();
+    test_route_selection();
     test_cpu_query();
     test_feature_why();
     return TEST_END();

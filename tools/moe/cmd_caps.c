@@ -82,14 +82,33 @@ static void print_compiled_kernels(void)
     }
 }
 
+/* Each family through its own selection function; routing families for a DeepSeek-V3 shape. */
+static moe_status select_family(moe_kernel_family family, const moe_cpu_caps *allowed,
+                                moe_kernel_choice *choice)
+{
+    switch (family) {
+    case MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS:
+    case MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS:
+    case MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS:
+    case MOE_KERNEL_FAMILY_ROUTE_TOPK:
+    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: {
+        const moe_route_problem problem = {.n_experts = 256, .top_k = 8};
+        return moe_select_route(family, allowed, &problem, choice);
+    }
+    default: {
+        const moe_cvt_problem problem = {.n = 4096};
+        return moe_select_cvt(family, allowed, &problem, choice);
+    }
+    }
+}
+
 static int print_selection(const moe_cpu_info *info)
 {
     printf("\nselected\n");
     for (int f = 0; f < MOE_KERNEL_FAMILY_COUNT_; f++) {
         moe_kernel_family family = (moe_kernel_family)f;
-        const moe_cvt_problem problem = {.n = 4096};
         moe_kernel_choice choice;
-        if (moe_select_cvt(family, &info->allowed, &problem, &choice) != MOE_OK) {
+        if (select_family(family, &info->allowed, &choice) != MOE_OK) {
             fprintf(stderr, PROG ": %s\n", moe_last_error());
             return 1;
         }

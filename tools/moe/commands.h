@@ -8,5 +8,6 @@
 int moe_cmd_caps(int argc, char **argv);
 int moe_cmd_inspect(int argc, char **argv);
 int moe_cmd_gen(int argc, char **argv);
+int moe_cmd_route(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"caps", moe_cmd_caps, "CPU features detected, kernels compiled, and what libmoe will use"},
     {"inspect", moe_cmd_inspect, "a checkpoint's config, per-layer plan, tensors and kernels"},
     {"gen", moe_cmd_gen, "write a synthetic checkpoint in a family's real layout"},
+    {"route", moe_cmd_route, "route router logits (.npy) with a config's routing method"},
 };
 
 static void usage(FILE *out)

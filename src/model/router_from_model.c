@@ -1,0 +1,118 @@
+/* router_from_model.c — moe_router_create_from_model: a layer's router from the checkpoint. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "model/model_handle.h"
+#include "model/verify.h"
+
+#define WHO "moe_router_create_from_model"
+
+static moe_router_params params_of(const moe_model_desc *d, const moe_routing_desc *r)
+{
+    moe_router_params p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    p.method = r->method;
+    p.score = r->score;
+    p.n_experts = r->n_experts;
+    p.top_k = r->top_k;
+    p.n_group = r->n_group;
+    p.topk_group = r->topk_group;
+    p.norm_topk_prob = r->norm_topk_prob;
+    p.routed_scaling_factor = r->routed_scaling_factor;
+    p.vocab_size = r->method == MOE_ROUTE_HASH ? d->vocab_size : 0;
+    return p;
+}
+
+static bool same_shape(const moe_tensor *t, const moe_tensor_spec *s)
+{
+    if (t->ndim != s->ndim) return false;
+    for (int i = 0; i < s->ndim; i++)
+        if (t->shape[i] != s->shape[i]) return false;
+    return true;
+}
+
+/* "[a, b]" into BUF (always terminated). */
+static void format_shape(const int64_t *shape, int ndim, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ndim && len < cap; i++) {
+        int n = snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        if (n < 0) break;
+        len += (size_t)n;
+    }
+}
+
+/* The checkpoint tensor of SPEC, checked as verification would (the handle may have been
+ * opened without it): present, an accepted dtype, the expected shape. */
+static moe_status find_checked(const moe_model *model, const moe_tensor_spec *s,
+                               const moe_tensor **out)
+{
+    const moe_model_desc *d = moe_model_desc_of(model);
+    const moe_tensor *t = moe_model_find_tensor(d, moe_model_ckpt_of(model), s);
+    if (!t)
+        return moe_error(MOE_EMISSING, WHO ": layer %d: tensor '%s' (%s) is missing", s->layer,
+                         s->name, moe_tensor_role_name(s->role));
+    if (!(s->dtype_mask & (1u << (unsigned)t->dtype)))
+        return moe_error(MOE_EDTYPE, WHO ": layer %d: tensor '%s' has dtype %s, not one %s takes",
+                         s->layer, t->name, moe_dtype_name(t->dtype),
+                         moe_tensor_role_name(s->role));
+    if (!same_shape(t, s)) {
+        char got[96], want[96];
+        format_shape(t->shape, t->ndim, got, sizeof got);
+        format_shape(s->shape, s->ndim, want, sizeof want);
+        return moe_error(MOE_ESHAPE, WHO ": layer %d: tensor '%s' has shape [%s], expected [%s]",
+                         s->layer, t->name, got, want);
+    }
+    *out = t;
+    return MOE_OK;
+}
+
+/* Points P at the layer's correction bias and tid2eid tensors, in their checkpoint dtype and
+ * place: the router converts and copies them once. */
+static moe_status attach_tensors(const moe_model *model, int layer, moe_router_params *p)
+{
+    moe_tensor_spec *specs = NULL;
+    size_t n = 0;
+    moe_status st = moe_model_layer_tensors(moe_model_desc_of(model), layer, &specs, &n);
+    if (st) return st;
+    for (size_t i = 0; i < n && !st; i++) {
+        const moe_tensor_spec *s = &specs[i];
+        if (s->group != MOE_GROUP_ROUTER) continue;
+        const moe_tensor *t = NULL;
+        if (s->role == MOE_ROLE_CORRECTION_BIAS) {
+            if (!(st = find_checked(model, s, &t))) {
+                p->correction_bias = t->data;
+                p->correction_bias_dtype = t->dtype;
+            }
+        } else if (s->role == MOE_ROLE_TID2EID) {
+            if (!(st = find_checked(model, s, &t))) {
+                p->tid2eid = t->data;
+                p->tid2eid_dtype = t->dtype;
+            }
+        }
+    }
+    moe_free(specs);
+    return st;
+}
+
+moe_status moe_router_create_from_model(const moe_model *model, int layer, moe_router **out)
+{
+    if (!model) return moe_error(MOE_EINVAL, WHO ": argument 'model' is NULL");
+    if (!out) return moe_error(MOE_EINVAL, WHO ": argument 'out' is NULL");
+    const moe_model_desc *d = moe_model_desc_of(model);
+    if (layer < 0 || layer >= d->n_layers)
+        return moe_error(MOE_EINVAL, WHO ": layer %d is outside [0, %d)", layer, d->n_layers);
+    const moe_layer_desc *ld = &d->layers[layer];
+    if (ld->kind == MOE_LAYER_DENSE)
+        return moe_error(MOE_EINVAL, WHO ": layer %d is dense (one MLP, no router)", layer);
+    moe_router_params p = params_of(d, &ld->routing);
+    moe_status st = attach_tensors(model, layer, &p);
+    if (st) return st;
+    st = moe_router_create(&p, out);
+    if (st) return moe_error_context(st, "layer %d (%s): ", layer, d->model_type);
+    return MOE_OK;
+}
