@@ -153,7 +153,6 @@ void moe_model_close(moe_model *model);
 /* The number of decoder layers in the model description. */
 int moe_model_layer_count(const moe_model *model);
 
-
 /* ---- Routing ------------------------------------------------------------------------- */
 
 /* The score function applied to router logits. */
@@ -165,14 +164,19 @@ typedef enum moe_score_func {
 
 /* Routing methods; docs/routing.md gives each formula. */
 typedef enum moe_route_method {
-    MOE_ROUTE_SOFTMAX_TOPK = 0,         /* softmax -> top-k -> renormalise if asked (Mixtral, Qwen3) */
-    MOE_ROUTE_TOPK_SOFTMAX = 1,         /* top-k on the logits -> softmax over the k (gpt-oss) */
-    MOE_ROUTE_GREEDY = 2,               /* DeepSeek-V2 greedy: softmax -> top-k */
+    MOE_ROUTE_SOFTMAX_TOPK = 0, /* softmax -> top-k -> renormalise if asked (Mixtral, Qwen3) */
+    MOE_ROUTE_TOPK_SOFTMAX = 1, /* top-k on the logits -> softmax over the k (gpt-oss) */
+    MOE_ROUTE_GREEDY = 2,       /* DeepSeek-V2 greedy: softmax -> top-k */
     MOE_ROUTE_GROUP_LIMITED_GREEDY = 3, /* DeepSeek-V2: group score = max, keep topk_group */
     MOE_ROUTE_NOAUX_TC = 4,             /* score + correction bias, group score = top-2 sum */
     MOE_ROUTE_HASH = 5,                 /* ids from tid2eid[token id] (DeepSeek-V4 hash layers) */
     MOE_ROUTE_SIGMOID_TOP1 = 6,         /* Llama-4: top-1 on the logits, sigmoid weight */
 } moe_route_method;
+
+/* Names: "softmax_topk", "noaux_tc", ...; "softmax", "sigmoid", "sqrtsoftplus"; "unknown" for
+ * a value outside the enum. */
+const char *moe_route_method_name(moe_route_method method);
+const char *moe_score_func_name(moe_score_func score);
 
 /* A router: turns logits [T, E] (f32) into expert ids [T, K] (int32) and combine weights
  * [T, K] (f32). Immutable after creation; any number of threads may call forward at once. */
@@ -182,12 +186,12 @@ typedef struct moe_router moe_router;
 typedef struct moe_router_params {
     size_t size;
     moe_route_method method;
-    moe_score_func score;  /* NOAUX_TC and HASH: SIGMOID or SQRTSOFTPLUS; others: fixed by method */
-    int n_experts;         /* E */
-    int top_k;             /* K */
-    int n_group;           /* groups of E / n_group contiguous experts; 1 = no groups */
-    int topk_group;        /* groups kept; 1 when n_group is 1 */
-    bool norm_topk_prob;   /* renormalise the selected weights */
+    moe_score_func score; /* NOAUX_TC and HASH: SIGMOID or SQRTSOFTPLUS; others: fixed by method */
+    int n_experts;        /* E */
+    int top_k;            /* K */
+    int n_group;          /* groups of E / n_group contiguous experts; 1 = no groups */
+    int topk_group;       /* groups kept; 1 when n_group is 1 */
+    bool norm_topk_prob;  /* renormalise the selected weights */
     float routed_scaling_factor; /* applied once, in the returned weights; 1 = none */
     /* The score-correction bias [E] (NOAUX_TC): F32, BF16 or F16, converted to f32 once, at
      * creation; every value must be finite. Copied: the caller may free it after create. */
@@ -228,7 +232,6 @@ moe_status moe_router_forward(const moe_router *router, size_t n_tokens, const f
  * string lives as long as the router. */
 const char *moe_router_explain(const moe_router *router);
 
-
 /* ---- The MoE layer ------------------------------------------------------------------- */
 
 /* One MoE block (or dense MLP) of a model: router gate -> routing -> experts -> shared
@@ -240,8 +243,8 @@ const char *moe_router_explain(const moe_router *router);
 typedef struct moe_layer moe_layer;
 
 typedef struct moe_layer_options {
-    size_t size;      /* sizeof(moe_layer_options) */
-    int threads;      /* worker threads per forward; 0 = the number of cores */
+    size_t size; /* sizeof(moe_layer_options) */
+    int threads; /* worker threads per forward; 0 = the number of cores */
     /* The router logits dtype: MOE_DTYPE_F32 (default), MOE_DTYPE_BF16 (parity mode: the gate
      * rounds its fp32 accumulation to bf16 in the same epilogue), or MOE_DTYPE_INVALID to
      * decide later with moe_layer_set_logits_dtype (it resolves to F32 if never set). */
@@ -280,20 +283,20 @@ typedef struct moe_trace {
 
 /* The arguments of one forward. Optional outputs may be NULL. */
 typedef struct moe_forward_args {
-    size_t size;               /* sizeof(moe_forward_args) */
-    size_t n_tokens;           /* T; 0 is a valid no-op */
-    size_t hidden_size;        /* must equal the model's hidden size (checked) */
-    const void *hidden;        /* [T, hidden] hidden states entering the block */
-    moe_dtype hidden_dtype;    /* MOE_DTYPE_F32 or MOE_DTYPE_BF16 */
-    const void *token_ids;     /* [T] I32 or I64; required by hash-routed layers */
+    size_t size;            /* sizeof(moe_forward_args) */
+    size_t n_tokens;        /* T; 0 is a valid no-op */
+    size_t hidden_size;     /* must equal the model's hidden size (checked) */
+    const void *hidden;     /* [T, hidden] hidden states entering the block */
+    moe_dtype hidden_dtype; /* MOE_DTYPE_F32 or MOE_DTYPE_BF16 */
+    const void *token_ids;  /* [T] I32 or I64; required by hash-routed layers */
     moe_dtype token_id_dtype;
-    float *out;                /* [T, hidden] the block output: routed experts combined + shared */
-    float *logits_out;         /* optional [T, E] router logits */
-    int32_t *ids_out;          /* optional [T, K] expert ids */
-    float *weights_out;        /* optional [T, K] combine weights */
-    void *workspace;           /* moe_layer_workspace_size(layer, T) bytes, 64-byte aligned */
+    float *out;         /* [T, hidden] the block output: routed experts combined + shared */
+    float *logits_out;  /* optional [T, E] router logits */
+    int32_t *ids_out;   /* optional [T, K] expert ids */
+    float *weights_out; /* optional [T, K] combine weights */
+    void *workspace;    /* moe_layer_workspace_size(layer, T) bytes, 64-byte aligned */
     size_t workspace_size;
-    moe_trace *trace;          /* optional: filled with one entry per step */
+    moe_trace *trace; /* optional: filled with one entry per step */
 } moe_forward_args;
 
 /* Runs the block. Validates every argument first (hidden dtype, NULL pointers, workspace size,

@@ -20,9 +20,10 @@ typedef enum moe_family {
 } moe_family;
 
 typedef enum moe_layer_kind {
-    MOE_LAYER_DENSE = 0, /* one always-on MLP (DeepSeek first_k_dense_replace, Qwen3 mlp_only_layers) */
-    MOE_LAYER_MOE,       /* routed experts chosen by scores */
-    MOE_LAYER_HASH,      /* routed experts chosen by tid2eid[token id] (DeepSeek-V4 first layers) */
+    MOE_LAYER_DENSE =
+        0,          /* one always-on MLP (DeepSeek first_k_dense_replace, Qwen3 mlp_only_layers) */
+    MOE_LAYER_MOE,  /* routed experts chosen by scores */
+    MOE_LAYER_HASH, /* routed experts chosen by tid2eid[token id] (DeepSeek-V4 first layers) */
 } moe_layer_kind;
 
 /* moe_score_func and moe_route_method are public: see include/moe.h. */
@@ -45,11 +46,11 @@ typedef struct moe_routing_desc {
     moe_score_func score;
     int n_experts;
     int top_k;
-    int n_group;    /* 1 when the config has no groups */
-    int topk_group; /* 1 when the config has no groups */
-    bool has_correction_bias; /* e_score_correction_bias / DeepSeek-V4 ffn.gate.bias */
-    bool has_router_bias;     /* gpt-oss router bias, added to the logits */
-    bool norm_topk_prob;      /* renormalise the selected weights */
+    int n_group;                 /* 1 when the config has no groups */
+    int topk_group;              /* 1 when the config has no groups */
+    bool has_correction_bias;    /* e_score_correction_bias / DeepSeek-V4 ffn.gate.bias */
+    bool has_router_bias;        /* gpt-oss router bias, added to the logits */
+    bool norm_topk_prob;         /* renormalise the selected weights */
     float routed_scaling_factor; /* 1.0 when absent */
 } moe_routing_desc;
 
@@ -58,7 +59,7 @@ typedef struct moe_mlp_desc {
     int64_t hidden;
     int64_t intermediate;
     moe_weight_format format;
-    moe_dtype scale_dtype; /* FP8_BLOCK: F32 or F8_E8M0; MXFP4: F8_E8M0; BF16: INVALID */
+    moe_dtype scale_dtype;   /* FP8_BLOCK: F32 or F8_E8M0; MXFP4: F8_E8M0; BF16: INVALID */
     int block_out, block_in; /* FP8_BLOCK: 128, 128 (weight_block_size); MXFP4: 1, 32 */
     moe_activation activation;
     float swiglu_limit; /* SILU_GLU_CLAMP and GPTOSS_GLU */
@@ -72,8 +73,8 @@ typedef struct moe_layer_desc {
     moe_routing_desc routing; /* MOE and HASH layers */
     moe_mlp_desc experts;     /* MOE and HASH layers: each routed expert */
     int n_shared;             /* shared experts (0 if none) */
-    moe_mlp_desc shared;      /* n_shared > 0: ONE MLP of width intermediate (already × n_shared) */
-    moe_mlp_desc dense;       /* DENSE layers */
+    moe_mlp_desc shared; /* n_shared > 0: ONE MLP of width intermediate (already × n_shared) */
+    moe_mlp_desc dense;  /* DENSE layers */
 } moe_layer_desc;
 
 typedef struct moe_model_desc {
@@ -91,7 +92,8 @@ typedef struct moe_model_desc {
 /* Parses config.json text. Every inconsistency is MOE_ECONFIG (or MOE_EMISSING for an absent
  * required field, MOE_EJSON for a wrong JSON type, MOE_EUNSUPPORTED for an unknown model_type
  * or quantisation), naming the field. NAME is used in messages. *out is untouched on error. */
-moe_status moe_model_desc_parse(const char *json, size_t len, const char *name, moe_model_desc *out);
+moe_status moe_model_desc_parse(const char *json, size_t len, const char *name,
+                                moe_model_desc *out);
 
 /* Reads and parses PATH. */
 moe_status moe_model_desc_load(const char *path, moe_model_desc *out);
@@ -102,10 +104,12 @@ const char *moe_family_name(moe_family family); /* the model_type string */
 /* The family whose model_type is NAME; false (and *out untouched) for an unknown name. */
 bool moe_family_from_name(const char *name, moe_family *out);
 const char *moe_layer_kind_name(moe_layer_kind kind);
-const char *moe_score_func_name(moe_score_func score);
-const char *moe_route_method_name(moe_route_method method);
 const char *moe_weight_format_name(moe_weight_format format);
 const char *moe_activation_name(moe_activation activation);
+
+/* The router parameters of routing R of model D (no tensors attached: correction_bias and
+ * tid2eid are NULL; vocab_size is set for hash routing). */
+moe_router_params moe_router_params_of(const moe_model_desc *d, const moe_routing_desc *r);
 
 /* ---- The tensors a family's checkpoint holds for one layer --------------------------- */
 
@@ -125,9 +129,9 @@ typedef enum moe_tensor_role {
     MOE_ROLE_GATE_SCALE,
     MOE_ROLE_UP,
     MOE_ROLE_UP_SCALE,
-    MOE_ROLE_DOWN,              /* [H, I] */
+    MOE_ROLE_DOWN, /* [H, I] */
     MOE_ROLE_DOWN_SCALE,
-    MOE_ROLE_GATE_UP,           /* gpt-oss fused, rows interleaved gate/up */
+    MOE_ROLE_GATE_UP, /* gpt-oss fused, rows interleaved gate/up */
     MOE_ROLE_GATE_UP_SCALE,
     MOE_ROLE_GATE_UP_BIAS,
     MOE_ROLE_DOWN_BIAS,
@@ -138,13 +142,13 @@ const char *moe_tensor_role_name(moe_tensor_role role);    /* "router_weight", "
 
 /* One tensor a checkpoint must (or may) hold. */
 typedef struct moe_tensor_spec {
-    char name[160];       /* the canonical name (what gen writes) */
+    char name[160]; /* the canonical name (what gen writes) */
     moe_tensor_group group;
     moe_tensor_role role;
     int layer;
-    int expert;           /* -1 unless the tensor belongs to one expert */
-    moe_dtype dtype;      /* the dtype gen writes */
-    uint32_t dtype_mask;  /* every accepted dtype: bit (1u << moe_dtype) */
+    int expert;          /* -1 unless the tensor belongs to one expert */
+    moe_dtype dtype;     /* the dtype gen writes */
+    uint32_t dtype_mask; /* every accepted dtype: bit (1u << moe_dtype) */
     int ndim;
     int64_t shape[4];
     bool optional;

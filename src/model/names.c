@@ -40,28 +40,6 @@ const char *moe_layer_kind_name(moe_layer_kind kind)
     return NAME_AT(names, kind);
 }
 
-const char *moe_score_func_name(moe_score_func score)
-{
-    static const char *const names[] = {[MOE_SCORE_SOFTMAX] = "softmax",
-                                        [MOE_SCORE_SIGMOID] = "sigmoid",
-                                        [MOE_SCORE_SQRTSOFTPLUS] = "sqrtsoftplus"};
-    return NAME_AT(names, score);
-}
-
-const char *moe_route_method_name(moe_route_method method)
-{
-    static const char *const names[] = {
-        [MOE_ROUTE_SOFTMAX_TOPK] = "softmax_topk",
-        [MOE_ROUTE_TOPK_SOFTMAX] = "topk_softmax",
-        [MOE_ROUTE_GREEDY] = "greedy",
-        [MOE_ROUTE_GROUP_LIMITED_GREEDY] = "group_limited_greedy",
-        [MOE_ROUTE_NOAUX_TC] = "noaux_tc",
-        [MOE_ROUTE_HASH] = "hash",
-        [MOE_ROUTE_SIGMOID_TOP1] = "sigmoid_top1",
-    };
-    return NAME_AT(names, method);
-}
-
 const char *moe_weight_format_name(moe_weight_format format)
 {
     static const char *const names[] = {

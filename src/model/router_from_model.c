@@ -9,7 +9,7 @@
 
 #define WHO "moe_router_create_from_model"
 
-static moe_router_params params_of(const moe_model_desc *d, const moe_routing_desc *r)
+moe_router_params moe_router_params_of(const moe_model_desc *d, const moe_routing_desc *r)
 {
     moe_router_params p;
     memset(&p, 0, sizeof p);
@@ -109,7 +109,7 @@ moe_status moe_router_create_from_model(const moe_model *model, int layer, moe_r
     const moe_layer_desc *ld = &d->layers[layer];
     if (ld->kind == MOE_LAYER_DENSE)
         return moe_error(MOE_EINVAL, WHO ": layer %d is dense (one MLP, no router)", layer);
-    moe_router_params p = params_of(d, &ld->routing);
+    moe_router_params p = moe_router_params_of(d, &ld->routing);
     moe_status st = attach_tensors(model, layer, &p);
     if (st) return st;
     st = moe_router_create(&p, out);

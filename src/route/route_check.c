@@ -23,14 +23,14 @@ static const char *const score_names[] = {
 #define N_METHODS (sizeof method_names / sizeof method_names[0])
 #define N_SCORES (sizeof score_names / sizeof score_names[0])
 
-const char *moe_route_method_str(moe_route_method method)
+const char *moe_route_method_name(moe_route_method method)
 {
     /* Through int: an out-of-range enum value may be negative. */
     int m = (int)method;
     return m >= 0 && (size_t)m < N_METHODS ? method_names[m] : "unknown";
 }
 
-const char *moe_route_score_str(moe_score_func score)
+const char *moe_score_func_name(moe_score_func score)
 {
     int s = (int)score;
     return s >= 0 && (size_t)s < N_SCORES ? score_names[s] : "unknown";

@@ -63,8 +63,4 @@ bool moe_route_check(const moe_route_shape *s, const char *const names[MOE_ROUTE
 /* True for the methods whose selection looks at groups (group_limited_greedy, noaux_tc). */
 bool moe_route_method_uses_groups(moe_route_method method);
 
-/* Printable names ("noaux_tc", "sqrtsoftplus"); "unknown" outside the enums. */
-const char *moe_route_method_str(moe_route_method method);
-const char *moe_route_score_str(moe_score_func score);
-
 #endif

@@ -62,7 +62,7 @@ static moe_status check_params(const moe_router_params *p)
     if (!wants_bias && p->correction_bias)
         return moe_error(MOE_EINVAL,
                          WHO ": params->correction_bias is set, but %s has no correction bias",
-                         moe_route_method_str(p->method));
+                         moe_route_method_name(p->method));
     const bool wants_table = p->method == MOE_ROUTE_HASH;
     if (wants_table && !p->tid2eid)
         return moe_error(MOE_EINVAL,
@@ -70,7 +70,7 @@ static moe_status check_params(const moe_router_params *p)
                              "from it");
     if (!wants_table && p->tid2eid)
         return moe_error(MOE_EINVAL, WHO ": params->tid2eid is set, but %s has no hash table",
-                         moe_route_method_str(p->method));
+                         moe_route_method_name(p->method));
     return MOE_OK;
 }
 
@@ -329,8 +329,8 @@ static moe_status build_explain(moe_router *r, moe_dtype bias_from)
     text t = {moe_malloc(2048), 0, 2048};
     if (!t.buf) return moe_error(MOE_ENOMEM, WHO ": allocating the explain text");
     t.buf[0] = '\0';
-    put(&t, "router %s: score=%s E=%d top_k=%d", moe_route_method_str(r->method),
-        moe_route_score_str(r->score), r->n_experts, r->top_k);
+    put(&t, "router %s: score=%s E=%d top_k=%d", moe_route_method_name(r->method),
+        moe_score_func_name(r->score), r->n_experts, r->top_k);
     explain_groups(r, &t);
     put(&t, ", norm_topk_prob=%s, weights=%s", r->norm_topk_prob ? "true" : "false",
         weights_rule(r));

@@ -329,19 +329,10 @@ static int read_inputs(const route_args *o, const moe_model_desc *d, int layer, 
 
 /* ---- Routing and the outputs --------------------------------------------------------- */
 
-static moe_router_params router_params(const moe_routing_desc *r, const route_inputs *in)
+static moe_router_params router_params(const moe_model_desc *d, const moe_routing_desc *r,
+                                       const route_inputs *in)
 {
-    moe_router_params p;
-    memset(&p, 0, sizeof p);
-    p.size = sizeof p;
-    p.method = r->method;
-    p.score = r->score;
-    p.n_experts = r->n_experts;
-    p.top_k = r->top_k;
-    p.n_group = r->n_group;
-    p.topk_group = r->topk_group;
-    p.norm_topk_prob = r->norm_topk_prob;
-    p.routed_scaling_factor = r->routed_scaling_factor;
+    moe_router_params p = moe_router_params_of(d, r);
     if (in->has_bias) {
         p.correction_bias = in->bias.data;
         p.correction_bias_dtype = in->bias.dtype;
@@ -382,7 +373,7 @@ static int router_fail(const char *opt, const char *path, int layer, moe_route_m
 static int route(const route_args *o, const moe_model_desc *d, int layer, const route_inputs *in)
 {
     const moe_routing_desc *r = &d->layers[layer].routing;
-    const moe_router_params p = router_params(r, in);
+    const moe_router_params p = router_params(d, r, in);
     const size_t n_tokens = (size_t)in->logits.shape[0];
     moe_router *router = NULL;
     int32_t *ids = NULL;
