@@ -3,7 +3,7 @@ BUILD ?= build
 MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-DEPS := cmake make gcc libc6-dev pkg-config libjansson-dev python3
+DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3
 
 .PHONY: all deps configure build test run bench clean
 
