@@ -8,6 +8,7 @@
 
 #include "moe.h"
 #include "kernels/cvt.h"
+#include "bench_util.h"
 
 typedef struct bench_kernel {
     const char *name;
@@ -37,45 +38,6 @@ static const bench_kernel kernels[] = {
 };
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 #define REPEATS 7
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
-
-/* The largest cache level's size from sysfs, or 32 MiB when it cannot be read. */
-static size_t llc_bytes(void)
-{
-    size_t best = 0;
-    for (int i = 0; i < 8; i++) {
-        char path[96];
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        unsigned long v = 0;
-        char unit = 0;
-        if (fscanf(f, "%lu%c", &v, &unit) >= 1) {
-            size_t bytes = v * (unit == 'K' ? 1024ul : unit == 'M' ? 1024ul * 1024 : 1ul);
-            if (bytes > best) best = bytes;
-        }
-        fclose(f);
-    }
-    return best ? best : (size_t)32 << 20;
-}
 
 typedef struct buffers {
     uint8_t *in;     /* codes: in_cap bytes */
@@ -147,20 +109,21 @@ static floors measure_floors(const buffers *b, uint8_t *copy_src)
 {
     double tr[REPEATS], tc[REPEATS], tf[REPEATS];
     for (int r = 0; r < REPEATS; r++) {
-        double t0 = now();
+        double t0 = bench_now_ns();
         read_all(b);
-        double t1 = now();
+        double t1 = bench_now_ns();
         memcpy(b->out, copy_src, b->out_bytes);
-        double t2 = now();
+        double t2 = bench_now_ns();
         memset(b->out, r, b->out_bytes);
-        double t3 = now();
-        tr[r] = t1 - t0;
-        tc[r] = t2 - t1;
-        tf[r] = t3 - t2;
+        double t3 = bench_now_ns();
+        tr[r] = (t1 - t0) * 1e-9; /* seconds */
+        tc[r] = (t2 - t1) * 1e-9;
+        tf[r] = (t3 - t2) * 1e-9;
     }
     double bytes = (double)b->out_bytes;
-    floors f = {bytes / median(tr, REPEATS) / 1e9, 2 * bytes / median(tc, REPEATS) / 1e9,
-                bytes / median(tf, REPEATS) / 1e9};
+    floors f = {bytes / bench_median(tr, REPEATS) / 1e9,
+                2 * bytes / bench_median(tc, REPEATS) / 1e9,
+                bytes / bench_median(tf, REPEATS) / 1e9};
     return f;
 }
 
@@ -181,7 +144,7 @@ int main(void)
         fprintf(stderr, "bench_convert: %s\n", moe_last_error());
         return 1;
     }
-    size_t llc = llc_bytes();
+    size_t llc = bench_llc_bytes();
     buffers b = {0};
     /* Twice the last-level cache, so every pass streams from memory. */
     b.out_bytes = 2 * llc < ((size_t)64 << 20) ? (size_t)64 << 20 : 2 * llc;
@@ -222,11 +185,11 @@ int main(void)
         size_t n = problem_size(k, &b, &in_b, &out_b);
         run_kernel(k, &b, n); /* warm the page tables and the code */
         for (int r = 0; r < REPEATS; r++) {
-            double t0 = now();
+            double t0 = bench_now_ns();
             run_kernel(k, &b, n);
-            t[r] = now() - t0;
+            t[r] = (bench_now_ns() - t0) * 1e-9; /* seconds */
         }
-        double tm = median(t, REPEATS);
+        double tm = bench_median(t, REPEATS);
         double gbs = (in_b + out_b) / tm / 1e9;
         double elems = k->family == MOE_KERNEL_FAMILY_CVT_MXFP4_F32 ? 32.0 * (double)n : (double)n;
         printf("%-28s %8.1f %8.1f %10.2f %8.2f %9.2f\n", k->name, 1e3 * tm, gbs, elems / tm / 1e9,

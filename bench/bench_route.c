@@ -7,6 +7,7 @@
 
 #include "moe.h"
 #include "route/router_internal.h"
+#include "bench_util.h"
 
 #define MAX_T 4096
 #define SAMPLES 7
@@ -35,13 +36,6 @@ static const bench_model models[] = {
 };
 
 static const size_t token_counts[] = {1, 32, 512, 4096};
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -154,14 +148,23 @@ static void *worker(void *arg)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
+/* CPU time of the calling thread: the time the shared machine gave to other work (another
+ * core's compile, a descheduling) is not counted. */
+static double cpu_now_ns(void)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* Median ns per token of routing T rows on THREADS threads (1 or 2). */
-static double measure(const moe_router *r, const bench_model *m, const inputs *in, size_t t,
+/* A figure: the medians of the thread CPU time and of the wall time per token. */
+typedef struct figure {
+    double cpu, wall;
+} figure;
+
+/* ns per token of routing T rows on THREADS threads (1 or 2). With two threads the wall time
+ * covers both threads' rows (throughput) and the CPU time is the calling thread's half. */
+static figure measure(const moe_router *r, const bench_model *m, const inputs *in, size_t t,
                       int threads)
 {
     pthread_barrier_t start, done;
@@ -176,21 +179,22 @@ static double measure(const moe_router *r, const bench_model *m, const inputs *i
         exit(1);
     }
     /* Calibrate the iteration count on one thread, then time SAMPLES runs. */
-    double t0 = now_ns();
+    double t0 = bench_now_ns();
     long iters = 0;
     do {
         run_share(&(share){r, in, m, 0, t, 1, NULL, NULL, false});
         iters++;
-    } while (now_ns() - t0 < SAMPLE_NS / 4);
+    } while (bench_now_ns() - t0 < SAMPLE_NS / 4);
     iters *= 4; /* about SAMPLE_NS for all T rows on one thread */
     mine.iters = other.iters = iters;
-    double samples[SAMPLES];
+    double wall[SAMPLES], cpu[SAMPLES];
     for (int s = 0; s < SAMPLES; s++) {
-        double begin = now_ns();
+        double begin = bench_now_ns(), cpu_begin = cpu_now_ns();
         if (threads == 2) pthread_barrier_wait(&start);
         run_share(&mine);
+        cpu[s] = (cpu_now_ns() - cpu_begin) / ((double)iters * (double)mine.n);
         if (threads == 2) pthread_barrier_wait(&done);
-        samples[s] = (now_ns() - begin) / ((double)iters * (double)t);
+        wall[s] = (bench_now_ns() - begin) / ((double)iters * (double)t);
     }
     if (threads == 2) {
         other.quit = true;
@@ -199,8 +203,7 @@ static double measure(const moe_router *r, const bench_model *m, const inputs *i
     }
     pthread_barrier_destroy(&start);
     pthread_barrier_destroy(&done);
-    qsort(samples, SAMPLES, sizeof samples[0], cmp_double);
-    return samples[SAMPLES / 2];
+    return (figure){bench_median(cpu, SAMPLES), bench_median(wall, SAMPLES)};
 }
 
 /* Usage: bench_route [SUBSTRING]: only the models whose name contains SUBSTRING. */
@@ -212,8 +215,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_route: %s\n", moe_last_error());
         return 1;
     }
-    printf("bench_route: ns per token (median of %d), CPU %s\n", SAMPLES,
-           info.brand[0] ? info.brand : "?");
+    printf("bench_route: ns per token, medians of %d samples, CPU %s\n"
+           "  1t: one thread, thread CPU time (wall time beside the selected kernels' figure);\n"
+           "  2t: two threads on one router, wall time over all the tokens (throughput)\n",
+           SAMPLES, info.brand[0] ? info.brand : "?");
     const moe_cpu_caps ref_caps = {0};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         const bench_model *m = &models[i];
@@ -223,12 +228,14 @@ int main(int argc, char **argv)
         moe_router *ref = make_router(m, &in, &ref_caps);
         moe_router *sel = make_router(m, &in, &info.allowed);
         printf("\n%s\n  selected: %s\n", m->name, moe_router_explain(sel));
-        printf("  %6s | %10s %10s | %10s %10s\n", "T", "ref 1t", "ref 2t", "sel 1t", "sel 2t");
+        printf("  %6s | %10s %10s | %10s %12s %10s\n", "T", "ref 1t", "ref 2t", "sel 1t",
+               "sel 1t wall", "sel 2t");
         for (size_t j = 0; j < sizeof token_counts / sizeof token_counts[0]; j++) {
             const size_t t = token_counts[j];
-            printf("  %6zu | %10.1f %10.1f | %10.1f %10.1f\n", t, measure(ref, m, &in, t, 1),
-                   measure(ref, m, &in, t, 2), measure(sel, m, &in, t, 1),
-                   measure(sel, m, &in, t, 2));
+            const figure r1 = measure(ref, m, &in, t, 1), r2 = measure(ref, m, &in, t, 2);
+            const figure s1 = measure(sel, m, &in, t, 1), s2 = measure(sel, m, &in, t, 2);
+            printf("  %6zu | %10.1f %10.1f | %10.1f %12.1f %10.1f\n", t, r1.cpu, r2.wall, s1.cpu,
+                   s1.wall, s2.wall);
             fflush(stdout);
         }
         moe_router_destroy(ref);

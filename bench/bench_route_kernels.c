@@ -56,6 +56,20 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+/* CPU time of this thread: time the machine gave to other work is not counted. */
+static double cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* One call of kernel k on row r of width e (top-k: k_top picks from a fresh copy of the
  * row's keys; the copy is timed separately and subtracted). */
 static void call(const bench_kernel *k, size_t r, size_t e, size_t k_top)
@@ -144,7 +158,84 @@ static double time_v3(const bench_kernel *sig, const bench_kernel *tk, long iter
 
 static bool allowed(const bench_kernel *k, uint32_t mask) { return (k->isa & ~mask) == 0; }
 
-int main(void)
+/* ---- Whole DeepSeek-V3 rows through the noaux_tc kernels -------------------------------- */
+
+static const bench_kernel noaux_kernels[] = {
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, isa, MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC, {.route_noaux_tc = name}},
+#include "kernels/route_noaux_tc.inc"
+#undef MOE_KERNEL
+};
+
+#define NOAUX_ROWS 4096
+#define NOAUX_SAMPLES 15
+
+/* ns per row of routing T rows per call, over NOAUX_ROWS rows of logits: the median and the
+ * least of NOAUX_SAMPLES samples of thread CPU time, and the median wall time. */
+static void time_noaux(const bench_kernel *k, const moe_route_noaux_tc_args *a, size_t t,
+                       const float *z, int32_t *out_ids, float *w, moe_route_scratch *row_work)
+{
+    const size_t passes = k->isa == 0 ? 1 : 4;
+    const size_t rows = k->isa == 0 ? 256 : NOAUX_ROWS; /* the reference is slow */
+    double cpu[NOAUX_SAMPLES], wall[NOAUX_SAMPLES];
+    for (int s = 0; s < NOAUX_SAMPLES; s++) {
+        double c0 = cpu_ns(), w0 = now_ns();
+        for (size_t p = 0; p < passes; p++)
+            for (size_t r = 0; r + t <= rows; r += t)
+                k->fn.route_noaux_tc(a, t, z + r * 256, out_ids + r * 8, w + r * 8, row_work);
+        const double n = (double)passes * (double)(rows / t * t);
+        cpu[s] = (cpu_ns() - c0) / n;
+        wall[s] = (now_ns() - w0) / n;
+    }
+    qsort(cpu, NOAUX_SAMPLES, sizeof cpu[0], cmp_double);
+    qsort(wall, NOAUX_SAMPLES, sizeof wall[0], cmp_double);
+    printf("  %-30s T=%-5zu cpu median %7.1f  min %7.1f | wall median %7.1f ns per row\n", k->name,
+           t, cpu[NOAUX_SAMPLES / 2], cpu[0], wall[NOAUX_SAMPLES / 2]);
+}
+
+static void bench_noaux(uint32_t mask)
+{
+    float *z = malloc((size_t)NOAUX_ROWS * 256 * sizeof *z);
+    int32_t *out_ids = malloc((size_t)NOAUX_ROWS * 8 * sizeof *out_ids);
+    float *w = malloc((size_t)NOAUX_ROWS * 8 * sizeof *w);
+    moe_route_scratch *row_work = malloc(sizeof *row_work);
+    if (!z || !out_ids || !w || !row_work) {
+        fprintf(stderr, "bench_route_kernels: out of memory\n");
+        exit(1);
+    }
+    uint64_t s = 0x2545F4914F6CDD1Du;
+    for (size_t i = 0; i < (size_t)NOAUX_ROWS * 256; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        z[i] = (float)((double)(s >> 11) * 0x1p-53 * 8.0 - 4.0);
+    }
+    float b[256];
+    for (size_t i = 0; i < 256; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        b[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
+    }
+    const moe_route_noaux_tc_args a = {b, 256, 8, 8, 4, MOE_SCORE_SIGMOID, true, 2.5f};
+    printf("\nDeepSeek-V3 rows through the noaux_tc kernels (logits in [-4, 4], bias in [-1, 1], "
+           "%d rows cycled)\n",
+           NOAUX_ROWS);
+    static const size_t ts[] = {1, 8, 64, 4096};
+    for (size_t i = 0; i < COUNT(noaux_kernels); i++) {
+        if (!allowed(&noaux_kernels[i], mask)) continue;
+        for (size_t j = 0; j < COUNT(ts); j++)
+            if (noaux_kernels[i].isa != 0 || ts[j] <= 256)
+                time_noaux(&noaux_kernels[i], &a, ts[j], z, out_ids, w, row_work);
+    }
+    free(z);
+    free(out_ids);
+    free(w);
+    free(row_work);
+}
+
+/* Usage: bench_route_kernels [noaux]: with "noaux", only the noaux_tc rows. */
+int main(int argc, char **argv)
 {
     moe_cpu_info info;
     if (moe_cpu_query(&info) != MOE_OK) {
@@ -152,6 +243,10 @@ int main(void)
         return 1;
     }
     uint32_t mask = moe_cpu_caps_mask(&info.allowed);
+    if (argc > 1 && strcmp(argv[1], "noaux") == 0) {
+        bench_noaux(mask);
+        return 0;
+    }
     uint64_t s = 0x9E3779B97F4A7C15u;
     for (size_t r = 0; r < ROWS; r++) {
         for (size_t i = 0; i < MAX_E; i++) {
@@ -203,6 +298,8 @@ int main(void)
         }
         printf("\n");
     }
+
+    bench_noaux(mask);
 
     printf("\nDeepSeek-V3 selection from the primitives (E = 256, 8 groups keep 4, k = 8)\n");
     for (size_t i = 0; i < COUNT(kernels); i++) {

@@ -91,6 +91,51 @@ static inline float moe_route_key_decode(uint32_t k)
  * skipped or masked-off element is the same as skipping it (every acc[j] is ≥ +0).
  */
 
+/*
+ * moe_route_noaux_tc_ukernel(args, n_rows, z, ids, w, scratch):
+ * noaux_tc routing of n_rows rows of logits z [n_rows, E] into ids [n_rows, K] and weights
+ * [n_rows, K], exactly as docs/routing.md defines the method: s = the score of z (sigmoid or
+ * sqrt-softplus, as the key kernels compute it), key = encode(s + bias); with groups
+ * (1 < n_group, topk_group < n_group) a group's score is the f32 sum of its two largest keys
+ * (EXCLUDED with fewer than two real keys), the topk_group best groups are kept (lower group
+ * on ties) and every key of the others set EXCLUDED; then top_k as moe_route_topk_ukernel
+ * picks; w[j] = s[ids[j]] for a real pick and 0 otherwise, then (w[j] / Σ w) · scale (Σ in slot
+ * order, skipped when not > 0) if renormalize, else w[j] · scale. The reference is those steps
+ * written once over the reference primitives (kernels/ref/route_rows.h); every variant gives
+ * the same bits for every row. Requires: a shape moe_route_check accepts, every bias value
+ * finite, n_experts ≤ MOE_ROUTE_SCRATCH_EXPERTS; rows are independent, so any n_rows ≥ 0 (rows
+ * of E floats, contiguous, any alignment). SCRATCH is used by the portable path only.
+ *
+ * The AVX-512 variant has a fused path for DeepSeek-V3's shape (moe_route_noaux_tc_fused_shape
+ * below): the keys of a row stay floats (s + bias, -inf for a non-finite logit), the group
+ * step is a register reduction of (largest, second) pairs, and the final top-k ranks the few
+ * keys at or above a bound instead of sweeping the row k times
+ * (kernels/avx512/route_noaux_tc.c). Rows it cannot settle that way (fewer than two real keys
+ * in a kept group, more than 16 keys at the bound, or equal keys among them) take the
+ * portable path, so the result never depends on which path ran.
+ */
+
+/* The shape the AVX-512 noaux_tc kernel fuses: sigmoid, 256 experts in 8 groups, some groups
+ * dropped, at most 8 picks and no more than the kept groups' top two keys (DeepSeek-V3/R1 is
+ * n_group 8, topk_group 4, top_k 8). Any other shape runs the primitives. */
+static inline int moe_route_noaux_tc_fused_shape(int score_is_sigmoid, int n_experts, int top_k,
+                                                 int n_group, int topk_group)
+{
+    return score_is_sigmoid && n_experts == 256 && n_group == 8 && topk_group >= 1 &&
+           topk_group < 8 && top_k >= 1 && top_k <= 8 && top_k <= 2 * topk_group;
+}
+
+/* The workspace of the portable row algorithms (kernels/ref/route_rows.h), sized for the
+ * largest E (80 KiB): moe_router_forward keeps one on its stack. */
+#define MOE_ROUTE_SCRATCH_EXPERTS 4096
+struct moe_route_scratch {
+    _Alignas(64) uint32_t key[MOE_ROUTE_SCRATCH_EXPERTS];  /* selection keys, encoded */
+    _Alignas(64) float s[MOE_ROUTE_SCRATCH_EXPERTS];       /* unbiased scores */
+    _Alignas(64) uint32_t gkey[MOE_ROUTE_SCRATCH_EXPERTS]; /* one key per group */
+    int32_t gidx[MOE_ROUTE_SCRATCH_EXPERTS];               /* the kept groups */
+    uint32_t top[MOE_ROUTE_SCRATCH_EXPERTS];               /* keys of the selected, slot order */
+};
+
 /* ---- The kernels, declared from their enumerators ---------------------------------------- */
 
 #define MOE_KERNEL(name, isa, ref) moe_route_logit_keys_ukernel name;
@@ -111,6 +156,10 @@ static inline float moe_route_key_decode(uint32_t k)
 
 #define MOE_KERNEL(name, isa, ref) moe_route_expsum_ukernel name;
 #include "kernels/route_expsum.inc"
+#undef MOE_KERNEL
+
+#define MOE_KERNEL(name, isa, ref) moe_route_noaux_tc_ukernel name;
+#include "kernels/route_noaux_tc.inc"
 #undef MOE_KERNEL
 
 #endif

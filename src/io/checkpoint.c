@@ -382,6 +382,13 @@ const moe_tensor *moe_ckpt_tensor(const moe_ckpt *ckpt, size_t index)
     return ckpt->tensors[index];
 }
 
+void moe_ckpt_release(const moe_ckpt *ckpt, const moe_tensor *tensor)
+{
+    if (!ckpt || !tensor) return;
+    for (size_t i = 0; i < ckpt->shard_count; i++)
+        moe_st_release(ckpt->shards[i], tensor); /* a no-op for every shard but its own */
+}
+
 const moe_tensor *moe_ckpt_find(const moe_ckpt *ckpt, const char *name)
 {
     if (!ckpt || !name) return NULL;

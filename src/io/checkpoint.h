@@ -22,6 +22,11 @@ const moe_tensor *moe_ckpt_tensor(const moe_ckpt *ckpt, size_t index); /* sorted
 const moe_tensor *moe_ckpt_find(const moe_ckpt *ckpt, const char *name); /* NULL if absent */
 size_t moe_ckpt_shard_count(const moe_ckpt *ckpt);
 
+/* moe_st_release on the shard that holds TENSOR (see there: the pages of a mapped shard are
+ * given back and fault in again from the file if the tensor is read later; files read with
+ * no_mmap keep their bytes). NULL arguments and foreign tensors are ignored. */
+void moe_ckpt_release(const moe_ckpt *ckpt, const moe_tensor *tensor);
+
 /* Validates an index.json held in memory against nothing but itself (JSON shape, plain
  * shard names, string values): for fuzzing and tests. */
 moe_status moe_ckpt_check_index(const void *json, size_t len, const char *name);

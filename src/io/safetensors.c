@@ -1,4 +1,5 @@
 /* safetensors.c — open one .safetensors file: validate the whole header, then map or read it. */
+#define _DEFAULT_SOURCE /* madvise and MADV_DONTNEED (moe_st_release) */
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -555,6 +556,23 @@ void moe_st_close(moe_st_file *file)
     moe_free(file->tensors);
     moe_free(file->path);
     moe_free(file);
+}
+
+void moe_st_release(const moe_st_file *file, const moe_tensor *tensor)
+{
+    if (!file || !tensor || !file->map || file->count == 0) return;
+    /* Integer comparison: the tensor may belong to another file's array. */
+    const uintptr_t t = (uintptr_t)tensor, first = (uintptr_t)file->tensors;
+    if (t < first || t >= first + file->count * sizeof *file->tensors) return;
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || tensor->nbytes == 0) return;
+    /* Only whole pages inside the tensor: the pages at its ends may hold a neighbour's bytes. */
+    const uintptr_t begin = (uintptr_t)tensor->data, end = begin + (uintptr_t)tensor->nbytes;
+    const uintptr_t lo = (begin + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    const uintptr_t hi = end / (uintptr_t)page * (uintptr_t)page;
+    if (hi <= lo) return;
+    /* Advice only: on failure the pages simply stay resident. */
+    (void)madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED);
 }
 
 size_t moe_st_count(const moe_st_file *file) { return file ? file->count : 0; }

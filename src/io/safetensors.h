@@ -50,6 +50,15 @@ size_t moe_st_count(const moe_st_file *file);
 const moe_tensor *moe_st_tensor(const moe_st_file *file, size_t index); /* in offset order */
 const moe_tensor *moe_st_find(const moe_st_file *file, const char *name); /* NULL if absent */
 
+/* Gives the memory behind TENSOR's bytes back to the system once it is no longer needed (a
+ * layer calls it after packing the tensor): madvise(MADV_DONTNEED) on the whole pages inside
+ * its byte range; the pages at its ends, which may hold a neighbour's bytes, are kept. The
+ * mapping is private and read-only, so a later read of the tensor faults its pages in again
+ * from the file: the data stays correct, only resident memory is returned. A no-op for a file
+ * read with no_mmap or opened from memory (their buffers are the only copy), and for a tensor
+ * that is not FILE's. */
+void moe_st_release(const moe_st_file *file, const moe_tensor *tensor);
+
 /* The __metadata__ value for KEY, or NULL. */
 const char *moe_st_metadata(const moe_st_file *file, const char *key);
 

@@ -217,7 +217,7 @@ static void set_used(moe_router *r)
         u[MOE_ROUTE_PRIM_LOGIT_KEYS] = u[MOE_ROUTE_PRIM_TOPK] = true;
         u[MOE_ROUTE_PRIM_EXPSUM] = !r->renormalize;
         break;
-    case MOE_ROUTE_NOAUX_TC: u[MOE_ROUTE_PRIM_SCORE_KEYS] = u[MOE_ROUTE_PRIM_TOPK] = true; break;
+    case MOE_ROUTE_NOAUX_TC: u[MOE_ROUTE_PRIM_NOAUX_TC] = true; break;
     case MOE_ROUTE_HASH: u[MOE_ROUTE_PRIM_SCORE_KEYS] = true; break;
     case MOE_ROUTE_SIGMOID_TOP1:
         u[MOE_ROUTE_PRIM_LOGIT_KEYS] = u[MOE_ROUTE_PRIM_TOPK] = true;
@@ -235,6 +235,7 @@ static moe_kernel_family prim_family(const moe_router *r, moe_route_prim prim)
                                                   : MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS;
     case MOE_ROUTE_PRIM_TOPK: return MOE_KERNEL_FAMILY_ROUTE_TOPK;
     case MOE_ROUTE_PRIM_EXPSUM: return MOE_KERNEL_FAMILY_ROUTE_EXPSUM;
+    case MOE_ROUTE_PRIM_NOAUX_TC: return MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC;
     case MOE_ROUTE_PRIM_COUNT_: break;
     }
     return MOE_KERNEL_FAMILY_COUNT_;
@@ -250,6 +251,7 @@ static void bind_kernel(moe_router *r, moe_route_prim prim, const moe_kernel *k)
         break;
     case MOE_ROUTE_PRIM_TOPK: r->topk = k->fn.route_topk; break;
     case MOE_ROUTE_PRIM_EXPSUM: r->expsum = k->fn.route_expsum; break;
+    case MOE_ROUTE_PRIM_NOAUX_TC: r->noaux_tc = k->fn.route_noaux_tc; break;
     case MOE_ROUTE_PRIM_COUNT_: break;
     }
 }
@@ -324,6 +326,15 @@ static void explain_groups(const moe_router *r, text *t)
         put(t, " (group score: largest logit; other groups masked)");
 }
 
+/* Whether the chosen noaux_tc kernel runs its fused path for this router (kernels/route.h). */
+static bool noaux_tc_fused(const moe_router *r)
+{
+    const moe_route_noaux_tc_args *a = &r->noaux_args;
+    return (r->choice[MOE_ROUTE_PRIM_NOAUX_TC].kernel->isa & MOE_FEAT_AVX512) &&
+           moe_route_noaux_tc_fused_shape(a->score == MOE_SCORE_SIGMOID, a->n_experts, a->top_k,
+                                          a->n_group, a->topk_group);
+}
+
 static moe_status build_explain(moe_router *r, moe_dtype bias_from)
 {
     text t = {moe_malloc(2048), 0, 2048};
@@ -347,10 +358,15 @@ static moe_status build_explain(moe_router *r, moe_dtype bias_from)
     if (r->tid2eid)
         put(&t, ", tid2eid [%lld, %d] (validated at creation)", (long long)r->vocab_size, r->top_k);
     static const char *const prim_names[MOE_ROUTE_PRIM_COUNT_] = {"logit_keys", "score_keys",
-                                                                  "topk", "expsum"};
+                                                                  "topk", "expsum", "noaux_tc"};
     put(&t, "; kernels:");
-    for (int i = 0; i < MOE_ROUTE_PRIM_COUNT_; i++)
-        if (r->used[i]) put(&t, " %s: %s;", prim_names[i], r->choice[i].reason);
+    for (int i = 0; i < MOE_ROUTE_PRIM_COUNT_; i++) {
+        if (!r->used[i]) continue;
+        put(&t, " %s: %s", prim_names[i], r->choice[i].reason);
+        if (i == MOE_ROUTE_PRIM_NOAUX_TC && noaux_tc_fused(r))
+            put(&t, " (fused for this shape: sigmoid, E=256, 8 groups, top_k<=8)");
+        put(&t, ";");
+    }
     if (t.len > 0 && t.buf[t.len - 1] == ';') t.buf[--t.len] = '\0';
     r->explain = t.buf;
     return MOE_OK;
@@ -390,6 +406,14 @@ moe_status moe_router_create_caps(const moe_router_params *params, const moe_cpu
     if (params->correction_bias && (st = convert_bias(params, &r->bias))) goto fail;
     if (params->tid2eid && (st = convert_table(params, &r->tid2eid))) goto fail;
     if ((st = choose_kernels(r, caps))) goto fail;
+    r->noaux_args = (moe_route_noaux_tc_args){.bias = r->bias,
+                                              .n_experts = r->n_experts,
+                                              .top_k = r->top_k,
+                                              .n_group = r->n_group,
+                                              .topk_group = r->topk_group,
+                                              .score = r->score,
+                                              .renormalize = r->renormalize,
+                                              .scale = r->rsf};
     moe_route_bind_row(r);
     if ((st = build_explain(r, params->correction_bias_dtype))) goto fail;
     *out = r;
@@ -469,6 +493,10 @@ moe_status moe_router_forward(const moe_router *router, size_t n_tokens, const f
         if (st) return st;
     }
     moe_route_scratch sc;
+    if (router->rows) {
+        router->rows(router, n_tokens, logits, &sc, ids, weights);
+        return MOE_OK;
+    }
     for (size_t t = 0; t < n_tokens; t++) {
         int64_t token = 0;
         if (hash)

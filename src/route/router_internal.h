@@ -11,16 +11,12 @@
 #include "route/route_check.h"
 #include "select/select.h"
 
-/* The per-row scratch: everything a row needs beyond its inputs and outputs, sized by the
- * largest E (80 KiB). It lives on the stack of moe_router_forward, so forward never allocates
- * and any number of threads can share one router. */
-typedef struct moe_route_scratch {
-    _Alignas(64) uint32_t key[MOE_ROUTE_MAX_EXPERTS];  /* selection keys, encoded */
-    _Alignas(64) float s[MOE_ROUTE_MAX_EXPERTS];       /* unbiased scores */
-    _Alignas(64) uint32_t gkey[MOE_ROUTE_MAX_EXPERTS]; /* one key per group */
-    int32_t gidx[MOE_ROUTE_MAX_EXPERTS];               /* the kept groups */
-    uint32_t top[MOE_ROUTE_MAX_EXPERTS];               /* keys of the selected, slot order */
-} moe_route_scratch;
+/* The per-row scratch (struct moe_route_scratch, kernels/route.h): everything a row needs
+ * beyond its inputs and outputs, sized by the largest E (80 KiB). It lives on the stack of
+ * moe_router_forward, so forward never allocates and any number of threads can share one
+ * router. */
+_Static_assert(MOE_ROUTE_SCRATCH_EXPERTS >= MOE_ROUTE_MAX_EXPERTS,
+               "the routing scratch is smaller than the largest router");
 
 /* sigmoid_keys and sqrtsoftplus_keys share this signature (kernels/route.h). */
 typedef void moe_route_score_keys_fn(size_t n, const float *z, const float *bias, float *s,
@@ -32,6 +28,7 @@ typedef enum moe_route_prim {
     MOE_ROUTE_PRIM_SCORE_KEYS, /* sigmoid or sqrtsoftplus, per the router's score */
     MOE_ROUTE_PRIM_TOPK,
     MOE_ROUTE_PRIM_EXPSUM,
+    MOE_ROUTE_PRIM_NOAUX_TC, /* whole noaux_tc rows (scores, groups, top-k, weights) */
     MOE_ROUTE_PRIM_COUNT_
 } moe_route_prim;
 
@@ -39,6 +36,10 @@ typedef enum moe_route_prim {
  * range-checked) into IDS [K] and W [K]. */
 typedef void moe_route_row_fn(const moe_router *r, const float *z, int64_t token,
                               moe_route_scratch *sc, int32_t *ids, float *w);
+
+/* Routes N rows at once (methods whose kernel takes whole batches; token ids unused). */
+typedef void moe_route_rows_fn(const moe_router *r, size_t n, const float *z, moe_route_scratch *sc,
+                               int32_t *ids, float *w);
 
 struct moe_router {
     moe_route_method method;
@@ -54,10 +55,13 @@ struct moe_router {
     int32_t *tid2eid; /* [vocab_size, K], validated, NULL unless hash */
     int64_t vocab_size;
     moe_route_row_fn *row;
+    moe_route_rows_fn *rows; /* when set, forward routes the whole batch with it instead */
     moe_route_logit_keys_ukernel *logit_keys;
     moe_route_score_keys_fn *score_keys;
     moe_route_topk_ukernel *topk;
     moe_route_expsum_ukernel *expsum;
+    moe_route_noaux_tc_ukernel *noaux_tc;
+    moe_route_noaux_tc_args noaux_args; /* bias, shape, score and weight rule, for noaux_tc */
     moe_kernel_choice choice[MOE_ROUTE_PRIM_COUNT_];
     bool used[MOE_ROUTE_PRIM_COUNT_]; /* which primitives this method calls */
     char *explain;
@@ -69,7 +73,7 @@ struct moe_router {
 moe_status moe_router_create_caps(const moe_router_params *params, const moe_cpu_caps *caps,
                                   moe_router **out);
 
-/* Picks the row driver of R's method; fills r->row. */
+/* Picks the row driver of R's method; fills r->row or r->rows. */
 void moe_route_bind_row(moe_router *r);
 
 #endif

@@ -23,6 +23,22 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS = 6,
     MOE_KERNEL_FAMILY_ROUTE_TOPK = 7,
     MOE_KERNEL_FAMILY_ROUTE_EXPSUM = 8,
+    /* The router gate GEMM, one family per (input, weight) dtype pair: x f32 or bf16 times
+     * weights f32, bf16 or f16. Signature moe_gate_ukernel; contract in kernels/gate.h. */
+    MOE_KERNEL_FAMILY_GATE_XF32_WF32 = 9,
+    MOE_KERNEL_FAMILY_GATE_XF32_WBF16 = 10,
+    MOE_KERNEL_FAMILY_GATE_XF32_WF16 = 11,
+    MOE_KERNEL_FAMILY_GATE_XBF16_WF32 = 12,
+    MOE_KERNEL_FAMILY_GATE_XBF16_WBF16 = 13,
+    MOE_KERNEL_FAMILY_GATE_XBF16_WF16 = 14,
+    /* Expert MLP kernel sets, one family per (weight format, recipe): a kernel is a whole
+     * moe_expert_kernels (packing + micro-kernels); contract in kernels/expert.h. */
+    MOE_KERNEL_FAMILY_EXPERT_BF16_F32 = 15,
+    MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 = 16,
+    MOE_KERNEL_FAMILY_EXPERT_FP8_F32 = 17,
+    MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 = 18,
+    /* noaux_tc routing of whole rows (scores, groups, top-k, weights); kernels/route.h. */
+    MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC = 19,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 
@@ -50,6 +66,28 @@ typedef void moe_route_sqrtsoftplus_keys_ukernel(size_t n, const float *z, const
 typedef void moe_route_topk_ukernel(size_t n, uint32_t *key, size_t k, int32_t *ids, uint32_t *top);
 /* Σ exp(z[i] - m) over the finite z[i], in a fixed order of additions: */
 typedef float moe_route_expsum_ukernel(size_t n, const float *z, float m);
+/* noaux_tc on n_rows rows of logits: ids and weights, as moe_router_forward returns them
+ * (kernels/route.h has the contract; SCRATCH is the portable row algorithms' workspace): */
+typedef struct moe_route_scratch moe_route_scratch;
+typedef struct moe_route_noaux_tc_args {
+    const float *bias;    /* [n_experts] f32 correction bias, every value finite */
+    int n_experts, top_k; /* a shape moe_route_check accepts */
+    int n_group, topk_group;
+    moe_score_func score; /* MOE_SCORE_SIGMOID or MOE_SCORE_SQRTSOFTPLUS */
+    bool renormalize;     /* norm_topk_prob */
+    float scale;          /* routed_scaling_factor, finite and > 0 */
+} moe_route_noaux_tc_args;
+typedef void moe_route_noaux_tc_ukernel(const moe_route_noaux_tc_args *args, size_t n_rows,
+                                        const float *z, int32_t *ids, float *w,
+                                        moe_route_scratch *scratch);
+
+/* The router gate GEMM over a whole [m, k] x [k, n] problem, blocking included (every gate
+ * family has this signature; kernels/gate.h defines the arguments and the contract): */
+typedef struct moe_gate_args moe_gate_args;
+typedef void moe_gate_ukernel(const moe_gate_args *args);
+
+/* An expert kernel set: a struct of pack functions and micro-kernels (kernels/expert.h). */
+typedef struct moe_expert_kernels moe_expert_kernels;
 
 /* One pointer per family signature; the family field says which member is live. */
 typedef union moe_kernel_fn {
@@ -62,6 +100,10 @@ typedef union moe_kernel_fn {
     moe_route_sqrtsoftplus_keys_ukernel *route_sqrtsoftplus_keys;
     moe_route_topk_ukernel *route_topk;
     moe_route_expsum_ukernel *route_expsum;
+    moe_route_noaux_tc_ukernel *route_noaux_tc;
+    moe_gate_ukernel *gate; /* every MOE_KERNEL_FAMILY_GATE_* family */
+    /* every MOE_KERNEL_FAMILY_EXPERT_* family: */
+    const moe_expert_kernels *expert_set;
 } moe_kernel_fn;
 
 /* What a kernel needs, as MOE_FEAT_* masks: the flags its kernels/<isa>/ folder compiles with.

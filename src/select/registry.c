@@ -3,6 +3,8 @@
 
 #include "kernels/cvt.h"
 #include "kernels/route.h"
+#include "kernels/gate.h"
+#include "kernels/expert.h"
 #include "select/kernel.h"
 
 /* Each family's lines expand to entries that store the pointer in that family's union member;
@@ -56,6 +58,54 @@ static const moe_kernel registry[] = {
     {#name, MOE_KERNEL_FAMILY_ROUTE_EXPSUM, isa, {.route_expsum = name}, {.route_expsum = ref}},
 #include "kernels/route_expsum.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_GATE_XF32_WF32, isa, {.gate = name}, {.gate = ref}},
+#include "kernels/gate_xf32_wf32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_GATE_XF32_WBF16, isa, {.gate = name}, {.gate = ref}},
+#include "kernels/gate_xf32_wbf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_GATE_XF32_WF16, isa, {.gate = name}, {.gate = ref}},
+#include "kernels/gate_xf32_wf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_GATE_XBF16_WF32, isa, {.gate = name}, {.gate = ref}},
+#include "kernels/gate_xbf16_wf32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_GATE_XBF16_WBF16, isa, {.gate = name}, {.gate = ref}},
+#include "kernels/gate_xbf16_wbf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_GATE_XBF16_WF16, isa, {.gate = name}, {.gate = ref}},
+#include "kernels/gate_xbf16_wf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_BF16_F32, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_bf16_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_BF16_BF16, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_bf16_bf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_FP8_F32, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_fp8_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_FP8_BF16, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_fp8_bf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name,                                                                                        \
+     MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC,                                                             \
+     isa,                                                                                          \
+     {.route_noaux_tc = name},                                                                     \
+     {.route_noaux_tc = ref}},
+#include "kernels/route_noaux_tc.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -68,6 +118,17 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS] = "route_sqrtsoftplus_keys",
     [MOE_KERNEL_FAMILY_ROUTE_TOPK] = "route_topk",
     [MOE_KERNEL_FAMILY_ROUTE_EXPSUM] = "route_expsum",
+    [MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC] = "route_noaux_tc",
+    [MOE_KERNEL_FAMILY_GATE_XF32_WF32] = "gate_xf32_wf32",
+    [MOE_KERNEL_FAMILY_GATE_XF32_WBF16] = "gate_xf32_wbf16",
+    [MOE_KERNEL_FAMILY_GATE_XF32_WF16] = "gate_xf32_wf16",
+    [MOE_KERNEL_FAMILY_GATE_XBF16_WF32] = "gate_xbf16_wf32",
+    [MOE_KERNEL_FAMILY_GATE_XBF16_WBF16] = "gate_xbf16_wbf16",
+    [MOE_KERNEL_FAMILY_GATE_XBF16_WF16] = "gate_xbf16_wf16",
+    [MOE_KERNEL_FAMILY_EXPERT_BF16_F32] = "expert_bf16_f32",
+    [MOE_KERNEL_FAMILY_EXPERT_BF16_BF16] = "expert_bf16_bf16",
+    [MOE_KERNEL_FAMILY_EXPERT_FP8_F32] = "expert_fp8_f32",
+    [MOE_KERNEL_FAMILY_EXPERT_FP8_BF16] = "expert_fp8_bf16",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)

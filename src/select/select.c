@@ -89,7 +89,8 @@ static bool is_route_family(moe_kernel_family family)
     case MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS:
     case MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS:
     case MOE_KERNEL_FAMILY_ROUTE_TOPK:
-    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: return true;
+    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM:
+    case MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC: return true;
     default: return false;
     }
 }
@@ -113,6 +114,101 @@ moe_status moe_select_route(moe_kernel_family family, const moe_cpu_caps *allowe
                          problem->top_k, problem->n_experts);
     moe_cpu_caps caps = moe_cpu_caps_normalize(*allowed);
     return select_by_isa(family, &caps, out);
+}
+
+moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *allowed,
+                                 moe_kernel_choice *out)
+{
+    if (!allowed || !out)
+        return moe_error(MOE_EINVAL, "moe_select_isa_ladder: argument '%s' is NULL",
+                         !allowed ? "allowed" : "out");
+    if ((unsigned)family >= MOE_KERNEL_FAMILY_COUNT_)
+        return moe_error(MOE_EINVAL, "moe_select_isa_ladder: family %d is not a kernel family",
+                         (int)family);
+    moe_cpu_caps caps = moe_cpu_caps_normalize(*allowed);
+    return select_by_isa(family, &caps, out);
+}
+
+/* ---- Expert kernel sets ---------------------------------------------------------------- */
+
+static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
+{
+    if (format == MOE_EXPERT_FMT_BF16)
+        return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_BF16_BF16
+                                         : MOE_KERNEL_FAMILY_EXPERT_BF16_F32;
+    return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_FP8_BF16
+                                     : MOE_KERNEL_FAMILY_EXPERT_FP8_F32;
+}
+
+static bool is_expert_scale(moe_dtype d)
+{
+    return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F8_E8M0 || d == MOE_DTYPE_U8;
+}
+
+static moe_status check_expert_problem(const moe_expert_problem *p)
+{
+    const int mxfp4 = MOE_EXPERT_FMT_FP8_BLOCK + 1; /* moe_weight_format's next value */
+    if (p->format == mxfp4)
+        return moe_error(MOE_EUNSUPPORTED, "moe_select_experts: MXFP4 expert weights have no "
+                                           "kernel set yet");
+    if (p->format != MOE_EXPERT_FMT_BF16 && p->format != MOE_EXPERT_FMT_FP8_BLOCK)
+        return moe_error(MOE_EINVAL, "moe_select_experts: unknown weight format %d", p->format);
+    if (p->format == MOE_EXPERT_FMT_BF16 && p->weight_dtype != MOE_DTYPE_BF16)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "moe_select_experts: bf16-format expert weights of dtype %s; the expert "
+                         "kernels read bf16 only",
+                         moe_dtype_name(p->weight_dtype));
+    if (p->format == MOE_EXPERT_FMT_FP8_BLOCK && p->weight_dtype != MOE_DTYPE_F8_E4M3)
+        return moe_error(MOE_EDTYPE,
+                         "moe_select_experts: FP8 expert weights of dtype %s, not "
+                         "f8_e4m3",
+                         moe_dtype_name(p->weight_dtype));
+    if (p->format == MOE_EXPERT_FMT_FP8_BLOCK && !is_expert_scale(p->scale_dtype))
+        return moe_error(MOE_EDTYPE,
+                         "moe_select_experts: FP8 block scales of dtype %s, not f32, "
+                         "bf16 or f8_e8m0",
+                         moe_dtype_name(p->scale_dtype));
+    if (p->hidden < 1 || p->intermediate < 1)
+        return moe_error(MOE_EINVAL,
+                         "moe_select_experts: hidden %lld and intermediate %lld must "
+                         "be at least 1",
+                         (long long)p->hidden, (long long)p->intermediate);
+    if (p->activation < 0 || p->activation > 2)
+        return moe_error(MOE_EINVAL, "moe_select_experts: unknown activation %d", p->activation);
+    if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16)
+        return moe_error(MOE_EINVAL, "moe_select_experts: unknown recipe %d", (int)p->recipe);
+    return MOE_OK;
+}
+
+moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_problem *problem,
+                              moe_expert_choice *out)
+{
+    if (!allowed || !problem || !out)
+        return moe_error(MOE_EINVAL, "moe_select_experts: argument '%s' is NULL",
+                         !allowed   ? "allowed"
+                         : !problem ? "problem"
+                                    : "out");
+    moe_status st = check_expert_problem(problem);
+    if (st) return st;
+    moe_cpu_caps caps = moe_cpu_caps_normalize(*allowed);
+    moe_kernel_choice kc;
+    st = select_by_isa(expert_family(problem->format, problem->recipe), &caps, &kc);
+    if (st) return st;
+    const moe_expert_kernels *set = kc.kernel->fn.expert_set;
+    if (set->gateup_tile_bytes(problem->hidden) == 0 ||
+        set->down_tile_bytes(problem->intermediate) == 0)
+        return moe_error(MOE_EOVERFLOW,
+                         "moe_select_experts: hidden %lld or intermediate %lld exceeds the "
+                         "expert kernels' limit of 2^40",
+                         (long long)problem->hidden, (long long)problem->intermediate);
+    moe_expert_choice r = {
+        .set = set, .kernel = kc.kernel, .recipe = set->recipe, .missing = kc.missing};
+    snprintf(r.reason, sizeof r.reason, "%s; recipe %s", kc.reason,
+             set->recipe == MOE_RECIPE_BF16
+                 ? "bf16 (activations rounded to bf16, vdpbf16ps), as requested"
+                 : "f32 (f32 activations, fp32 FMA)");
+    *out = r;
+    return MOE_OK;
 }
 
 void moe_cpu_feature_why(const moe_cpu_info *info, uint32_t feature, char *buf, size_t size)

@@ -2,14 +2,33 @@
 #ifndef MOE_SELECT_SELECT_H
 #define MOE_SELECT_SELECT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "select/kernel.h"
+#include "kernels/expert.h"
 
-/* A packed weight layout chosen together with its kernel (pack function, tile, strides).
- * The GEMM families will define it; conversion kernels read the checkpoint layout as is. */
+/*
+ * A packed weight layout chosen together with its kernel: how one row-major [rows, cols]
+ * checkpoint matrix becomes the bytes the kernel reads, and back. Families whose weight is one
+ * matrix use it (the router gate: every kernel of a gate family reads its family's layout;
+ * kernels/gate.h draws them). Conversion kernels read the checkpoint layout as is (NULL).
+ */
 typedef struct moe_packing moe_packing;
+struct moe_packing {
+    const char *name; /* for explain: the element type and the tile, e.g. "bf16 16-row tiles..." */
+    moe_dtype dtype;  /* the element type the packed bytes keep (the source's: nothing converts) */
+    /* Bytes of the packed [rows, cols] matrix, with checked arithmetic: MOE_EOVERFLOW naming
+     * the shape if it does not fit in size_t; MOE_EINVAL for rows or cols below 1. */
+    moe_status (*bytes)(int64_t rows, int64_t cols, size_t *out);
+    /* Packs src (row-major [rows, cols] of `dtype`, any alignment) into dst (bytes() long,
+     * 64-byte aligned). MOE_EVALUE naming the row and column of a NaN or Inf, which no router
+     * weight may hold; dst is then unspecified. */
+    moe_status (*pack)(const void *src, int64_t rows, int64_t cols, void *dst);
+    /* Rebuilds the row-major [rows, cols] matrix of `dtype` from packed bytes, bit for bit. */
+    void (*unpack)(const void *packed, int64_t rows, int64_t cols, void *dst);
+};
 
 /*
  * The outcome of a selection. Callers keep it (e.g. in a layer object); there is no global
@@ -58,6 +77,52 @@ typedef struct moe_route_problem {
  */
 moe_status moe_select_route(moe_kernel_family family, const moe_cpu_caps *allowed,
                             const moe_route_problem *problem, moe_kernel_choice *out);
+
+/*
+ * The ISA ladder every selection ends with, for entry points that live outside select.c
+ * (moe_select_gate): among `family`'s registered kernels, the most preferred one the
+ * normalized `allowed` can run, with the reason and the decisive missing feature; packing
+ * NULL (the caller sets it). Pure. MOE_EUNSUPPORTED if no kernel of the family can run; *out
+ * is untouched on error. Callers validate the family and the problem first.
+ */
+moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *allowed,
+                                 moe_kernel_choice *out);
+
+/* An expert MLP group's problem: what moe_select_experts looks at. */
+typedef struct moe_expert_problem {
+    int format;               /* moe_weight_format: MOE_EXPERT_FMT_BF16 or _FP8_BLOCK */
+    moe_dtype weight_dtype;   /* BF16 (format BF16), F8_E4M3 (FP8_BLOCK) */
+    moe_dtype scale_dtype;    /* FP8_BLOCK: F32, BF16, F8_E8M0 or U8; ignored otherwise */
+    int64_t hidden;           /* H ≥ 1 */
+    int64_t intermediate;     /* I ≥ 1 (shared experts: already × n_shared) */
+    int activation;           /* moe_activation: 0, 1 or 2 */
+    bool has_bias;            /* gpt-oss expert biases (every kernel set takes them) */
+    moe_expert_recipe recipe; /* requested: F32 (the default, 0) or BF16 */
+} moe_expert_problem;
+
+/* The outcome: the kernel set (with its packing) and why. */
+typedef struct moe_expert_choice {
+    const moe_expert_kernels *set; /* never NULL after MOE_OK */
+    const moe_kernel *kernel;      /* its registry entry (name, family, isa, reference) */
+    moe_expert_recipe recipe;      /* set->recipe */
+    uint32_t missing;              /* as in moe_kernel_choice */
+    char reason[320];              /* moe_kernel_choice's reason, then the recipe */
+} moe_expert_choice;
+
+/*
+ * The eligibility function of the expert GEMMs: a pure function of (allowed caps, problem)
+ * returning the kernel set, whose pack functions define the packed layout, and the reason.
+ * The recipe is the problem's (F32 unless BF16 is asked for: on the machines measured so
+ * far vdpbf16ps does half the flops of fp32 FMA per cycle, and the F32 recipe gives the same
+ * bits on every ISA); the ISA ladder of that (format, recipe) family then picks the set. A
+ * BF16 request on a CPU without AVX512-BF16 gets the reference set, and the reason says so.
+ * MOE_EINVAL for NULL arguments, shapes below 1, an unknown activation or recipe;
+ * MOE_EUNSUPPORTED for a format with no kernel set (MXFP4) or bf16-format weights that are
+ * not BF16 (F16, F32); MOE_EDTYPE for an FP8 weight or scale dtype the format cannot have;
+ * MOE_EOVERFLOW when a tile of this shape does not fit in size_t. *out is untouched on error.
+ */
+moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_problem *problem,
+                              moe_expert_choice *out);
 
 /*
  * Why one MOE_FEAT_* feature is or is not in info->allowed, for diagnostics: "allowed",

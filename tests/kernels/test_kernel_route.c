@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "moe.h"
+#include "kernels/ref/math_ref.h"
 #include "kernels/route.h"
 #include "select/kernel.h"
 #include "test.h"
@@ -602,6 +603,297 @@ static void test_expsum_order(void)
     CHECKF(bad == 0, "reference expsum: %zu rows not summed in route.h's order", bad);
 }
 
+/* ---- noaux_tc rows ----------------------------------------------------------------------- */
+
+static const test_kernel noaux_kernels[] = {
+#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_noaux_tc = name}},
+#include "kernels/route_noaux_tc.inc"
+#undef MOE_KERNEL
+};
+
+#define NOAUX_MAX_E 512
+#define NOAUX_MAX_K 16
+#define NOAUX_ROWS 23 /* odd, and more than two of the AVX-512 kernel's blocks of 8 */
+
+typedef struct noaux_shape {
+    int e, k, g, tg;
+    moe_score_func score;
+    bool renorm;
+    float scale;
+} noaux_shape;
+
+/* The oracle: the method from its definition (docs/routing.md), written without keys or the
+ * primitives: scores by the scalar functions of math_ref.h, selection by sorting floats. */
+typedef struct noaux_item {
+    int id;
+    bool real;
+    float v;
+} noaux_item;
+
+static int noaux_item_cmp(const void *pa, const void *pb)
+{
+    const noaux_item *a = pa, *b = pb;
+    if (a->real != b->real) return a->real ? -1 : 1;
+    if (a->real && a->v != b->v) return a->v > b->v ? -1 : 1;
+    return a->id < b->id ? -1 : 1;
+}
+
+static void noaux_oracle(const noaux_shape *sh, const float *z, const float *bias, int32_t *ids,
+                         float *w)
+{
+    static float s[NOAUX_MAX_E];
+    static noaux_item items[NOAUX_MAX_E], groups[NOAUX_MAX_E];
+    const int e = sh->e, m = sh->e / sh->g;
+    for (int i = 0; i < e; i++) {
+        const bool finite = isfinite(z[i]);
+        s[i] = !finite                               ? 0.0f
+               : sh->score == MOE_SCORE_SQRTSOFTPLUS ? moe_math_sqrtsoftplus(z[i])
+                                                     : moe_math_sigmoid(z[i]);
+        items[i] = (noaux_item){i, finite && isfinite(s[i] + bias[i]), s[i] + bias[i]};
+    }
+    if (sh->g > 1 && sh->tg < sh->g) {
+        for (int g = 0; g < sh->g; g++) { /* the sum of the group's two largest real keys */
+            float top[2] = {-INFINITY, -INFINITY};
+            int n = 0;
+            for (int i = g * m; i < (g + 1) * m; i++) {
+                if (!items[i].real) continue;
+                n++;
+                if (items[i].v > top[0]) {
+                    top[1] = top[0];
+                    top[0] = items[i].v;
+                } else if (items[i].v > top[1]) {
+                    top[1] = items[i].v;
+                }
+            }
+            groups[g] = (noaux_item){g, n >= 2, n >= 2 ? top[0] + top[1] : 0.0f};
+        }
+        qsort(groups, (size_t)sh->g, sizeof groups[0], noaux_item_cmp);
+        for (int r = sh->tg; r < sh->g; r++) /* the dropped groups: below every real key */
+            for (int i = groups[r].id * m; i < (groups[r].id + 1) * m; i++)
+                items[i].real = false;
+    }
+    qsort(items, (size_t)e, sizeof items[0], noaux_item_cmp);
+    float sum = 0.0f;
+    for (int j = 0; j < sh->k; j++) {
+        ids[j] = items[j].id;
+        w[j] = items[j].real ? s[items[j].id] : 0.0f;
+        sum += w[j];
+    }
+    for (int j = 0; j < sh->k; j++)
+        w[j] = !sh->renorm ? w[j] * sh->scale : sum > 0.0f ? (w[j] / sum) * sh->scale : w[j];
+}
+
+/* Extra row kinds for noaux_tc, past fill_row's: each aims at one exit of the fused path. */
+enum noaux_row_kind {
+    NOAUX_ROW_TOP_TIE = ROW_KINDS_, /* random, then the largest logit copied into another group */
+    NOAUX_ROW_SPARSE,               /* 95% NaN: kept groups without two real keys */
+    NOAUX_ROW_KINDS_
+};
+
+static void noaux_fill_row(float *z, int e, int kind)
+{
+    if (kind < ROW_KINDS_) {
+        fill_row(z, (size_t)e, (enum row_kind)kind);
+        return;
+    }
+    fill_row(z, (size_t)e, ROW_RANDOM);
+    if (kind == NOAUX_ROW_SPARSE) {
+        for (int i = 0; i < e; i++)
+            if (rng_next() % 20 != 0) z[i] = NAN;
+        return;
+    }
+    int best = 0;
+    for (int i = 1; i < e; i++)
+        best = z[i] > z[best] ? i : best;
+    z[(best + e / 2) % e] = z[best];
+}
+
+enum noaux_bias_kind { NB_ZERO, NB_SMALL, NB_NEGATIVE, NB_LARGE, NB_HUGE, NB_BINADES, NB_KINDS_ };
+static const char *const noaux_bias_names[NB_KINDS_] = {"zero",  "small", "negative",
+                                                        "large", "huge",  "binades"};
+
+/* Finite biases only: the kernels' contract (the router rejects others at creation). */
+static void noaux_fill_bias(float *b, int e, int kind)
+{
+    for (int i = 0; i < e; i++) {
+        switch (kind) {
+        case NB_ZERO: b[i] = 0.0f; break;
+        case NB_SMALL: b[i] = rng_normal(0.05); break;
+        case NB_NEGATIVE: b[i] = -(float)(rng_unit() * 8.0); break;
+        case NB_LARGE: b[i] = 7.0f + rng_normal(0.1); break;
+        case NB_HUGE: b[i] = (rng_next() & 1) ? 3e38f : -3e38f; break;
+        default: b[i] = ldexpf((rng_next() & 1) ? 1.0f : -1.0f, (int)(rng_next() % 41) - 20);
+        }
+    }
+}
+
+typedef struct noaux_bufs {
+    guarded in_z;
+    outbuf out_ids, out_w;
+    float z[NOAUX_ROWS * NOAUX_MAX_E], bias[NOAUX_MAX_E], w_ref[NOAUX_ROWS * NOAUX_MAX_K];
+    int32_t ids_ref[NOAUX_ROWS * NOAUX_MAX_K];
+    moe_route_scratch work;
+} noaux_bufs;
+
+static void run_noaux_case(const noaux_shape *sh, noaux_bufs *nb, size_t rows, const char *label)
+{
+    const moe_route_noaux_tc_args args = {nb->bias, sh->e,     sh->k,      sh->g,
+                                          sh->tg,   sh->score, sh->renorm, sh->scale};
+    const size_t k = (size_t)sh->k, zbytes = rows * (size_t)sh->e * 4;
+    noaux_kernels[0].fn.route_noaux_tc(&args, rows, nb->z, nb->ids_ref, nb->w_ref, &nb->work);
+    size_t bad = 0;
+    for (size_t t = 0; t < rows; t++) {
+        int32_t ids[NOAUX_MAX_K];
+        float w[NOAUX_MAX_K];
+        noaux_oracle(sh, nb->z + t * (size_t)sh->e, nb->bias, ids, w);
+        bool same = memcmp(ids, nb->ids_ref + t * k, k * 4) == 0 &&
+                    memcmp(w, nb->w_ref + t * k, k * 4) == 0;
+        if (!same && bad++ < 3)
+            fprintf(stderr, "  reference noaux_tc %s row %zu: slot 0 id %d w %a, oracle %d %a\n",
+                    label, t, nb->ids_ref[t * k], (double)nb->w_ref[t * k], ids[0], (double)w[0]);
+    }
+    CHECKF(bad == 0, "reference noaux_tc %s E=%d K=%d G=%d TG=%d: %zu rows differ from the oracle",
+           label, sh->e, sh->k, sh->g, sh->tg, bad);
+
+    for (size_t i = 1; i < COUNT(noaux_kernels); i++) {
+        const test_kernel *tk = &noaux_kernels[i];
+        if ((tk->isa & ~allowed_mask) != 0) continue;
+        size_t c = case_counter++;
+        float *z = guarded_place(&nb->in_z, zbytes, (int)(c % NPLACES));
+        memcpy(z, nb->z, zbytes);
+        size_t off = (c / NPLACES) % 4;
+        int32_t *ids = outbuf_prepare(&nb->out_ids, rows * k, off);
+        float *w = outbuf_prepare(&nb->out_w, rows * k, 3 - off);
+        tk->fn.route_noaux_tc(&args, rows, z, ids, w, &nb->work);
+        size_t diff = 0;
+        for (size_t t = 0; t < rows; t++) {
+            bool same = memcmp(ids + t * k, nb->ids_ref + t * k, k * 4) == 0 &&
+                        memcmp(w + t * k, nb->w_ref + t * k, k * 4) == 0;
+            if (!same && diff++ < 3)
+                fprintf(stderr, "  %s %s row %zu: slot 0 id %d w %a, reference %d %a\n", tk->name,
+                        label, t, ids[t * k], (double)w[t * k], nb->ids_ref[t * k],
+                        (double)nb->w_ref[t * k]);
+        }
+        CHECKF(diff == 0, "%s %s E=%d K=%d G=%d TG=%d: %zu rows differ from the reference",
+               tk->name, label, sh->e, sh->k, sh->g, sh->tg, diff);
+        size_t dmg = outbuf_damage(&nb->out_ids, rows * k, off) +
+                     outbuf_damage(&nb->out_w, rows * k, 3 - off);
+        CHECKF(dmg == 0, "%s %s: %zu guard words overwritten", tk->name, label, dmg);
+        CHECKF(guarded_intact(&nb->in_z, z, zbytes), "%s: wrote around its logits", tk->name);
+    }
+}
+
+#define FUSED_SHAPES 7
+
+/* A DeepSeek-V3 row with chosen keys: logit 0 everywhere (sigmoid 0.5, exactly) and the bias
+ * v - 0.5, so the key of expert i is v[i] (every v here is 0.5 + an exact bias). Experts not
+ * named get distinct keys below -1. */
+static void noaux_design(noaux_bufs *nb, const int *at, const float *v, int n)
+{
+    for (int i = 0; i < 256; i++) {
+        nb->z[i] = 0.0f;
+        nb->bias[i] = -1.5f - 0.001f * (float)i;
+    }
+    for (int j = 0; j < n; j++)
+        nb->bias[at[j]] = v[j] - 0.5f;
+}
+
+/* Rows built for the fused path's edges, each routed alone (DeepSeek-V3's shape). */
+static void test_noaux_designed(noaux_bufs *nb)
+{
+    const noaux_shape v3 = {256, 8, 8, 4, MOE_SCORE_SIGMOID, true, 2.5f};
+    /* Groups 3 and 5 tie for the fourth place (0.625 + 0.375 = 0.75 + 0.25, exactly): group 3,
+     * the lower, is kept, and its two keys are picks 7 and 8. */
+    const int tie_at[] = {0, 1, 32, 33, 64, 65, 96, 97, 160, 161};
+    const float tie_v[] = {3.0f, 2.9f, 3.01f, 2.91f, 3.02f, 2.92f, 0.625f, 0.375f, 0.75f, 0.25f};
+    noaux_design(nb, tie_at, tie_v, 10);
+    run_noaux_case(&v3, nb, 1, "designed: groups tied at the boundary");
+    /* 17 and 16 keys at the bound (group 3's second key, 1.0), the best of them the row's last
+     * expert: one more than a register holds, and exactly a register. */
+    for (int extra = 5; extra >= 4; extra--) {
+        int at[20];
+        float v[20];
+        int n = 0;
+        for (int g = 0; g < 3; g++)
+            for (int j = 0; j < (g == 2 ? extra : 5); j++) {
+                at[n] = 32 * g + j;
+                v[n++] = 2.0f + 0.0625f * (float)(5 * g + j);
+            }
+        at[n] = 100;
+        v[n++] = 1.0f;
+        at[n] = 127;
+        v[n++] = 9.0f;
+        noaux_design(nb, at, v, n);
+        run_noaux_case(&v3, nb, 1,
+                       extra == 5 ? "designed: 17 candidates" : "designed: 16 candidates");
+    }
+}
+
+static void test_noaux(void)
+{
+    static const noaux_shape shapes[] = {
+        /* DeepSeek-V3/R1, and the fused path's other shapes (K ≤ 8, K ≤ 2·TG) */
+        {256, 8, 8, 4, MOE_SCORE_SIGMOID, true, 2.5f},
+        {256, 8, 8, 4, MOE_SCORE_SIGMOID, false, 2.5f},
+        {256, 8, 8, 4, MOE_SCORE_SIGMOID, true, 1.0f},
+        {256, 6, 8, 3, MOE_SCORE_SIGMOID, true, 1.5f},
+        {256, 1, 8, 1, MOE_SCORE_SIGMOID, false, 1.0f},
+        {256, 2, 8, 1, MOE_SCORE_SIGMOID, true, 2.0f},
+        {256, 8, 8, 7, MOE_SCORE_SIGMOID, true, 2.5f},
+        /* near misses: the portable path on every ISA (FUSED_SHAPES counts the ones above) */
+        {256, 8, 8, 2, MOE_SCORE_SIGMOID, true, 2.5f},  /* K > 2·TG */
+        {256, 16, 8, 4, MOE_SCORE_SIGMOID, true, 2.5f}, /* K > 8 */
+        {256, 8, 8, 8, MOE_SCORE_SIGMOID, true, 2.5f},  /* every group kept */
+        {256, 8, 8, 4, MOE_SCORE_SQRTSOFTPLUS, true, 2.5f},
+        {256, 8, 4, 2, MOE_SCORE_SIGMOID, true, 2.5f},
+        /* Kimi-K2, DeepSeek-V4 score layers, and small and odd shapes */
+        {384, 8, 1, 1, MOE_SCORE_SIGMOID, true, 2.827f},
+        {256, 6, 1, 1, MOE_SCORE_SQRTSOFTPLUS, true, 1.5f},
+        {8, 2, 1, 1, MOE_SCORE_SIGMOID, true, 1.0f},
+        {16, 4, 4, 2, MOE_SCORE_SIGMOID, false, 3.0f},
+        {60, 6, 6, 3, MOE_SCORE_SQRTSOFTPLUS, true, 1.0f},
+        {160, 6, 8, 3, MOE_SCORE_SIGMOID, true, 16.0f},
+        {512, 8, 8, 4, MOE_SCORE_SIGMOID, true, 2.5f},
+    };
+    noaux_bufs *nb = malloc(sizeof *nb);
+    REQUIRE(nb != NULL);
+    guarded_init(&nb->in_z, sizeof nb->z);
+    outbuf_init(&nb->out_ids);
+    outbuf_init(&nb->out_w);
+    for (size_t si = 0; si < COUNT(shapes); si++) {
+        const noaux_shape *sh = &shapes[si];
+        for (int bk = 0; bk < NB_KINDS_; bk++) {
+            /* Every row kind in one batch, so the fused path's blocks mix its exits. */
+            noaux_fill_bias(nb->bias, sh->e, bk);
+            for (int t = 0; t < NOAUX_ROWS; t++)
+                noaux_fill_row(nb->z + (size_t)t * (size_t)sh->e, sh->e,
+                               (t * 7 + bk) % NOAUX_ROW_KINDS_);
+            char label[64];
+            snprintf(label, sizeof label, "mixed rows, bias %s", noaux_bias_names[bk]);
+            run_noaux_case(sh, nb, NOAUX_ROWS, label);
+            /* One row alone; for the fused path's shapes also a few rows of each kind. */
+            run_noaux_case(sh, nb, 1, "one row");
+            if (si >= FUSED_SHAPES) continue;
+            for (int kind = 0; kind < NOAUX_ROW_KINDS_; kind++) {
+                for (int t = 0; t < 3; t++)
+                    noaux_fill_row(nb->z + (size_t)t * (size_t)sh->e, sh->e, kind);
+                snprintf(label, sizeof label, "kind %d, bias %s", kind, noaux_bias_names[bk]);
+                run_noaux_case(sh, nb, 3, label);
+            }
+        }
+    }
+    test_noaux_designed(nb);
+    /* No rows: nothing is read or written, NULL pointers included. */
+    const moe_route_noaux_tc_args args = {nb->bias, 256, 8, 8, 4, MOE_SCORE_SIGMOID, true, 2.5f};
+    for (size_t i = 0; i < COUNT(noaux_kernels); i++)
+        if ((noaux_kernels[i].isa & ~allowed_mask) == 0)
+            noaux_kernels[i].fn.route_noaux_tc(&args, 0, NULL, NULL, NULL, &nb->work);
+    guarded_free(&nb->in_z);
+    free(nb->out_ids.base);
+    free(nb->out_w.base);
+    free(nb);
+}
+
 /* ---- Driver ------------------------------------------------------------------------------ */
 
 int main(void)
@@ -618,10 +910,11 @@ int main(void)
     check_registered(MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS, ssp_kernels, COUNT(ssp_kernels));
     check_registered(MOE_KERNEL_FAMILY_ROUTE_TOPK, topk_kernels, COUNT(topk_kernels));
     check_registered(MOE_KERNEL_FAMILY_ROUTE_EXPSUM, expsum_kernels, COUNT(expsum_kernels));
-    const test_kernel *all[] = {logit_kernels, sigmoid_kernels, ssp_kernels, topk_kernels,
-                                expsum_kernels};
+    check_registered(MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC, noaux_kernels, COUNT(noaux_kernels));
+    const test_kernel *all[] = {logit_kernels, sigmoid_kernels, ssp_kernels,
+                                topk_kernels,  expsum_kernels,  noaux_kernels};
     const size_t counts[] = {COUNT(logit_kernels), COUNT(sigmoid_kernels), COUNT(ssp_kernels),
-                             COUNT(topk_kernels), COUNT(expsum_kernels)};
+                             COUNT(topk_kernels),  COUNT(expsum_kernels),  COUNT(noaux_kernels)};
     for (size_t f = 0; f < COUNT(all); f++)
         for (size_t i = 0; i < counts[f]; i++)
             (void)runnable(&all[f][i]);
@@ -642,6 +935,7 @@ int main(void)
     test_topk(sc);
     test_expsum(sc);
     test_expsum_order();
+    test_noaux();
 
     guarded_free(&sc->in_z);
     guarded_free(&sc->in_b);

@@ -272,6 +272,11 @@ static const score_kernel expsum_kernels[] = {
 #include "kernels/route_expsum.inc"
 #undef MOE_KERNEL
 };
+static const score_kernel noaux_kernels[] = {
+#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_noaux_tc = name}},
+#include "kernels/route_noaux_tc.inc"
+#undef MOE_KERNEL
+};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static bool runnable(const score_kernel *k, uint32_t allowed)
@@ -352,6 +357,71 @@ static void test_simd_scores(void)
     free(key);
 }
 
+/*
+ * The noaux_tc kernels' scores: the AVX-512 kernel computes its own sigmoid on its fused path
+ * (DeepSeek-V3's shape). Rows whose eight picks are known: experts 0, 1, 32, 33, 64, 65, 96, 97
+ * (two in each of groups 0-3) carry biases 1007 down to 1000 and every other expert bias 0 and
+ * logit 0, so groups 0-3 are kept and slot j holds the j-th of them; with renormalisation off
+ * and scale 1 the weights are those experts' sigmoids, which must equal moe_math_sigmoid's bits.
+ * Every third value of the sweep goes through one of those slots (the dense grid stays dense
+ * enough to cross every binade of e^-|z|). The reference kernel is the sigmoid key kernel's,
+ * compared above, and is skipped (it is slow at this size).
+ */
+#define NOAUX_CHUNK 1024 /* rows per call */
+
+static void test_noaux_scores(void)
+{
+    static const int picks[8] = {0, 1, 32, 33, 64, 65, 96, 97};
+    moe_cpu_info info;
+    REQUIRE(moe_cpu_query(&info) == MOE_OK);
+    const uint32_t allowed = moe_cpu_caps_mask(&info.allowed);
+    size_t cap = 600000;
+    float *sweep = malloc(cap * sizeof *sweep), *z = calloc(NOAUX_CHUNK * 256, sizeof *z);
+    float *w = malloc(NOAUX_CHUNK * 8 * sizeof *w), *want = malloc(NOAUX_CHUNK * 8 * sizeof *want);
+    int32_t *ids = malloc(NOAUX_CHUNK * 8 * sizeof *ids);
+    moe_route_scratch *work = malloc(sizeof *work);
+    REQUIRE(sweep && z && w && want && ids && work);
+    size_t n = fill_sweep(sweep, cap);
+    for (size_t i = 0; 3 * i < n; i++)
+        sweep[i] = sweep[3 * i];
+    n = (n + 2) / 3;
+    float bias[256] = {0};
+    for (int j = 0; j < 8; j++)
+        bias[picks[j]] = 1007.0f - (float)j;
+    const moe_route_noaux_tc_args args = {bias, 256, 8, 8, 4, MOE_SCORE_SIGMOID, false, 1.0f};
+    for (size_t k = 1; k < COUNT(noaux_kernels); k++) {
+        if (!runnable(&noaux_kernels[k], allowed)) continue;
+        size_t bad = 0;
+        for (size_t first = 0; first < n; first += NOAUX_CHUNK * 8) {
+            const size_t rows =
+                (n - first + 7) / 8 < NOAUX_CHUNK ? (n - first + 7) / 8 : NOAUX_CHUNK;
+            for (size_t t = 0; t < rows; t++) {
+                for (int j = 0; j < 8; j++) {
+                    size_t i = first + t * 8 + (size_t)j;
+                    float x = i < n ? sweep[i] : 0.0f;
+                    z[t * 256 + (size_t)picks[j]] = x;
+                    want[t * 8 + (size_t)j] = moe_math_sigmoid(x);
+                }
+            }
+            noaux_kernels[k].fn.route_noaux_tc(&args, rows, z, ids, w, work);
+            for (size_t t = 0; t < rows * 8; t++) {
+                bool same = ids[t] == picks[t % 8] && bits(w[t]) == bits(want[t]);
+                if (!same && bad++ < 3)
+                    fprintf(stderr, "  %s: slot %zu: id %d, sigmoid %a, scalar %a\n",
+                            noaux_kernels[k].name, t % 8, ids[t], (double)w[t], (double)want[t]);
+            }
+        }
+        CHECKF(bad == 0, "%s: %zu slots differ from the scalar sigmoid", noaux_kernels[k].name,
+               bad);
+    }
+    free(sweep);
+    free(z);
+    free(w);
+    free(want);
+    free(ids);
+    free(work);
+}
+
 int main(void)
 {
     test_exp();
@@ -359,5 +429,6 @@ int main(void)
     test_sigmoid();
     test_sqrtsoftplus();
     test_simd_scores();
+    test_noaux_scores();
     return TEST_END();
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "gate/gate.h" /* moe_select_gate, for the gate families */
 #include "select/select.h"
 #include "test.h"
 
@@ -14,13 +15,16 @@ static const moe_kernel_family families[] = {MOE_KERNEL_FAMILY_CVT_BF16_F32,
                                              MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS,
                                              MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS,
                                              MOE_KERNEL_FAMILY_ROUTE_TOPK,
-                                             MOE_KERNEL_FAMILY_ROUTE_EXPSUM};
+                                             MOE_KERNEL_FAMILY_ROUTE_EXPSUM,
+                                             MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC};
 #define NFAMILIES (sizeof families / sizeof families[0])
 
-static const moe_kernel_family route_families[] = {
-    MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS, MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS,
-    MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS, MOE_KERNEL_FAMILY_ROUTE_TOPK,
-    MOE_KERNEL_FAMILY_ROUTE_EXPSUM};
+static const moe_kernel_family route_families[] = {MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS,
+                                                   MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS,
+                                                   MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS,
+                                                   MOE_KERNEL_FAMILY_ROUTE_TOPK,
+                                                   MOE_KERNEL_FAMILY_ROUTE_EXPSUM,
+                                                   MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC};
 #define NROUTE (sizeof route_families / sizeof route_families[0])
 
 static bool is_route(moe_kernel_family f)
@@ -30,9 +34,69 @@ static bool is_route(moe_kernel_family f)
     return false;
 }
 
+/* The expert kernel-set families (tests/kernels/test_expert_select.c covers their entry point;
+ * here they only join the registry-wide checks). Their names carry the tile: moe_<family>_<MR>x
+ * <NR>__<isa>. */
+static bool is_expert(moe_kernel_family f)
+{
+    return f == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 || f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 ||
+           f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
+}
+
+static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
+                                moe_kernel_choice *ch)
+{
+    const bool fp8 =
+        f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
+    const bool bf16 =
+        f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
+    const moe_expert_problem p = {
+        .format = fp8 ? MOE_EXPERT_FMT_FP8_BLOCK : MOE_EXPERT_FMT_BF16,
+        .weight_dtype = fp8 ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_BF16,
+        .scale_dtype = MOE_DTYPE_F32,
+        .hidden = 7168,
+        .intermediate = 2048,
+        .recipe = bf16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32,
+    };
+    moe_expert_choice ec;
+    moe_status st = moe_select_experts(caps, &p, &ec);
+    if (st) return st;
+    ch->kernel = ec.kernel;
+    ch->packing = NULL;
+    ch->missing = ec.missing;
+    snprintf(ch->reason, sizeof ch->reason, "%.191s", ec.reason);
+    return MOE_OK;
+}
+
+/* The router gate families (tests/gate/test_gate_select.c covers moe_select_gate): each is
+ * one (input, weight) dtype pair, selected here for a DeepSeek-V3 router shape. */
+static bool gate_dtypes(moe_kernel_family f, moe_dtype *x, moe_dtype *w)
+{
+    switch (f) {
+    case MOE_KERNEL_FAMILY_GATE_XF32_WF32: *x = MOE_DTYPE_F32, *w = MOE_DTYPE_F32; return true;
+    case MOE_KERNEL_FAMILY_GATE_XF32_WBF16: *x = MOE_DTYPE_F32, *w = MOE_DTYPE_BF16; return true;
+    case MOE_KERNEL_FAMILY_GATE_XF32_WF16: *x = MOE_DTYPE_F32, *w = MOE_DTYPE_F16; return true;
+    case MOE_KERNEL_FAMILY_GATE_XBF16_WF32: *x = MOE_DTYPE_BF16, *w = MOE_DTYPE_F32; return true;
+    case MOE_KERNEL_FAMILY_GATE_XBF16_WBF16: *x = MOE_DTYPE_BF16, *w = MOE_DTYPE_BF16; return true;
+    case MOE_KERNEL_FAMILY_GATE_XBF16_WF16: *x = MOE_DTYPE_BF16, *w = MOE_DTYPE_F16; return true;
+    default: return false;
+    }
+}
+
+static moe_status select_gate_family(moe_kernel_family f, const moe_cpu_caps *caps,
+                                     moe_kernel_choice *ch)
+{
+    moe_gate_problem p = {.logits_dtype = MOE_DTYPE_F32, .n_experts = 256, .hidden = 7168};
+    gate_dtypes(f, &p.input_dtype, &p.weight_dtype);
+    return moe_select_gate(caps, &p, ch);
+}
+
 /* Each family through its own entry point: conversions by length, routing by shape. */
 static moe_status select_any(moe_kernel_family f, const moe_cpu_caps *caps, moe_kernel_choice *ch)
 {
+    if (is_expert(f)) return select_expert(f, caps, ch);
+    moe_dtype gx, gw;
+    if (gate_dtypes(f, &gx, &gw)) return select_gate_family(f, caps, ch);
     if (is_route(f)) {
         const moe_route_problem rp = {.n_experts = 256, .top_k = 8};
         return moe_select_route(f, caps, &rp, ch);
@@ -81,6 +145,17 @@ static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
         return a.route_sqrtsoftplus_keys == b.route_sqrtsoftplus_keys;
     case MOE_KERNEL_FAMILY_ROUTE_TOPK: return a.route_topk == b.route_topk;
     case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: return a.route_expsum == b.route_expsum;
+    case MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC: return a.route_noaux_tc == b.route_noaux_tc;
+    case MOE_KERNEL_FAMILY_EXPERT_BF16_F32:
+    case MOE_KERNEL_FAMILY_EXPERT_BF16_BF16:
+    case MOE_KERNEL_FAMILY_EXPERT_FP8_F32:
+    case MOE_KERNEL_FAMILY_EXPERT_FP8_BF16: return a.expert_set == b.expert_set;
+    case MOE_KERNEL_FAMILY_GATE_XF32_WF32:
+    case MOE_KERNEL_FAMILY_GATE_XF32_WBF16:
+    case MOE_KERNEL_FAMILY_GATE_XF32_WF16:
+    case MOE_KERNEL_FAMILY_GATE_XBF16_WF32:
+    case MOE_KERNEL_FAMILY_GATE_XBF16_WBF16:
+    case MOE_KERNEL_FAMILY_GATE_XBF16_WF16: return a.gate == b.gate;
     case MOE_KERNEL_FAMILY_COUNT_: break;
     }
     return false;
@@ -199,7 +274,18 @@ static void test_registry_shape(void)
         CHECKF(token != NULL, "%s: isa mask 0x%x is no ISA level", k->name, k->isa);
         char want[96];
         expected_name(k->family, token ? token : "?", want, sizeof want);
-        CHECKF(!strcmp(k->name, want), "name %s, want %s", k->name, want);
+        if (is_expert(k->family)) {
+            /* moe_<family>_<MR>x<NR>__<isa>: the family's prefix and the ISA's suffix. */
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "moe_%s_", moe_kernel_family_name(k->family));
+            const char *suffix = strstr(want, "__");
+            size_t nl = strlen(k->name), sl = strlen(suffix);
+            CHECKF(!strncmp(k->name, prefix, strlen(prefix)) && nl > sl &&
+                       !strcmp(k->name + nl - sl, suffix) && strchr(k->name + strlen(prefix), 'x'),
+                   "name %s, want %s<MR>x<NR>%s", k->name, prefix, suffix);
+        } else {
+            CHECKF(!strcmp(k->name, want), "name %s, want %s", k->name, want);
+        }
         if (per_family[k->family] == 0) {
             /* The first entry of a family is its reference, which needs nothing. */
             CHECKF(k->isa == MOE_REQ_SCALAR, "%s listed first but needs 0x%x", k->name, k->isa);

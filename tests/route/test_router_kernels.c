@@ -211,5 +211,14 @@ int main(void)
             for (int rep = 0; rep < 3; rep++) /* three bias kinds */
                 run_cfg(&cfgs[c], &info.allowed, seed++);
     }
+    /* DeepSeek-V3's shape, which the AVX-512 noaux_tc kernel fuses, with other group counts. */
+    const route_cfg v3[] = {
+        {"noaux_tc V3 keep 3", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 6, 8, 3, true, 2.5f},
+        {"noaux_tc V3 keep 7", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 8, 7, false, 1.0f},
+        {"noaux_tc V3 keep 1", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 2, 8, 1, true, 2.5f},
+    };
+    for (size_t c = 0; c < sizeof v3 / sizeof v3[0]; c++)
+        for (int rep = 0; rep < 3; rep++)
+            run_cfg(&v3[c], &info.allowed, seed++);
     return TEST_END();
 }

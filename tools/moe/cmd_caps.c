@@ -76,29 +76,9 @@ static void print_compiled_kernels(void)
         bool first = i == 0 || reg[i - 1].family != reg[i].family;
         bool last = i + 1 == count || reg[i + 1].family != reg[i].family;
         const char *token = moe_kernel_isa_token(reg[i].isa);
-        if (first) printf("  %-14s", moe_kernel_family_name(reg[i].family));
+        if (first) printf("  %-24s", moe_kernel_family_name(reg[i].family));
         printf(" %s", token ? token : reg[i].name);
         if (last) printf("\n");
-    }
-}
-
-/* Each family through its own selection function; routing families for a DeepSeek-V3 shape. */
-static moe_status select_family(moe_kernel_family family, const moe_cpu_caps *allowed,
-                                moe_kernel_choice *choice)
-{
-    switch (family) {
-    case MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS:
-    case MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS:
-    case MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS:
-    case MOE_KERNEL_FAMILY_ROUTE_TOPK:
-    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: {
-        const moe_route_problem problem = {.n_experts = 256, .top_k = 8};
-        return moe_select_route(family, allowed, &problem, choice);
-    }
-    default: {
-        const moe_cvt_problem problem = {.n = 4096};
-        return moe_select_cvt(family, allowed, &problem, choice);
-    }
     }
 }
 
@@ -108,11 +88,11 @@ static int print_selection(const moe_cpu_info *info)
     for (int f = 0; f < MOE_KERNEL_FAMILY_COUNT_; f++) {
         moe_kernel_family family = (moe_kernel_family)f;
         moe_kernel_choice choice;
-        if (select_family(family, &info->allowed, &choice) != MOE_OK) {
+        if (moe_select_isa_ladder(family, &info->allowed, &choice) != MOE_OK) {
             fprintf(stderr, PROG ": %s\n", moe_last_error());
             return 1;
         }
-        printf("  %-14s %s", moe_kernel_family_name(family), choice.reason);
+        printf("  %-24s %s", moe_kernel_family_name(family), choice.reason);
         if (choice.missing) {
             char why[96];
             moe_cpu_feature_why(info, choice.missing, why, sizeof why);

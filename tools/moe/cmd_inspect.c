@@ -12,7 +12,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "layer/layer_describe.h"
 #include "model/model.h"
+#include "model/model_handle.h"
 #include "model/verify.h"
 #include "select/select.h"
 
@@ -29,8 +31,10 @@ static void help(void)
            "listed in model.safetensors.index.json. Prints the config summary, the per-layer\n"
            "plan (layer kind, routing method and every parameter, expert/shared/dense MLP\n"
            "shapes, formats and activations; identical consecutive layers are folded), the\n"
-           "MoE tensors grouped per layer and role with dtype, shape and count, the problems\n"
-           "found, and the conversion kernels libmoe selects for the formats present.\n"
+           "MoE tensors grouped per layer and role with dtype, shape and count, what\n"
+           "moe_layer_create chooses for each layer on this machine (kernels and why, recipe,\n"
+           "packed bytes, every resolved default; folded the same way), the conversion\n"
+           "kernels libmoe selects for the formats present, and the problems found.\n"
            "A FILE lists its tensors and metadata only.\n"
            "\n"
            "options:\n"
@@ -640,6 +644,89 @@ static int print_kernels(const moe_cpu_info *info, const moe_model_desc *d)
     return 0;
 }
 
+/* ---- What moe_layer_create chooses -------------------------------------------------- */
+
+/* A describe failure without its leading "layer N" (and "(family)"), so identical failures
+ * of consecutive layers fold: "layer 0 (gpt_oss): routed experts ..." -> "routed experts ...". */
+static const char *without_layer(const char *msg, int layer)
+{
+    char head[32];
+    int n = snprintf(head, sizeof head, "layer %d", layer);
+    if (strncmp(msg, head, (size_t)n) != 0) return msg;
+    const char *p = msg + n;
+    if (p[0] == ' ' && p[1] == '(') {
+        const char *close = strchr(p, ')');
+        if (close) p = close + 1;
+    }
+    if (p[0] == ':') p++;
+    while (*p == ' ')
+        p++;
+    return *p ? p : msg;
+}
+
+/* One layer's description without its "layer N (...)" head line, indented under the fold
+ * head, so identical consecutive layers compare equal. */
+static char *render_created(const moe_model *model, const moe_model_desc *d, int layer)
+{
+    char *desc = NULL, *buf = NULL;
+    size_t len = 0;
+    const moe_status st = moe_layer_describe(model, layer, NULL, &desc);
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        moe_free(desc);
+        return NULL;
+    }
+    fprintf(f, " %s\n", moe_layer_kind_name(d->layers[layer].kind));
+    if (st != MOE_OK) {
+        fprintf(f, "    not runnable here: %s\n", without_layer(moe_last_error(), layer));
+    } else {
+        const char *body = desc;
+        if (!strncmp(body, "layer ", 6) && strchr(body, '\n')) body = strchr(body, '\n') + 1;
+        for (const char *line = body; *line;) {
+            const char *end = strchr(line, '\n');
+            const int n = end ? (int)(end - line) : (int)strlen(line);
+            fprintf(f, "  %.*s\n", n, line);
+            line += n + (end ? 1 : 0);
+        }
+    }
+    moe_free(desc);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Each layer as moe_layer_create would make it here (moe_layer_describe: the same plan,
+ * nothing packed). Only for a checkpoint without problems: describe checks the tensors
+ * again and would repeat every problem, layer by layer. */
+static int print_created(const inspect_args *o, const moe_model_desc *d, size_t problems)
+{
+    printf("\nlayers (moe_layer_create on this machine, default options: kernels and why, "
+           "recipe, packed bytes, resolved defaults)\n");
+    if (problems) {
+        printf("  not described: the checkpoint has problems (below)\n");
+        return 0;
+    }
+    moe_open_options opt = {.size = sizeof opt, .no_mmap = o->no_mmap};
+    moe_model *model = NULL;
+    if (moe_model_open_ex(o->path, &opt, MOE_OPEN_SKIP_VERIFY, &model) != MOE_OK) return 1;
+    folder fo = {0};
+    for (int i = 0; i < d->n_layers; i++) {
+        char *t = render_created(model, d, i);
+        if (!t) {
+            fold_flush(&fo);
+            moe_model_close(model);
+            moe_error(MOE_ENOMEM, "out of memory describing layer %d", i);
+            return 1;
+        }
+        fold_add(&fo, i, t);
+    }
+    fold_flush(&fo);
+    moe_model_close(model);
+    return 0;
+}
+
 /* ---- The command --------------------------------------------------------------------- */
 
 static int fail(void)
@@ -733,7 +820,7 @@ static int inspect_dir(const inspect_args *o)
         goto done;
     }
     if (o->tensors) print_all_tensors(ck);
-    if (print_kernels(&cpu, &d)) {
+    if (print_created(o, &d, problems) || print_kernels(&cpu, &d)) {
         rc = fail();
         goto done;
     }

@@ -9,5 +9,6 @@ int moe_cmd_caps(int argc, char **argv);
 int moe_cmd_inspect(int argc, char **argv);
 int moe_cmd_gen(int argc, char **argv);
 int moe_cmd_route(int argc, char **argv);
+int moe_cmd_run(int argc, char **argv);
 
 #endif

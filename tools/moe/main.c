@@ -16,6 +16,7 @@ static const command commands[] = {
     {"inspect", moe_cmd_inspect, "a checkpoint's config, per-layer plan, tensors and kernels"},
     {"gen", moe_cmd_gen, "write a synthetic checkpoint in a family's real layout"},
     {"route", moe_cmd_route, "route router logits (.npy) with a config's routing method"},
+    {"run", moe_cmd_run, "run one layer's MoE block on hidden states (.npy)"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,349 @@
+/* bench_util.h — shared by the bench programs: clock, medians, cache size, the machine's floors. */
+#ifndef MOE_BENCH_UTIL_H
+#define MOE_BENCH_UTIL_H
+
+/*
+ * Header-only (every bench_*.c is its own program), so everything here is static inline.
+ *
+ * The floors a benchmark quotes beside its figures, measured in the same run:
+ *  - a STREAM-like read: the bandwidth of plain wide loads over a buffer twice the
+ *    last-level cache, split between THREADS threads;
+ *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps): register-only loops
+ *    with enough independent accumulators to cover the latency on every port.
+ * These are the only places outside kernels/<isa>/ with intrinsics: a bench measures the
+ * machine, not libmoe, and each function carries its own target attribute, so the program
+ * still compiles for baseline x86-64 and runs a loop only when the CPU has it.
+ */
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BENCH_X86 1
+#else
+#define BENCH_X86 0
+#endif
+
+static inline double bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of N samples (sorts them in place). */
+static inline double bench_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
+    return t[n / 2];
+}
+
+/* The largest cache level's size from sysfs, or 32 MiB when it cannot be read. */
+static inline size_t bench_llc_bytes(void)
+{
+    size_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long v = 0;
+        char unit = 0;
+        if (fscanf(f, "%lu%c", &v, &unit) >= 1) {
+            size_t bytes = v * (unit == 'K' ? 1024ul : unit == 'M' ? 1024ul * 1024 : 1ul);
+            if (bytes > best) best = bytes;
+        }
+        fclose(f);
+    }
+    return best ? best : (size_t)32 << 20;
+}
+
+/* xorshift64: fast, seedable, good enough to spread inputs. */
+static inline uint64_t bench_rand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Uniform in [0, 1). */
+static inline double bench_unit(uint64_t *s) { return (double)(bench_rand(s) >> 11) * 0x1p-53; }
+
+/* Roughly N(0, 1): the sum of 4 uniforms, centred and scaled (variance 4/12). */
+static inline double bench_gauss(uint64_t *s)
+{
+    double u = bench_unit(s) + bench_unit(s) + bench_unit(s) + bench_unit(s);
+    return (u - 2.0) * 1.7320508075688772;
+}
+
+/* ---- Read bandwidth ------------------------------------------------------------------ */
+
+static volatile uint64_t bench_sink;
+
+#if BENCH_X86
+/* 64-byte loads, four independent xor chains so the loop is bound by the loads. */
+__attribute__((target("avx512f"))) static inline uint64_t bench_read_avx512(const void *p,
+                                                                            size_t bytes)
+{
+    const __m512i *v = p;
+    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 4 <= bytes / 64; i += 4) {
+        a = _mm512_xor_si512(a, _mm512_load_si512(v + i));
+        b = _mm512_xor_si512(b, _mm512_load_si512(v + i + 1));
+        c = _mm512_xor_si512(c, _mm512_load_si512(v + i + 2));
+        d = _mm512_xor_si512(d, _mm512_load_si512(v + i + 3));
+    }
+    a = _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d));
+    return (uint64_t)_mm512_reduce_add_epi64(a);
+}
+
+__attribute__((target("avx2"))) static inline uint64_t bench_read_avx2(const void *p, size_t bytes)
+{
+    const __m256i *v = p;
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 4 <= bytes / 32; i += 4) {
+        a = _mm256_xor_si256(a, _mm256_load_si256(v + i));
+        b = _mm256_xor_si256(b, _mm256_load_si256(v + i + 1));
+        c = _mm256_xor_si256(c, _mm256_load_si256(v + i + 2));
+        d = _mm256_xor_si256(d, _mm256_load_si256(v + i + 3));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+#endif
+
+/* The widest plain read this CPU has over [p, p + bytes); p 64-byte aligned. */
+static inline uint64_t bench_read(const void *p, size_t bytes)
+{
+#if BENCH_X86
+    if (__builtin_cpu_supports("avx512f")) return bench_read_avx512(p, bytes);
+    if (__builtin_cpu_supports("avx2")) return bench_read_avx2(p, bytes);
+#endif
+    const uint64_t *q = p;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= bytes / 8; i += 4) {
+        s0 += q[i];
+        s1 += q[i + 1];
+        s2 += q[i + 2];
+        s3 += q[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
+/* A buffer for bench_stream_read and bench_flush: twice the last-level cache, at least
+ * 256 MiB, 64-byte aligned, every page written once (so no read hits the zero page). */
+typedef struct bench_buffer {
+    void *p;
+    size_t bytes;
+} bench_buffer;
+
+static inline int bench_buffer_init(bench_buffer *b)
+{
+    size_t bytes = 2 * bench_llc_bytes();
+    if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
+    bytes &= ~(size_t)4095;
+    b->p = aligned_alloc(4096, bytes);
+    if (!b->p) return -1;
+    memset(b->p, 0x5A, bytes);
+    b->bytes = bytes;
+    return 0;
+}
+
+static inline void bench_buffer_free(bench_buffer *b)
+{
+    free(b->p);
+    b->p = NULL;
+}
+
+/* Each of THREADS threads reads its contiguous share once. */
+static inline void bench_read_shares(const bench_buffer *b, int threads)
+{
+    const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
+    uint64_t s = 0;
+#pragma omp parallel for num_threads(threads) reduction(^ : s) schedule(static, 1)
+    for (int t = 0; t < threads; t++)
+        s ^= bench_read((const char *)b->p + (size_t)t * share, share);
+    bench_sink = s;
+}
+
+/* Evicts the caches: what a forward reads next comes from memory, as in a real model whose
+ * layers' weights are far larger than the last-level cache. */
+static inline void bench_flush(const bench_buffer *b) { bench_read_shares(b, 1); }
+
+/* GB/s of a read of the whole buffer by THREADS threads: the median of REPEATS passes. */
+static inline double bench_stream_read(const bench_buffer *b, int threads, int repeats)
+{
+    double t[32];
+    if (repeats > 32) repeats = 32;
+    bench_read_shares(b, threads); /* warm the page tables */
+    for (int r = 0; r < repeats; r++) {
+        double t0 = bench_now_ns();
+        bench_read_shares(b, threads);
+        t[r] = bench_now_ns() - t0;
+    }
+    const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
+    return (double)share * (double)threads / bench_median(t, repeats);
+}
+
+/* ---- Instruction peaks --------------------------------------------------------------- */
+
+/* The instructions whose peak a benchmark may quote. */
+typedef enum bench_insn {
+    BENCH_FMA_YMM = 0, /* vfmadd231ps ymm: 16 flops */
+    BENCH_FMA_ZMM,     /* vfmadd231ps zmm: 32 flops */
+    BENCH_DPBF16_ZMM,  /* vdpbf16ps zmm: 32 bf16 products summed in pairs into 16 fp32: 64 flops */
+    BENCH_INSN_COUNT_
+} bench_insn;
+
+static inline const char *bench_insn_name(bench_insn i)
+{
+    static const char *names[] = {"vfmadd231ps ymm", "vfmadd231ps zmm", "vdpbf16ps zmm"};
+    return (unsigned)i < BENCH_INSN_COUNT_ ? names[i] : "?";
+}
+
+static inline double bench_insn_flops(bench_insn i)
+{
+    static const double flops[] = {16, 32, 64};
+    return (unsigned)i < BENCH_INSN_COUNT_ ? flops[i] : 0;
+}
+
+static inline int bench_insn_supported(bench_insn i)
+{
+#if BENCH_X86
+    switch (i) {
+    case BENCH_FMA_YMM: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case BENCH_FMA_ZMM: return __builtin_cpu_supports("avx512f");
+    case BENCH_DPBF16_ZMM: return __builtin_cpu_supports("avx512bf16");
+    default: return 0;
+    }
+#else
+    (void)i;
+    return 0;
+#endif
+}
+
+#if BENCH_X86
+/* 12 independent chains: FMA latency 4 × 2 ports needs 8 in flight; 12 leaves headroom.
+ * acc·0.999 + 0.001 stays near 1, so no denormal or overflow slows the loop. */
+#define BENCH_CHAINS12(OP)                                                                         \
+    do {                                                                                           \
+        a0 = OP(a0);                                                                               \
+        a1 = OP(a1);                                                                               \
+        a2 = OP(a2);                                                                               \
+        a3 = OP(a3);                                                                               \
+        a4 = OP(a4);                                                                               \
+        a5 = OP(a5);                                                                               \
+        a6 = OP(a6);                                                                               \
+        a7 = OP(a7);                                                                               \
+        a8 = OP(a8);                                                                               \
+        a9 = OP(a9);                                                                               \
+        a10 = OP(a10);                                                                             \
+        a11 = OP(a11);                                                                             \
+    } while (0)
+
+__attribute__((target("avx2,fma"))) static inline float bench_fma_ymm(uint64_t iters)
+{
+    const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(0.001f);
+    __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+           a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+#define BENCH_OP(a) _mm256_fmadd_ps(a, x, y)
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_CHAINS12(BENCH_OP);
+#undef BENCH_OP
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    return _mm256_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f"))) static inline float bench_fma_zmm(uint64_t iters)
+{
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(0.001f);
+    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+           a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+#define BENCH_OP(a) _mm512_fmadd_ps(a, x, y)
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_CHAINS12(BENCH_OP);
+#undef BENCH_OP
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    return _mm512_reduce_add_ps(s);
+}
+
+/* acc += Σ pairs of (2^-10 · 2^-10): tiny increments, so 10^8 iterations stay finite. */
+__attribute__((target("avx512f,avx512bf16"))) static inline float bench_dpbf16_zmm(uint64_t iters)
+{
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3A80); /* bf16 2^-10 */
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+           a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+#define BENCH_OP(a) _mm512_dpbf16_ps(a, x, x)
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_CHAINS12(BENCH_OP);
+#undef BENCH_OP
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    return _mm512_reduce_add_ps(s);
+}
+#undef BENCH_CHAINS12
+#endif
+
+static volatile float bench_fsink;
+
+static inline void bench_insn_loop(bench_insn insn, uint64_t iters)
+{
+#if BENCH_X86
+    switch (insn) {
+    case BENCH_FMA_YMM: bench_fsink = bench_fma_ymm(iters); break;
+    case BENCH_FMA_ZMM: bench_fsink = bench_fma_zmm(iters); break;
+    case BENCH_DPBF16_ZMM: bench_fsink = bench_dpbf16_zmm(iters); break;
+    default: break;
+    }
+#else
+    (void)insn;
+    (void)iters;
+#endif
+}
+
+/* GFLOP/s of INSN on THREADS threads (each runs the loop; wall time of the slowest): the
+ * median of REPEATS runs of about 50 ms each. 0 when the CPU lacks the instruction. */
+static inline double bench_peak_gflops(bench_insn insn, int threads, int repeats)
+{
+    if (!bench_insn_supported(insn)) return 0;
+    if (repeats > 32) repeats = 32;
+    /* Calibrate on one thread to about 50 ms. */
+    uint64_t iters = 1u << 16;
+    for (;;) {
+        double t0 = bench_now_ns();
+        bench_insn_loop(insn, iters);
+        double dt = bench_now_ns() - t0;
+        if (dt > 5e6) {
+            iters = (uint64_t)((double)iters * 5e7 / dt) + 1;
+            break;
+        }
+        iters *= 4;
+    }
+    double t[32];
+    for (int r = 0; r < repeats; r++) {
+        double t0 = bench_now_ns();
+#pragma omp parallel num_threads(threads)
+        bench_insn_loop(insn, iters);
+        t[r] = bench_now_ns() - t0;
+    }
+    /* 12 instructions per iteration on each thread. */
+    return 12.0 * bench_insn_flops(insn) * (double)iters * threads / bench_median(t, repeats);
+}
+
+#endif

@@ -1,0 +1,527 @@
+/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 2x16, FP8 8x16. */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/avx2/math_avx2.h"
+#include "kernels/ref/expert_layout.h"
+#include "select/kernel.h"
+
+/*
+ * Register tile: up to 2 tokens by the tile's 16 rows, each row group of 8 in one ymm, so a
+ * token holds 4 accumulators for gate/up (2 row groups per projection) and 4 for down (2 row
+ * groups × its 2 chains over the even and the odd k-pairs). With the 16 ymm registers of
+ * AVX2, 8 accumulators, the current weight vectors and the broadcasts fit; a third token
+ * would spill. Each element follows kernels/ref/expert_f32.c exactly (FMAs in k order; FP8:
+ * per 128-K block, then one FMA with the block scale), so the bits equal the reference's and
+ * the AVX-512 sets'.
+ *
+ * Widening as in the AVX-512 set, in registers: bf16 pair dwords shifted / masked; FP8 codes
+ * sign-extended to words 16 at a time, (w << 7) & 0xBFFF (the f16 of e4m3 · 2^-8),
+ * vcvtph2ps. FP8 takes up to 8 tokens: from 3 on, each 128-K block is decoded once into a
+ * stack buffer and the tokens run over it two at a time (the AVX-512 file explains why).
+ * Prefetch: 8 KB ahead into L2, as there.
+ */
+
+#define NR MOE_XL_NR
+#define MR 2     /* bf16 weights; FP8 weights up to 2 tokens (the direct path) */
+#define MR_FP8 8 /* FP8 weights: 3..8 tokens take the buffered path */
+#define PF_BYTES 8192
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+static float load_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+
+/* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
+INLINE __m256 act8(const moe_act_params *a, __m256 g, __m256 u)
+{
+    if (a->kind != 0) {
+        const __m256 lim = _mm256_set1_ps(a->limit), nlim = _mm256_set1_ps(-a->limit);
+        g = _mm256_min_ps(lim, g);
+        u = _mm256_min_ps(lim, u);
+        u = _mm256_max_ps(nlim, u);
+    }
+    if (a->kind == 2) {
+        __m256 s = moe_sigmoid_avx2(_mm256_mul_ps(_mm256_set1_ps(a->alpha), g));
+        return _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
+    }
+    return _mm256_mul_ps(_mm256_mul_ps(g, moe_sigmoid_avx2(g)), u);
+}
+
+/* Stores rows [0, 16) ∩ [0, n_valid) of a 16-row result held in two ymm. */
+INLINE void store16(float *out, __m256 lo, __m256 hi, size_t n_valid)
+{
+    if (n_valid >= 8) {
+        _mm256_storeu_ps(out, lo);
+        if (n_valid == 16)
+            _mm256_storeu_ps(out + 8, hi);
+        else if (n_valid > 8)
+            _mm256_maskstore_ps(out + 8, moe_tail_mask_avx2(n_valid - 8), hi);
+    } else {
+        _mm256_maskstore_ps(out, moe_tail_mask_avx2(n_valid), lo);
+    }
+}
+
+/* The f32 weights of 16 codes (rows 0..7 in lo, 8..15 in hi): e4m3(code) · 2^-8 via the
+ * f16 trick, the 16 words widened and masked at once. */
+INLINE void fp8_16(const unsigned char *codes, __m256 *lo, __m256 *hi)
+{
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+}
+
+/* ---- bf16 weights ------------------------------------------------------------------- */
+
+/* acc[j] (j = 4 row groups of 8: gate 0-7, gate 8-15, up 0-7, up 8-15, or down 0-7, 8-15). */
+INLINE void bf16_pair(const size_t M, const size_t groups, const unsigned char *w,
+                      const float *const *x, size_t k0, __m256 acc[][4], bool both)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    UNROLL
+    for (size_t j = 0; j < groups; j++) {
+        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 32 * j));
+        const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l, 16));
+        const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(l, hi));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            acc[i][j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[i][k0]), acc[i][j]);
+            if (both) acc[i][j] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[i][k0 + 1]), acc[i][j]);
+        }
+    }
+}
+
+INLINE void bf16_dot(const size_t M, const size_t groups, size_t k, const void *const *xv,
+                     const unsigned char *w, __m256 acc[][4])
+{
+    const float *x[MR];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = xv[i];
+        UNROLL
+        for (size_t j = 0; j < groups; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    }
+    const size_t step = groups * 32;
+    size_t q = 0;
+    for (; q < k / 2; q++, w += step) {
+        prefetch(w + PF_BYTES);
+        if (groups == 4) prefetch(w + PF_BYTES + 64);
+        bf16_pair(M, groups, w, x, 2 * q, acc, true);
+    }
+    if (k & 1) bf16_pair(M, groups, w, x, 2 * q, acc, false);
+}
+
+/* ---- FP8 weights --------------------------------------------------------------------- */
+
+/* FP8 gate/up: acc[i][j] for token i and row group j (gate 0-7, 8-15, up 0-7, 8-15). */
+INLINE void fp8_dot(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
+                    __m256 acc[][4])
+{
+    const float *x[MR];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = xv[i];
+        acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_ps();
+    }
+    const unsigned char *sc = tile + moe_xl_bias_bytes(2);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
+        const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
+        __m256 b[MR][4];
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            b[i][0] = b[i][1] = b[i][2] = b[i][3] = _mm256_setzero_ps();
+        for (size_t kk = k0; kk < k1; kk++) {
+            const unsigned char *c = codes + kk * 32;
+            prefetch(c + PF_BYTES);
+            UNROLL
+            for (size_t j = 0; j < 4; j += 2) {
+                __m256 w0, w1;
+                fp8_16(c + 8 * j, &w0, &w1);
+                UNROLL
+                for (size_t i = 0; i < M; i++) {
+                    const __m256 xb = _mm256_set1_ps(x[i][kk]);
+                    b[i][j] = _mm256_fmadd_ps(w0, xb, b[i][j]);
+                    b[i][j + 1] = _mm256_fmadd_ps(w1, xb, b[i][j + 1]);
+                }
+            }
+        }
+        UNROLL
+        for (size_t j = 0; j < 4; j++) {
+            const __m256 s = _mm256_set1_ps(load_f32(sc + 4 * (j / 2)));
+            UNROLL
+            for (size_t i = 0; i < M; i++)
+                acc[i][j] = _mm256_fmadd_ps(b[i][j], s, acc[i][j]);
+        }
+    }
+}
+
+/* ---- down: two chains per element (even and odd k-pairs), 2 row groups of 8 --------------
+ * d[i][c][j]: token i, chain c, rows 8j..8j+7. */
+
+/* Pair q's weights (bf16 pair dwords of rows 8j..8j+7 at w + 32j) into chain c. */
+INLINE void down_bf16_pair(const size_t M, const int c, const unsigned char *w,
+                           const float *const *x, size_t k0, bool both, __m256 d[][2][2])
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    UNROLL
+    for (size_t j = 0; j < 2; j++) {
+        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 32 * j));
+        const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l, 16));
+        const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(l, hi));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            d[i][c][j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[i][k0]), d[i][c][j]);
+            if (both) d[i][c][j] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[i][k0 + 1]), d[i][c][j]);
+        }
+    }
+}
+
+/* Pair q's codes (k at c, k + 1 at c + 16, 16 rows each) into chain ch; `both` false: k only. */
+INLINE void down_fp8_pair(const size_t M, const int ch, const unsigned char *c,
+                          const float *const *x, size_t k0, bool both, __m256 d[][2][2])
+{
+    __m256 w[2][2]; /* [k, k + 1][rows 0..7, 8..15] */
+    fp8_16(c, &w[0][0], &w[0][1]);
+    if (both) fp8_16(c + 16, &w[1][0], &w[1][1]);
+    UNROLL
+    for (size_t j = 0; j < 2; j++)
+        UNROLL
+    for (size_t i = 0; i < M; i++) {
+        d[i][ch][j] = _mm256_fmadd_ps(w[0][j], _mm256_set1_ps(x[i][k0]), d[i][ch][j]);
+        if (both) d[i][ch][j] = _mm256_fmadd_ps(w[1][j], _mm256_set1_ps(x[i][k0 + 1]), d[i][ch][j]);
+    }
+}
+
+/* Pairs [q0, q1) (q0 even) alternately into chains 0 and 1, starting from zero. */
+INLINE void down_pairs(const size_t M, const int fp8, const unsigned char *base,
+                       const float *const *x, size_t q0, size_t q1, size_t k, __m256 d[][2][2])
+{
+    const size_t step = fp8 ? 32 : 64; /* bytes of one pair */
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
+    const unsigned char *p = base + q0 * step;
+    size_t q = q0;
+    for (; q + 2 <= q1; q += 2, p += 2 * step) {
+        prefetch(p + PF_BYTES);
+        if (!fp8) prefetch(p + PF_BYTES + 64);
+        const bool last_half = 2 * q + 3 == k; /* pair q + 1 is (k - 1, padding) */
+        if (fp8) {
+            down_fp8_pair(M, 0, p, x, 2 * q, true, d);
+            down_fp8_pair(M, 1, p + step, x, 2 * q + 2, !last_half, d);
+        } else {
+            down_bf16_pair(M, 0, p, x, 2 * q, true, d);
+            down_bf16_pair(M, 1, p + step, x, 2 * q + 2, !last_half, d);
+        }
+    }
+    if (q < q1) {
+        const bool whole = 2 * q + 1 < k;
+        if (fp8)
+            down_fp8_pair(M, 0, p, x, 2 * q, whole, d);
+        else
+            down_bf16_pair(M, 0, p, x, 2 * q, whole, d);
+    }
+}
+
+INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const *xv,
+                     const unsigned char *tile, __m256 acc[][4])
+{
+    const float *x[MR];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = xv[i];
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    }
+    __m256 d[MR][2][2];
+    const size_t pairs = (k + 1) / 2;
+    if (!fp8) {
+        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), x, 0, pairs, k, d);
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            UNROLL
+        for (size_t j = 0; j < 2; j++)
+            acc[i][j] = _mm256_add_ps(d[i][0][j], d[i][1][j]);
+        return;
+    }
+    const unsigned char *sc = tile + moe_xl_bias_bytes(1);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
+    for (size_t q0 = 0; q0 < pairs; q0 += MOE_XL_KB / 2, sc += 4) {
+        const size_t q1 = q0 + MOE_XL_KB / 2 < pairs ? q0 + MOE_XL_KB / 2 : pairs;
+        down_pairs(M, 1, codes, x, q0, q1, k, d);
+        const __m256 s = _mm256_set1_ps(load_f32(sc));
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            UNROLL
+        for (size_t j = 0; j < 2; j++)
+            acc[i][j] = _mm256_fmadd_ps(_mm256_add_ps(d[i][0][j], d[i][1][j]), s, acc[i][j]);
+    }
+}
+
+/* ---- Epilogues and the four kernels ---------------------------------------------------- */
+
+INLINE void gateup_out(const size_t M, __m256 acc[][4], const unsigned char *tile,
+                       const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    const __m256 bg0 = _mm256_loadu_ps((const float *)tile),
+                 bg1 = _mm256_loadu_ps((const float *)tile + 8);
+    const __m256 bu0 = _mm256_loadu_ps((const float *)tile + 16),
+                 bu1 = _mm256_loadu_ps((const float *)tile + 24);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        __m256 lo = act8(act, _mm256_add_ps(acc[i][0], bg0), _mm256_add_ps(acc[i][2], bu0));
+        __m256 hi = act8(act, _mm256_add_ps(acc[i][1], bg1), _mm256_add_ps(acc[i][3], bu1));
+        store16(h + i * hs, lo, hi, n_valid);
+    }
+}
+
+INLINE void down_out(const size_t M, __m256 acc[][4], const unsigned char *tile, float *y,
+                     size_t ys, size_t n_valid)
+{
+    const __m256 b0 = _mm256_loadu_ps((const float *)tile),
+                 b1 = _mm256_loadu_ps((const float *)tile + 8);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        store16(y + i * ys, _mm256_add_ps(acc[i][0], b0), _mm256_add_ps(acc[i][1], b1), n_valid);
+}
+
+INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *x, const unsigned char *tile,
+                          const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    __m256 acc[MR][4];
+    bf16_dot(M, 4, k, x, tile + moe_xl_bf16_weights(2), acc);
+    gateup_out(M, acc, tile, act, h, hs, n_valid);
+}
+
+INLINE void down_bf16_m(const size_t M, size_t k, const void *const *x, const unsigned char *tile,
+                        float *y, size_t ys, size_t n_valid)
+{
+    __m256 acc[MR][4];
+    down_dot(M, 0, k, x, tile, acc);
+    down_out(M, acc, tile, y, ys, n_valid);
+}
+
+INLINE void gateup_fp8_m(const size_t M, size_t k, const void *const *x, const unsigned char *tile,
+                         const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    __m256 acc[MR][4];
+    fp8_dot(M, k, x, tile, acc);
+    gateup_out(M, acc, tile, act, h, hs, n_valid);
+}
+
+INLINE void down_fp8_m(const size_t M, size_t k, const void *const *x, const unsigned char *tile,
+                       float *y, size_t ys, size_t n_valid)
+{
+    __m256 acc[MR][4];
+    down_dot(M, 1, k, x, tile, acc);
+    down_out(M, acc, tile, y, ys, n_valid);
+}
+
+/* ---- FP8, 3..8 tokens: each 128-K block decoded once into L1, tokens in pairs over it -----
+ * As in the AVX-512 set: the direct path decodes for every 2 tokens, so its decode bounds
+ * it; here a block's codes become f32 once (16 KB for gate/up) and each pair of tokens runs
+ * over them with the direct path's arithmetic (block chain in k order, then the scale). */
+
+/* n steps of 16 codes into 16 f32 each. */
+INLINE void fp8_decode(const unsigned char *codes, size_t n16, float *buf)
+{
+    for (size_t j = 0; j < n16; j++) {
+        __m256 lo, hi;
+        fp8_16(codes + 16 * j, &lo, &hi);
+        _mm256_store_ps(buf + 16 * j, lo);
+        _mm256_store_ps(buf + 16 * j + 8, hi);
+    }
+}
+
+INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float *const *x,
+                        size_t k0, __m256 sg, __m256 su, float (*tot)[NR])
+{
+    __m256 b[MR][4];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        b[i][0] = b[i][1] = b[i][2] = b[i][3] = _mm256_setzero_ps();
+    for (size_t kk = 0; kk < n; kk++) {
+        const float *w = buf + 32 * kk;
+        UNROLL
+        for (size_t j = 0; j < 4; j++) {
+            const __m256 wj = _mm256_load_ps(w + 8 * j);
+            UNROLL
+            for (size_t i = 0; i < M; i++)
+                b[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][k0 + kk]), b[i][j]);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t j = 0; j < 4; j++) {
+        float *t = tot[2 * i + j / 2] + 8 * (j % 2);
+        _mm256_store_ps(t, _mm256_fmadd_ps(b[i][j], j < 2 ? sg : su, _mm256_load_ps(t)));
+    }
+}
+
+/* down over a decoded block of n k (16 floats each): chains a (even pairs) and b (odd). */
+INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *const *x, size_t k0,
+                      __m256 s, float (*tot)[NR])
+{
+    __m256 d[MR][2][2];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
+    for (size_t kk = 0; kk < n; kk++) {
+        const size_t c = (kk / 2) & 1; /* k0 is a multiple of 128: pair parity = (kk / 2) */
+        UNROLL
+        for (size_t j = 0; j < 2; j++) {
+            const __m256 wj = _mm256_load_ps(buf + 16 * kk + 8 * j);
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                const __m256 xb = _mm256_set1_ps(x[i][k0 + kk]);
+                if (c)
+                    d[i][1][j] = _mm256_fmadd_ps(wj, xb, d[i][1][j]);
+                else
+                    d[i][0][j] = _mm256_fmadd_ps(wj, xb, d[i][0][j]);
+            }
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t j = 0; j < 2; j++) {
+        float *t = tot[i] + 8 * j;
+        const __m256 sum = _mm256_add_ps(d[i][0][j], d[i][1][j]);
+        _mm256_store_ps(t, _mm256_fmadd_ps(sum, s, _mm256_load_ps(t)));
+    }
+}
+
+static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
+                                const unsigned char *tile, const moe_act_params *act, float *h,
+                                size_t hs, size_t n_valid)
+{
+    float buf[MOE_XL_KB * 2 * NR] __attribute__((aligned(32)));
+    float tot[2 * MR_FP8][NR] __attribute__((aligned(32)));
+    const float *x[MR_FP8];
+    memset(tot, 0, sizeof tot);
+    for (size_t i = 0; i < m; i++)
+        x[i] = xv[i];
+    const unsigned char *sc = tile + moe_xl_bias_bytes(2);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
+        const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
+        fp8_decode(codes + k0 * 32, 2 * n, buf);
+        const __m256 sg = _mm256_set1_ps(load_f32(sc)), su = _mm256_set1_ps(load_f32(sc + 4));
+        for (size_t c = 0; c < m; c += MR) {
+            if (m - c >= 2)
+                gateup_pair(2, buf, n, x + c, k0, sg, su, tot + 2 * c);
+            else
+                gateup_pair(1, buf, n, x + c, k0, sg, su, tot + 2 * c);
+        }
+    }
+    const float *b = (const float *)tile;
+    for (size_t i = 0; i < m; i++) {
+        __m256 acc[4];
+        for (size_t j = 0; j < 4; j++)
+            acc[j] = _mm256_add_ps(_mm256_load_ps(tot[2 * i + j / 2] + 8 * (j % 2)),
+                                   _mm256_loadu_ps(b + 8 * j));
+        store16(h + i * hs, act8(act, acc[0], acc[2]), act8(act, acc[1], acc[3]), n_valid);
+    }
+}
+
+static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
+                              float *y, size_t ys, size_t n_valid)
+{
+    float buf[MOE_XL_KB * NR] __attribute__((aligned(32)));
+    float tot[MR_FP8][NR] __attribute__((aligned(32)));
+    const float *x[MR_FP8];
+    memset(tot, 0, sizeof tot);
+    for (size_t i = 0; i < m; i++)
+        x[i] = hv[i];
+    const unsigned char *sc = tile + moe_xl_bias_bytes(1);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
+        const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
+        fp8_decode(codes + k0 * 16, n, buf);
+        const __m256 s = _mm256_set1_ps(load_f32(sc));
+        for (size_t c = 0; c < m; c += MR) {
+            if (m - c >= 2)
+                down_pair(2, buf, n, x + c, k0, s, tot + c);
+            else
+                down_pair(1, buf, n, x + c, k0, s, tot + c);
+        }
+    }
+    const float *b = (const float *)tile;
+    for (size_t i = 0; i < m; i++)
+        store16(y + i * ys, _mm256_add_ps(_mm256_load_ps(tot[i]), _mm256_loadu_ps(b)),
+                _mm256_add_ps(_mm256_load_ps(tot[i] + 8), _mm256_loadu_ps(b + 8)), n_valid);
+}
+
+static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    if (m == 1) gateup_bf16_m(1, k, x, tile, act, h, h_stride, n_valid);
+    if (m == 2) gateup_bf16_m(2, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    if (m == 1) down_bf16_m(1, k, h, tile, y, y_stride, n_valid);
+    if (m == 2) down_bf16_m(2, k, h, tile, y, y_stride, n_valid);
+}
+
+static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    if (m == 1) gateup_fp8_m(1, k, x, tile, act, h, h_stride, n_valid);
+    if (m == 2) gateup_fp8_m(2, k, x, tile, act, h, h_stride, n_valid);
+    if (m > 2) gateup_fp8_buffered(m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    if (m == 1) down_fp8_m(1, k, h, tile, y, y_stride, n_valid);
+    if (m == 2) down_fp8_m(2, k, h, tile, y, y_stride, n_valid);
+    if (m > 2) down_fp8_buffered(m, k, h, tile, y, y_stride, n_valid);
+}
+
+const moe_expert_kernels moe_expert_bf16_f32_2x16__avx2 = {
+    .name = "moe_expert_bf16_f32_2x16__avx2",
+    .format = MOE_EXPERT_FMT_BF16,
+    .recipe = MOE_RECIPE_F32,
+    .isa = MOE_REQ_AVX2,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
+    .down_tile_bytes = moe_xl_bf16_down_bytes,
+    .pack_gateup = moe_xl_bf16_pack_gateup,
+    .pack_down = moe_xl_bf16_pack_down,
+    .unpack_gateup = moe_xl_bf16_unpack_gateup,
+    .unpack_down = moe_xl_bf16_unpack_down,
+    .gateup = gateup_bf16,
+    .down = down_bf16,
+};
+
+const moe_expert_kernels moe_expert_fp8_f32_8x16__avx2 = {
+    .name = "moe_expert_fp8_f32_8x16__avx2",
+    .format = MOE_EXPERT_FMT_FP8_BLOCK,
+    .recipe = MOE_RECIPE_F32,
+    .isa = MOE_REQ_AVX2,
+    .mr = MR_FP8,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
+    .down_tile_bytes = moe_xl_fp8_down_bytes,
+    .pack_gateup = moe_xl_fp8_pack_gateup,
+    .pack_down = moe_xl_fp8_pack_down,
+    .unpack_gateup = moe_xl_fp8_unpack_gateup,
+    .unpack_down = moe_xl_fp8_unpack_down,
+    .gateup = gateup_fp8,
+    .down = down_fp8,
+};

@@ -1,0 +1,333 @@
+/* expert_bf16.c — the AVX512-BF16 expert kernel sets of the bf16 recipe (bf16 and FP8), 8x16. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/ref/expert_layout.h"
+#include "kernels/avx512/math_avx512.h"
+#include "select/kernel.h"
+
+/*
+ * Tile 8x16: up to MR = 8 tokens by 16 rows, one zmm accumulator per token and projection
+ * (down: per token its two chains over the even and the odd pairs). Activations are bf16;
+ * per k-pair each token contributes one 32-bit broadcast of (x[2q], x[2q+1]) and one
+ * vdpbf16ps per projection against the 16 rows' weight pairs. An odd K ends with the pair
+ * (x[K-1], 0), read as one 16-bit element, against (w[K-1], 0). vdpbf16ps does half the
+ * flops of an fp32 FMA per cycle on Sapphire Rapids (about 0.43 per cycle, measured), so 8
+ * tokens keep it busy and the FP8 decode hides behind it; prefetch as in the f32 sets.
+ *
+ * bf16 weights: the packed pair dwords are the vdpbf16ps operand as they are; no widening.
+ * FP8 weights, packed in the pairs order (kernels/ref/expert_layout.h): the 32 codes of a
+ * projection's pair sign-extend to words already in the operand's order, and become the bf16
+ * of e4m3(code) · 2^-8 with 6 integer operations (fp8_bf16; exact: 4 significant bits,
+ * normal in bf16). Per 128-K block (64 pairs) the block sums are scaled into the totals with
+ * one f32 FMA, as the reference does.
+ *
+ * vdpbf16ps ignores MXCSR: it reads denormal operands as zero, flushes denormal results, and
+ * adds the odd product before the even one, each with one rounding; the reference
+ * (kernels/ref/expert_ref.h) emulates exactly that, so the bits agree. h is rounded to bf16
+ * with integer operations (moe_f32_to_bf16's bits: nearest even, NaN quiet, subnormals kept),
+ * not vcvtneps2bf16, which would flush subnormal results.
+ */
+
+#define NR MOE_XL_NR
+#define MR 8
+#define PF_BYTES 8192
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+static float load_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+
+/* The bf16 pair (x[2q], x[2q+1]) of a row, or (x[k-1], 0) when 2q + 1 == k, broadcast. */
+INLINE __m512bh x_pair(const uint16_t *x, size_t q, size_t k)
+{
+    uint32_t v;
+    if (2 * q + 1 < k) {
+        memcpy(&v, x + 2 * q, sizeof v);
+    } else {
+        v = x[2 * q];
+    }
+    return (__m512bh)_mm512_set1_epi32((int)v);
+}
+
+/* moe_xr_act on 16 lanes, as the AVX-512 f32 sets. */
+INLINE __m512 act16(const moe_act_params *a, __m512 g, __m512 u)
+{
+    if (a->kind != 0) {
+        const __m512 lim = _mm512_set1_ps(a->limit), nlim = _mm512_set1_ps(-a->limit);
+        g = _mm512_min_ps(lim, g);
+        u = _mm512_min_ps(lim, u);
+        u = _mm512_max_ps(nlim, u);
+    }
+    if (a->kind == 2) {
+        __m512 s = moe_sigmoid_avx512(_mm512_mul_ps(_mm512_set1_ps(a->alpha), g));
+        return _mm512_mul_ps(_mm512_mul_ps(g, s), _mm512_add_ps(u, _mm512_set1_ps(1.0f)));
+    }
+    return _mm512_mul_ps(_mm512_mul_ps(g, moe_sigmoid_avx512(g)), u);
+}
+
+/* moe_f32_to_bf16 on 16 lanes, narrowed to 16 words. */
+INLINE __m256i to_bf16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+    r = _mm512_srli_epi32(r, 16);
+    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
+    return _mm512_cvtepi32_epi16(r);
+}
+
+INLINE __mmask16 rows_mask(size_t n_valid) { return (__mmask16)((1u << n_valid) - 1u); }
+
+/* 32 codes in the pairs order to the bf16 pairs of e4m3(code) · 2^-8. Normal codes (exponent
+ * field e ≥ 1): the magnitude shifted into the bf16 exponent and mantissa, the exponent bias
+ * moved from 7 to 127 - 8 (+112 << 7). The 7 subnormal magnitudes and 0 (e = 0) come from a
+ * table indexed by the word's low 5 bits (the mantissa, e being 0 there): m · 2^-17. The
+ * sign is bit 15 of the sign-extended word. */
+INLINE __m512bh fp8_bf16(const unsigned char *codes)
+{
+    const __m512i sub =
+        _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                         0x3860, 0x3840, 0x3820, 0x3800, 0x37C0, 0x3780, 0x3700, 0);
+    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes));
+    __m512i v = _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x07F0));
+    v = _mm512_add_epi16(v, _mm512_set1_epi16(112 << 7));
+    v = _mm512_mask_permutexvar_epi16(v, _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x78)), w,
+                                      sub);
+    /* v | (w & 0x8000) */
+    return (__m512bh)_mm512_ternarylogic_epi32(v, w, _mm512_set1_epi16((short)0x8000), 0xF8);
+}
+
+/* ---- The products over K ---------------------------------------------------------------
+ * gate/up (np = 2): acc[i][p] for token i and projection p. down (np = 1): acc[i][0] and
+ * acc[i][1] are the chains of the even and the odd pairs (kernels/ref/expert_bf16.c), so one
+ * token keeps two vdpbf16ps in flight; the caller adds them. */
+
+/* The weight pair vectors of pair q for both slots: gate/up, or down's one projection. */
+INLINE void pair_bf16(const int np, const unsigned char *w, __m512bh *w0, __m512bh *w1)
+{
+    *w0 = (__m512bh)_mm512_loadu_si512(w);
+    *w1 = np == 2 ? (__m512bh)_mm512_loadu_si512(w + 64) : *w0;
+}
+
+INLINE void pair_fp8(const int np, const unsigned char *c, __m512bh *w0, __m512bh *w1)
+{
+    *w0 = fp8_bf16(c);
+    *w1 = np == 2 ? fp8_bf16(c + 32) : *w0;
+}
+
+/* One pair q into acc: gate/up both projections; down the chain `chain`. */
+INLINE void pair_dp(const size_t M, const int np, const int chain, const uint16_t *const *x,
+                    size_t q, size_t k, __m512bh w0, __m512bh w1, __m512 acc[][2])
+{
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        const __m512bh xp = x_pair(x[i], q, k);
+        if (np == 2) {
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, xp);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, xp);
+        } else {
+            acc[i][chain] = _mm512_dpbf16_ps(acc[i][chain], w0, xp);
+        }
+    }
+}
+
+/* Pairs [q0, q1) (q0 even) of the weights at w (bf16) or the codes at c (FP8, pair q at
+ * c + 2·q·step), with q - q0 even into chain 0 and odd into chain 1 for down. */
+INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t *const *x,
+                     size_t q0, size_t q1, size_t k, const unsigned char *base, __m512 acc[][2])
+{
+    const size_t step = fp8 ? 2 * moe_xl_fp8_step_bytes(np) : moe_xl_bf16_pair_bytes(np);
+    const unsigned char *p = base + q0 * step;
+    size_t q = q0;
+    for (; q + 2 <= q1; q += 2, p += 2 * step) {
+        UNROLL
+        for (size_t o = 0; o < 2 * step; o += 64)
+            prefetch(p + PF_BYTES + o);
+        __m512bh w0, w1, v0, v1;
+        if (fp8) {
+            pair_fp8(np, p, &w0, &w1);
+            pair_fp8(np, p + step, &v0, &v1);
+        } else {
+            pair_bf16(np, p, &w0, &w1);
+            pair_bf16(np, p + step, &v0, &v1);
+        }
+        pair_dp(M, np, 0, x, q, k, w0, w1, acc);
+        pair_dp(M, np, 1, x, q + 1, k, v0, v1, acc);
+    }
+    if (q < q1) {
+        __m512bh w0, w1;
+        if (fp8)
+            pair_fp8(np, p, &w0, &w1);
+        else
+            pair_bf16(np, p, &w0, &w1);
+        pair_dp(M, np, 0, x, q, k, w0, w1, acc);
+    }
+}
+
+INLINE void dot_bf16(const size_t M, const int np, size_t k, const uint16_t *const *x,
+                     const unsigned char *w, __m512 acc[][2])
+{
+    pairs_dp(M, np, 0, x, 0, (k + 1) / 2, k, w, acc);
+}
+
+INLINE void dot_fp8(const size_t M, const int np, size_t k, const uint16_t *const *x,
+                    const unsigned char *tile, __m512 acc[][2])
+{
+    const unsigned char *sc = tile + moe_xl_bias_bytes(np);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np);
+    const size_t pairs = (k + 1) / 2;
+    for (size_t q0 = 0; q0 < pairs; q0 += MOE_XL_KB / 2, sc += 4 * (size_t)np) {
+        const size_t q1 = q0 + MOE_XL_KB / 2 < pairs ? q0 + MOE_XL_KB / 2 : pairs;
+        __m512 b[MR][2];
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            b[i][0] = b[i][1] = _mm512_setzero_ps();
+        pairs_dp(M, np, 1, x, q0, q1, k, codes, b);
+        if (np == 1) {
+            const __m512 s = _mm512_set1_ps(load_f32(sc));
+            UNROLL
+            for (size_t i = 0; i < M; i++)
+                acc[i][0] = _mm512_fmadd_ps(_mm512_add_ps(b[i][0], b[i][1]), s, acc[i][0]);
+            continue;
+        }
+        UNROLL
+        for (int p = 0; p < 2; p++) {
+            const __m512 s = _mm512_set1_ps(load_f32(sc + 4 * (size_t)p));
+            UNROLL
+            for (size_t i = 0; i < M; i++)
+                acc[i][p] = _mm512_fmadd_ps(b[i][p], s, acc[i][p]);
+        }
+    }
+}
+
+/* ---- Kernels --------------------------------------------------------------------------- */
+
+INLINE void gateup_m(const size_t M, const int fp8, size_t k, const void *const *xv,
+                     const unsigned char *tile, const moe_act_params *act, uint16_t *h, size_t hs,
+                     size_t n_valid)
+{
+    const uint16_t *x[MR];
+    __m512 acc[MR][2];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = xv[i];
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    }
+    if (fp8)
+        dot_fp8(M, 2, k, x, tile, acc);
+    else
+        dot_bf16(M, 2, k, x, tile + moe_xl_bf16_weights(2), acc);
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = rows_mask(n_valid);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        __m512 v = act16(act, _mm512_add_ps(acc[i][0], bg), _mm512_add_ps(acc[i][1], bu));
+        _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(v));
+    }
+}
+
+INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *hv,
+                   const unsigned char *tile, float *y, size_t ys, size_t n_valid)
+{
+    const uint16_t *x[MR];
+    __m512 acc[MR][2];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = hv[i];
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    }
+    if (fp8) {
+        dot_fp8(M, 1, k, x, tile, acc); /* the total in acc[i][0] */
+    } else {
+        dot_bf16(M, 1, k, x, tile + moe_xl_bf16_weights(1), acc);
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            acc[i][0] = _mm512_add_ps(acc[i][0], acc[i][1]);
+    }
+    const __m512 b = _mm512_loadu_ps(tile);
+    const __mmask16 mask = rows_mask(n_valid);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(acc[i][0], b));
+}
+
+#define DISPATCH(body, m, ...)                                                                     \
+    do {                                                                                           \
+        switch (m) {                                                                               \
+        case 1: body(1, __VA_ARGS__); break;                                                       \
+        case 2: body(2, __VA_ARGS__); break;                                                       \
+        case 3: body(3, __VA_ARGS__); break;                                                       \
+        case 4: body(4, __VA_ARGS__); break;                                                       \
+        case 5: body(5, __VA_ARGS__); break;                                                       \
+        case 6: body(6, __VA_ARGS__); break;                                                       \
+        case 7: body(7, __VA_ARGS__); break;                                                       \
+        case 8: body(8, __VA_ARGS__); break;                                                       \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    DISPATCH(gateup_m, m, 0, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    DISPATCH(down_m, m, 0, k, h, tile, y, y_stride, n_valid);
+}
+
+static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    DISPATCH(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    DISPATCH(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
+}
+
+const moe_expert_kernels moe_expert_bf16_bf16_8x16__avx512bf16 = {
+    .name = "moe_expert_bf16_bf16_8x16__avx512bf16",
+    .format = MOE_EXPERT_FMT_BF16,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_AVX512BF16,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
+    .down_tile_bytes = moe_xl_bf16_down_bytes,
+    .pack_gateup = moe_xl_bf16_pack_gateup,
+    .pack_down = moe_xl_bf16_pack_down,
+    .unpack_gateup = moe_xl_bf16_unpack_gateup,
+    .unpack_down = moe_xl_bf16_unpack_down,
+    .gateup = gateup_bf16,
+    .down = down_bf16,
+};
+
+const moe_expert_kernels moe_expert_fp8_bf16_8x16__avx512bf16 = {
+    .name = "moe_expert_fp8_bf16_8x16__avx512bf16",
+    .format = MOE_EXPERT_FMT_FP8_BLOCK,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_AVX512BF16,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
+    .down_tile_bytes = moe_xl_fp8_down_bytes,
+    .pack_gateup = moe_xl_fp8p_pack_gateup,
+    .pack_down = moe_xl_fp8p_pack_down,
+    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
+    .unpack_down = moe_xl_fp8p_unpack_down,
+    .gateup = gateup_fp8,
+    .down = down_fp8,
+};

@@ -1,0 +1,205 @@
+/* expert_bf16.c — the reference expert kernel sets of the bf16 recipe: vdpbf16ps in plain C. */
+#include <math.h>
+#include <string.h>
+
+#include "dtype/dtype.h"
+#include "kernels/ref/expert_layout.h"
+#include "kernels/ref/expert_ref.h"
+#include "select/kernel.h"
+
+/*
+ * The executable specification of the bf16 recipe. Activations x and h are bf16 codes; the
+ * weights are bf16 pairs (k = 2q, 2q+1), exact (FP8 codes, packed in the pairs order, decode
+ * to e4m3(code) · 2^-8, which bf16 holds exactly). Per output element:
+ *  - bf16 weights: acc = 0; for each pair q: acc = dpbf16(acc, x pair q, w pair q)
+ *    (moe_xr_dpbf16: vdpbf16ps on one lane, odd products first, DAZ/FTZ).
+ *  - FP8 weights: per 128-K block (64 pairs) bacc = 0, bacc = dpbf16(bacc, ...) over its
+ *    pairs, then acc = fma(bacc, scale_b · 2^8, acc) (a plain f32 FMA).
+ * With K odd, the last pair is (x[K-1], 0) against (w[K-1], 0): nothing past x[K-1] is read.
+ * down splits each sum (FP8: each block's) into two chains, A over the even pairs and B over
+ * the odd ones, summed A + B with a plain f32 addition (kernels/ref/expert_f32.c says why).
+ * Then + bias; gate/up apply the activation in f32 and round h to bf16 (moe_f32_to_bf16:
+ * nearest even, NaN kept quiet, subnormals kept); down writes y in f32.
+ */
+
+#define NR MOE_XL_NR
+#define MR 8
+
+static uint32_t load_u32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static float load_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The activation pair q of a bf16 row of k elements; (x[k-1], 0) at the odd end. */
+static uint32_t x_pair(const uint16_t *x, size_t q, size_t k)
+{
+    uint32_t lo = x[2 * q], hi = 2 * q + 1 < k ? x[2 * q + 1] : 0u;
+    return lo | hi << 16;
+}
+
+/* The bf16 code of e4m3(code) · 2^-8: an f32 with at most 4 significant bits, so its top half. */
+static uint32_t fp8_code_bf16(uint8_t code)
+{
+    return moe_math_bits(moe_e4m3_to_f32(code) * MOE_XL_FP8_CODE_UNIT) >> 16;
+}
+
+static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                      const uint16_t *x)
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np) + ((size_t)p * NR + n) * 4;
+    const size_t step = moe_xl_bf16_pair_bytes(np);
+    float acc = 0.0f;
+    for (size_t q = 0; q < (k + 1) / 2; q++)
+        acc = moe_xr_dpbf16(acc, x_pair(x, q, k), load_u32(w + q * step));
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
+/* The weight pair q of row n, projection p, from an FP8 tile in the pairs order. */
+static uint32_t fp8_pair(const unsigned char *tile, int np, int p, size_t n, size_t k, size_t q)
+{
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np);
+    return fp8_code_bf16(codes[moe_xl_fp8_code_at(1, np, 2 * q, p, n)]) |
+           fp8_code_bf16(codes[moe_xl_fp8_code_at(1, np, 2 * q + 1, p, n)]) << 16;
+}
+
+static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                     const uint16_t *x)
+{
+    const unsigned char *scales = tile + moe_xl_bias_bytes(np);
+    const size_t pairs = (k + 1) / 2;
+    const size_t block_pairs = MOE_XL_KB / 2;
+    float acc = 0.0f;
+    for (size_t q0 = 0, b = 0; q0 < pairs; q0 += block_pairs, b++) {
+        const size_t q1 = q0 + block_pairs < pairs ? q0 + block_pairs : pairs;
+        float bacc = 0.0f;
+        for (size_t q = q0; q < q1; q++)
+            bacc = moe_xr_dpbf16(bacc, x_pair(x, q, k), fp8_pair(tile, np, p, n, k, q));
+        acc = fmaf(bacc, load_f32(scales + (b * (size_t)np + (size_t)p) * 4), acc);
+    }
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
+/* down's two chains over the pairs [q0, q1) of one row; w(q) gives the weight pair q. */
+static float chains(const unsigned char *tile, int fp8, size_t q0, size_t q1, size_t n, size_t k,
+                    const uint16_t *x)
+{
+    float acc[2] = {0.0f, 0.0f};
+    for (size_t q = q0; q < q1; q++) {
+        const uint32_t w =
+            fp8 ? fp8_pair(tile, 1, 0, n, k, q)
+                : load_u32(tile + moe_xl_bf16_weights(1) + q * moe_xl_bf16_pair_bytes(1) + n * 4);
+        acc[q & 1] = moe_xr_dpbf16(acc[q & 1], x_pair(x, q, k), w);
+    }
+    return acc[0] + acc[1];
+}
+
+static float down_dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                           const uint16_t *x)
+{
+    (void)np, (void)p;
+    return chains(tile, 0, 0, (k + 1) / 2, n, k, x) + load_f32(tile + n * 4);
+}
+
+static float down_dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                          const uint16_t *x)
+{
+    (void)np, (void)p;
+    const unsigned char *scales = tile + moe_xl_bias_bytes(1);
+    const size_t pairs = (k + 1) / 2, bp = MOE_XL_KB / 2;
+    float acc = 0.0f;
+    for (size_t q0 = 0, b = 0; q0 < pairs; q0 += bp, b++) {
+        const size_t q1 = q0 + bp < pairs ? q0 + bp : pairs;
+        acc = fmaf(chains(tile, 1, q0, q1, n, k, x), load_f32(scales + b * 4), acc);
+    }
+    return acc + load_f32(tile + n * 4);
+}
+
+typedef float dot_fn(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                     const uint16_t *x);
+
+static void gateup(dot_fn *dot, size_t m, size_t k, const void *const *x, const void *tile,
+                   const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    for (size_t i = 0; i < m; i++) {
+        uint16_t *hi = (uint16_t *)h + i * h_stride;
+        for (size_t n = 0; n < n_valid; n++) {
+            float g = dot(tile, 2, 0, n, k, x[i]), u = dot(tile, 2, 1, n, k, x[i]);
+            hi[n] = moe_f32_to_bf16(moe_xr_act(act, g, u));
+        }
+    }
+}
+
+static void down(dot_fn *dot, size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                 size_t y_stride, size_t n_valid)
+{
+    for (size_t i = 0; i < m; i++)
+        for (size_t n = 0; n < n_valid; n++)
+            y[i * y_stride + n] = dot(tile, 1, 0, n, k, h[i]);
+}
+
+static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    gateup(dot_bf16, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    down(down_dot_bf16, m, k, h, tile, y, y_stride, n_valid);
+}
+
+static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    gateup(dot_fp8, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    down(down_dot_fp8, m, k, h, tile, y, y_stride, n_valid);
+}
+
+const moe_expert_kernels moe_expert_bf16_bf16_8x16__ref = {
+    .name = "moe_expert_bf16_bf16_8x16__ref",
+    .format = MOE_EXPERT_FMT_BF16,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_SCALAR,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
+    .down_tile_bytes = moe_xl_bf16_down_bytes,
+    .pack_gateup = moe_xl_bf16_pack_gateup,
+    .pack_down = moe_xl_bf16_pack_down,
+    .unpack_gateup = moe_xl_bf16_unpack_gateup,
+    .unpack_down = moe_xl_bf16_unpack_down,
+    .gateup = gateup_bf16,
+    .down = down_bf16,
+};
+
+const moe_expert_kernels moe_expert_fp8_bf16_8x16__ref = {
+    .name = "moe_expert_fp8_bf16_8x16__ref",
+    .format = MOE_EXPERT_FMT_FP8_BLOCK,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_SCALAR,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
+    .down_tile_bytes = moe_xl_fp8_down_bytes,
+    .pack_gateup = moe_xl_fp8p_pack_gateup,
+    .pack_down = moe_xl_fp8p_pack_down,
+    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
+    .unpack_down = moe_xl_fp8p_unpack_down,
+    .gateup = gateup_fp8,
+    .down = down_fp8,
+};

@@ -1,0 +1,201 @@
+/* expert_f32.c — the reference expert kernel sets of the f32 recipe (bf16 and FP8 weights). */
+#include <math.h>
+#include <string.h>
+
+#include "dtype/dtype.h"
+#include "kernels/ref/expert_layout.h"
+#include "kernels/ref/expert_ref.h"
+#include "select/kernel.h"
+
+/*
+ * The executable specification of the f32 recipe, one output element at a time:
+ *  - bf16 weights: acc = 0; for k = 0, 1, ..., K-1: acc = fma(w[k], x[k], acc).
+ *  - FP8 weights: per 128-K block b, bacc = 0; for k in the block: bacc = fma(w'[k], x[k],
+ *    bacc) with w' = e4m3(code) · 2^-8; then acc = fma(bacc, scale_b · 2^8, acc), acc = 0
+ *    before the first block.
+ *  - down splits each sum in two chains that take the k-pairs (k = 2q, 2q+1) in turn: chain
+ *    A the even q, chain B the odd q, each FMA-ing its pairs' k upward; the sum is A + B (FP8:
+ *    per block, block = A + B before its scale). A tile of down has one projection, so
+ *    without the split a single token would wait on one chain of dependent FMAs; with it
+ *    decode keeps two in flight, as gate/up does with its two projections.
+ *  - then + bias (f32, zero when the checkpoint has none), and for gate/up the activation
+ *    (moe_xr_act) of the two projections; h and y are f32.
+ * Every SIMD set of the recipe computes each element in exactly this order (vectorised over
+ * the 16 rows of the tile, activations broadcast), so its bits equal these for any m.
+ */
+
+#define NR MOE_XL_NR
+#define MR 8
+
+static uint32_t load_u32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static float load_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Weight k of a row from its bf16 pair dword: the low half for even k. */
+static float pair_weight(uint32_t d, size_t k)
+{
+    return moe_math_from_bits(k & 1 ? d & 0xFFFF0000u : d << 16);
+}
+
+static float fp8_weight(uint8_t code) { return moe_e4m3_to_f32(code) * MOE_XL_FP8_CODE_UNIT; }
+
+/* Row n of projection p (of np) over x, in the recipe's order. */
+static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np) + ((size_t)p * NR + n) * 4;
+    const size_t step = moe_xl_bf16_pair_bytes(np);
+    float acc = 0.0f;
+    for (size_t kk = 0; kk < k; kk++)
+        acc = fmaf(pair_weight(load_u32(w + kk / 2 * step), kk), x[kk], acc);
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
+static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
+{
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np) + (size_t)p * NR + n;
+    const unsigned char *scales = tile + moe_xl_bias_bytes(np);
+    const size_t step = moe_xl_fp8_step_bytes(np);
+    float acc = 0.0f;
+    for (size_t k0 = 0, b = 0; k0 < k; k0 += MOE_XL_KB, b++) {
+        const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
+        float bacc = 0.0f;
+        for (size_t kk = k0; kk < k1; kk++)
+            bacc = fmaf(fp8_weight(codes[kk * step]), x[kk], bacc);
+        acc = fmaf(bacc, load_f32(scales + (b * (size_t)np + (size_t)p) * 4), acc);
+    }
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
+/* down's two chains over the k-pairs of [q0, q1) (pair q = k 2q, 2q+1, k < kmax). */
+static float chains_bf16(const unsigned char *w, size_t step, size_t q0, size_t q1, size_t k,
+                         const float *x)
+{
+    float acc[2] = {0.0f, 0.0f};
+    for (size_t q = q0; q < q1; q++)
+        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
+            acc[q & 1] = fmaf(pair_weight(load_u32(w + q * step), kk), x[kk], acc[q & 1]);
+    return acc[0] + acc[1];
+}
+
+static float chains_fp8(const unsigned char *codes, size_t step, size_t q0, size_t q1, size_t k,
+                        const float *x)
+{
+    float acc[2] = {0.0f, 0.0f};
+    for (size_t q = q0; q < q1; q++)
+        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
+            acc[q & 1] = fmaf(fp8_weight(codes[kk * step]), x[kk], acc[q & 1]);
+    return acc[0] + acc[1];
+}
+
+static float down_dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                           const float *x)
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np) + ((size_t)p * NR + n) * 4;
+    float acc = chains_bf16(w, moe_xl_bf16_pair_bytes(np), 0, (k + 1) / 2, k, x);
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
+static float down_dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                          const float *x)
+{
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np) + (size_t)p * NR + n;
+    const unsigned char *scales = tile + moe_xl_bias_bytes(np);
+    const size_t step = moe_xl_fp8_step_bytes(np), pairs = (k + 1) / 2, bp = MOE_XL_KB / 2;
+    float acc = 0.0f;
+    for (size_t q0 = 0, b = 0; q0 < pairs; q0 += bp, b++) {
+        const size_t q1 = q0 + bp < pairs ? q0 + bp : pairs;
+        float block = chains_fp8(codes, step, q0, q1, k, x);
+        acc = fmaf(block, load_f32(scales + (b * (size_t)np + (size_t)p) * 4), acc);
+    }
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
+typedef float dot_fn(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x);
+
+static void gateup(dot_fn *dot, size_t m, size_t k, const void *const *x, const void *tile,
+                   const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    for (size_t i = 0; i < m; i++) {
+        float *hi = (float *)h + i * h_stride;
+        for (size_t n = 0; n < n_valid; n++) {
+            float g = dot(tile, 2, 0, n, k, x[i]), u = dot(tile, 2, 1, n, k, x[i]);
+            hi[n] = moe_xr_act(act, g, u);
+        }
+    }
+}
+
+static void down(dot_fn *dot, size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                 size_t y_stride, size_t n_valid)
+{
+    for (size_t i = 0; i < m; i++)
+        for (size_t n = 0; n < n_valid; n++)
+            y[i * y_stride + n] = dot(tile, 1, 0, n, k, h[i]);
+}
+
+static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    gateup(dot_bf16, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    down(down_dot_bf16, m, k, h, tile, y, y_stride, n_valid);
+}
+
+static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    gateup(dot_fp8, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    down(down_dot_fp8, m, k, h, tile, y, y_stride, n_valid);
+}
+
+const moe_expert_kernels moe_expert_bf16_f32_8x16__ref = {
+    .name = "moe_expert_bf16_f32_8x16__ref",
+    .format = MOE_EXPERT_FMT_BF16,
+    .recipe = MOE_RECIPE_F32,
+    .isa = MOE_REQ_SCALAR,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
+    .down_tile_bytes = moe_xl_bf16_down_bytes,
+    .pack_gateup = moe_xl_bf16_pack_gateup,
+    .pack_down = moe_xl_bf16_pack_down,
+    .unpack_gateup = moe_xl_bf16_unpack_gateup,
+    .unpack_down = moe_xl_bf16_unpack_down,
+    .gateup = gateup_bf16,
+    .down = down_bf16,
+};
+
+const moe_expert_kernels moe_expert_fp8_f32_8x16__ref = {
+    .name = "moe_expert_fp8_f32_8x16__ref",
+    .format = MOE_EXPERT_FMT_FP8_BLOCK,
+    .recipe = MOE_RECIPE_F32,
+    .isa = MOE_REQ_SCALAR,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
+    .down_tile_bytes = moe_xl_fp8_down_bytes,
+    .pack_gateup = moe_xl_fp8_pack_gateup,
+    .pack_down = moe_xl_fp8_pack_down,
+    .unpack_gateup = moe_xl_fp8_unpack_gateup,
+    .unpack_down = moe_xl_fp8_unpack_down,
+    .gateup = gateup_fp8,
+    .down = down_fp8,
+};

@@ -1,0 +1,94 @@
+/* expert_layout.h — internal: the packed tile layouts of the expert kernel sets, in code. */
+#ifndef MOE_KERNELS_REF_EXPERT_LAYOUT_H
+#define MOE_KERNELS_REF_EXPERT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/expert.h"
+
+/*
+ * Three layouts serve every kernel set (docs/kernels.md draws them). A tile holds NR = 16 rows
+ * of one projection (down) or of two (gate and up, "np" = 2); K is padded to even (kpad),
+ * zeros in the padding, and rows past the matrix's edge are zeros too.
+ *
+ * bf16 pair layout (format BF16, both recipes):
+ *   [bias: np × 16 f32] then, for each k-pair q < kpad/2 and each projection p < np, 16
+ *   dwords: dword n = w[row n][2q] | w[row n][2q+1] << 16 (bf16 codes). One 64-byte load is
+ *   then either the two f32 weight vectors of k = 2q and 2q+1 (shift / mask: the f32 recipe)
+ *   or exactly the operand vdpbf16ps pairs with (x[2q], x[2q+1]) (the bf16 recipe).
+ *
+ * FP8 layouts (format FP8_BLOCK): [bias: np × 16 f32] [scales: for each 128-K block b and
+ * projection p, one f32 = scale · 2^8; padded to 64 bytes] then the E4M3 codes, one byte
+ * each, in one of two orders:
+ *   - k-major (the f32 recipe): for each k < kpad and projection p, the 16 codes of rows
+ *     0..15 at k. Decoded with the f16 trick: ((code & 0x7F) << 7 | (code & 0x80) << 8) read
+ *     as an f16 is exactly e4m3(code) · 2^-8 for every non-NaN code (subnormals included),
+ *     hence the 2^8 folded into the scales; vcvtph2ps widens 16 of them at once.
+ *   - pairs (the bf16 recipe): for each k-pair q and projection p, 32 codes: byte 2n is row
+ *     n at k = 2q, byte 2n + 1 row n at 2q + 1, the order of vdpbf16ps's operand; the codes
+ *     become the bf16 of e4m3(code) · 2^-8 with integer operations (normal codes:
+ *     (mag << 4) + (112 << 7); the 7 subnormal magnitudes and 0 from a table).
+ *
+ * Every part is a multiple of 64 bytes, so tiles packed back to back from a 64-byte aligned
+ * buffer keep every vector load aligned.
+ */
+
+#define MOE_XL_NR MOE_EXPERT_NR
+#define MOE_XL_KB MOE_EXPERT_KBLOCK
+/* The scale factor folded into packed FP8 scales, and its inverse, applied to the codes. */
+#define MOE_XL_FP8_SCALE_FOLD 256.0f
+#define MOE_XL_FP8_CODE_UNIT 0x1p-8f
+
+static inline int64_t moe_xl_kpad(int64_t k) { return k + (k & 1); }
+static inline int64_t moe_xl_nblocks(int64_t k) { return (k + MOE_XL_KB - 1) / MOE_XL_KB; }
+
+/* Byte offsets inside one tile of np projections (1 or 2). */
+static inline size_t moe_xl_bias_bytes(int np) { return (size_t)np * MOE_XL_NR * sizeof(float); }
+static inline size_t moe_xl_fp8_scale_bytes(int64_t k, int np)
+{
+    return ((size_t)moe_xl_nblocks(k) * (size_t)np * sizeof(float) + 63) & ~(size_t)63;
+}
+/* Where the bf16 weights / the FP8 codes start. */
+static inline size_t moe_xl_bf16_weights(int np) { return moe_xl_bias_bytes(np); }
+static inline size_t moe_xl_fp8_codes(int64_t k, int np)
+{
+    return moe_xl_bias_bytes(np) + moe_xl_fp8_scale_bytes(k, np);
+}
+/* Where the code of row n at step k of projection p sits in the code area of an FP8 tile of
+ * np projections, in the k-major order or in the pairs order. */
+static inline size_t moe_xl_fp8_code_at(int pairs, int np, size_t k, int p, size_t n)
+{
+    if (!pairs) return k * (size_t)np * MOE_XL_NR + (size_t)p * MOE_XL_NR + n;
+    return k / 2 * (size_t)np * 2 * MOE_XL_NR + (size_t)p * 2 * MOE_XL_NR + 2 * n + (k & 1);
+}
+
+/* Bytes of one k-pair (bf16) or one k (FP8) step of the weights. */
+static inline size_t moe_xl_bf16_pair_bytes(int np) { return (size_t)np * MOE_XL_NR * 4; }
+static inline size_t moe_xl_fp8_step_bytes(int np) { return (size_t)np * MOE_XL_NR; }
+
+/* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */
+size_t moe_xl_bf16_gateup_bytes(int64_t k);
+size_t moe_xl_bf16_down_bytes(int64_t k);
+size_t moe_xl_fp8_gateup_bytes(int64_t k);
+size_t moe_xl_fp8_down_bytes(int64_t k);
+
+/* Pack and unpack, shared by every kernel set of a format (kernels/ref/expert_pack.c). */
+moe_status moe_xl_bf16_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
+moe_status moe_xl_bf16_pack_down(const moe_weight_src *down, void *dst);
+moe_status moe_xl_bf16_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up);
+moe_status moe_xl_bf16_unpack_down(const void *packed, const moe_weight_dst *down);
+moe_status moe_xl_fp8_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
+moe_status moe_xl_fp8_pack_down(const moe_weight_src *down, void *dst);
+moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                    const moe_weight_dst *up);
+moe_status moe_xl_fp8_unpack_down(const void *packed, const moe_weight_dst *down);
+/* The same with the codes in the pairs order. */
+moe_status moe_xl_fp8p_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
+moe_status moe_xl_fp8p_pack_down(const moe_weight_src *down, void *dst);
+moe_status moe_xl_fp8p_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up);
+moe_status moe_xl_fp8p_unpack_down(const void *packed, const moe_weight_dst *down);
+
+#endif

@@ -1,0 +1,455 @@
+/* expert_pack.c — packing (with validation) and unpacking of the expert tiles, all layouts. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dtype/dtype.h"
+#include "kernels/ref/expert_layout.h"
+
+/*
+ * Portable C shared by every kernel set that reads a layout: the layout belongs to the format
+ * and recipe, not to the ISA (kernels/ref/expert_layout.h). Packing checks everything first
+ * and writes after, so a rejected source leaves dst untouched; messages name the projection
+ * ("gate", "up", "down"), and the engine prepends the tensor. About 3 ns per weight on the
+ * development machine (one element at a time through the strides).
+ */
+
+/* The layouts: bf16 pairs, FP8 k-major, FP8 pairs (kernels/ref/expert_layout.h). */
+#define FMT_BF16 0
+#define FMT_FP8 1
+#define FMT_FP8P 2
+#define NR MOE_XL_NR
+
+/* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
+#define MAX_K ((int64_t)1 << 40)
+
+/* The largest scale a packed FP8 tile carries: scale · 2^8 must stay finite in f32. */
+#define MAX_SCALE 0x1p120f
+
+static const char *const proj_names[2][2] = {{"down", "down"}, {"gate", "up"}};
+
+/* ---- Tile sizes ---------------------------------------------------------------------- */
+
+static size_t tile_bytes(int fmt, int64_t k, int np)
+{
+    if (k < 1 || k > MAX_K) return 0;
+    const size_t kpad = (size_t)moe_xl_kpad(k);
+    if (fmt == FMT_BF16) return moe_xl_bf16_weights(np) + kpad / 2 * moe_xl_bf16_pair_bytes(np);
+    const size_t codes = kpad * moe_xl_fp8_step_bytes(np);
+    return moe_xl_fp8_codes(k, np) + ((codes + 63) & ~(size_t)63);
+}
+
+size_t moe_xl_bf16_gateup_bytes(int64_t k) { return tile_bytes(FMT_BF16, k, 2); }
+size_t moe_xl_bf16_down_bytes(int64_t k) { return tile_bytes(FMT_BF16, k, 1); }
+size_t moe_xl_fp8_gateup_bytes(int64_t k) { return tile_bytes(FMT_FP8, k, 2); }
+size_t moe_xl_fp8_down_bytes(int64_t k) { return tile_bytes(FMT_FP8, k, 1); }
+
+/* ---- Reading the sources ------------------------------------------------------------- */
+
+static size_t dtype_bytes(moe_dtype d) { return moe_dtype_bits(d) / 8; }
+
+static bool is_scale_dtype(moe_dtype d)
+{
+    return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F8_E8M0 || d == MOE_DTYPE_U8;
+}
+
+static bool is_bias_dtype(moe_dtype d)
+{
+    return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F16;
+}
+
+/* The element's address; offsets were checked to fit in int64 by check_span. */
+static const unsigned char *at(const void *base, int64_t r, int64_t rs, int64_t c, int64_t cs,
+                               size_t es)
+{
+    return (const unsigned char *)base + (r * rs + c * cs) * (int64_t)es;
+}
+
+static float load_float(const unsigned char *p, moe_dtype d)
+{
+    if (d == MOE_DTYPE_F32) {
+        float f;
+        memcpy(&f, p, sizeof f);
+        return f;
+    }
+    if (d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F16) {
+        uint16_t c;
+        memcpy(&c, p, sizeof c);
+        return d == MOE_DTYPE_BF16 ? moe_bf16_to_f32(c) : moe_f16_to_f32(c);
+    }
+    return moe_e8m0_to_f32(*p); /* F8_E8M0 and U8 */
+}
+
+static void store_float(unsigned char *p, moe_dtype d, float v)
+{
+    if (d == MOE_DTYPE_F32) {
+        memcpy(p, &v, sizeof v);
+    } else if (d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F16) {
+        uint16_t c = d == MOE_DTYPE_BF16 ? moe_f32_to_bf16(v) : moe_f32_to_f16(v);
+        memcpy(p, &c, sizeof c);
+    } else {
+        *p = moe_f32_to_e8m0(v);
+    }
+}
+
+/* The weight code at (r, c), or 0 (the value +0) outside the matrix: the padding. */
+static uint32_t code_at(const moe_weight_src *s, int64_t r, int64_t c, size_t es)
+{
+    if (r >= s->rows || c >= s->cols) return 0;
+    const unsigned char *p = at(s->data, r, s->row_stride, c, s->col_stride, es);
+    if (es == 1) return *p;
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static float bias_at(const moe_weight_src *s, int64_t r)
+{
+    if (!s->bias || r >= s->rows) return 0.0f;
+    return load_float(at(s->bias, r, s->bias_stride, 0, 0, dtype_bytes(s->bias_dtype)),
+                      s->bias_dtype);
+}
+
+static int64_t scale_cols(int64_t cols) { return (cols + MOE_XL_KB - 1) / MOE_XL_KB; }
+static int64_t scale_rows(int64_t rows, int block_rows)
+{
+    return (rows + block_rows - 1) / block_rows;
+}
+
+static float scale_at(const moe_weight_src *s, int64_t br, int64_t bc)
+{
+    const int64_t ncols = scale_cols(s->cols);
+    return load_float(at(s->scale, br, ncols, bc, 1, dtype_bytes(s->scale_dtype)), s->scale_dtype);
+}
+
+/* ---- Validation ---------------------------------------------------------------------- */
+
+static int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
+
+/* |offset| of the farthest element, in bytes, must fit in int64 (strides may be negative). */
+static moe_status check_span(int64_t rows, int64_t rs, int64_t cols, int64_t cs, size_t es,
+                             const char *what, const char *part)
+{
+    int64_t a, b, sum, bytes;
+    if (rs == INT64_MIN || cs == INT64_MIN || __builtin_mul_overflow(abs64(rs), rows - 1, &a) ||
+        __builtin_mul_overflow(abs64(cs), cols - 1, &b) || __builtin_add_overflow(a, b, &sum) ||
+        __builtin_mul_overflow(sum, (int64_t)es, &bytes))
+        return moe_error(MOE_EOVERFLOW,
+                         "%s: the %s strides (%lld, %lld) over [%lld, %lld] overflow 64 bits", what,
+                         part, (long long)rs, (long long)cs, (long long)rows, (long long)cols);
+    return MOE_OK;
+}
+
+static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
+{
+    if (!s) return moe_error(MOE_EINVAL, "%s: the weight source is NULL", what);
+    if (!s->data) return moe_error(MOE_EINVAL, "%s: the weight data is NULL", what);
+    if (s->rows < 1 || s->cols < 1)
+        return moe_error(MOE_ESHAPE, "%s: shape [%lld, %lld] has no elements", what,
+                         (long long)s->rows, (long long)s->cols);
+    if (s->cols > MAX_K)
+        return moe_error(MOE_EOVERFLOW, "%s: %lld columns exceed the kernels' limit of 2^40", what,
+                         (long long)s->cols);
+    const moe_dtype want = fmt == FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
+    if (s->dtype != want)
+        return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the %s expert kernels read %s", what,
+                         moe_dtype_name(s->dtype), fmt == FMT_BF16 ? "bf16" : "FP8",
+                         moe_dtype_name(want));
+    moe_status st = check_span(s->rows, s->row_stride, s->cols, s->col_stride,
+                               dtype_bytes(s->dtype), what, "weight");
+    if (st) return st;
+    if (s->bias) {
+        if (!is_bias_dtype(s->bias_dtype))
+            return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
+                             moe_dtype_name(s->bias_dtype));
+        st = check_span(s->rows, s->bias_stride, 1, 0, dtype_bytes(s->bias_dtype), what, "bias");
+        if (st) return st;
+    }
+    if (fmt == FMT_BF16) return MOE_OK;
+    if (!s->scale) return moe_error(MOE_EINVAL, "%s: the FP8 block scales are NULL", what);
+    if (!is_scale_dtype(s->scale_dtype))
+        return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f32, bf16 or f8_e8m0", what,
+                         moe_dtype_name(s->scale_dtype));
+    if (s->block_cols != MOE_XL_KB || s->block_rows < NR || s->block_rows % NR != 0)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "%s: scale block [%d, %d]; the FP8 kernels take [16·j, 128] (128 along K)",
+                         what, s->block_rows, s->block_cols);
+    return MOE_OK;
+}
+
+/* Every code and scale of an FP8 source: no NaN code (the kernels decode codes with integer
+ * tricks that have no NaN), no scale the tile cannot carry. */
+static moe_status check_fp8_values(const moe_weight_src *s, const char *what)
+{
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int64_t c = 0; c < s->cols; c++) {
+            uint32_t code = code_at(s, r, c, 1);
+            if ((code & 0x7Fu) == 0x7Fu)
+                return moe_error(MOE_EVALUE, "%s: NaN E4M3 code 0x%02X at row %lld, col %lld", what,
+                                 code, (long long)r, (long long)c);
+        }
+    const int64_t nbr = scale_rows(s->rows, s->block_rows), nbc = scale_cols(s->cols);
+    for (int64_t br = 0; br < nbr; br++)
+        for (int64_t bc = 0; bc < nbc; bc++) {
+            float v = scale_at(s, br, bc);
+            if (!(v > 0.0f) || !(v < MAX_SCALE))
+                return moe_error(MOE_EVALUE,
+                                 "%s: block scale %g at block (%lld, %lld) is not in (0, 2^120)",
+                                 what, (double)v, (long long)br, (long long)bc);
+        }
+    return MOE_OK;
+}
+
+/* One or two projections of one format, checked together. */
+static moe_status check_all(const moe_weight_src *const *src, int np, int fmt)
+{
+    for (int p = 0; p < np; p++) {
+        const char *what = proj_names[np - 1][p];
+        moe_status st = check_src(src[p], fmt, what);
+        if (st) return st;
+    }
+    if (np == 2 && (src[0]->rows != src[1]->rows || src[0]->cols != src[1]->cols))
+        return moe_error(MOE_ESHAPE, "gate [%lld, %lld] and up [%lld, %lld] differ in shape",
+                         (long long)src[0]->rows, (long long)src[0]->cols, (long long)src[1]->rows,
+                         (long long)src[1]->cols);
+    if (fmt == FMT_BF16) return MOE_OK;
+    for (int p = 0; p < np; p++) {
+        moe_status st = check_fp8_values(src[p], proj_names[np - 1][p]);
+        if (st) return st;
+    }
+    return MOE_OK;
+}
+
+/* ---- Packing ------------------------------------------------------------------------- */
+
+static void pack_bias(const moe_weight_src *const *src, int np, int64_t r0, unsigned char *tile)
+{
+    float b[2 * NR];
+    for (int p = 0; p < np; p++)
+        for (int n = 0; n < NR; n++)
+            b[p * NR + n] = bias_at(src[p], r0 + n);
+    memcpy(tile, b, moe_xl_bias_bytes(np));
+}
+
+static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
+                           unsigned char *tile)
+{
+    const int64_t kpad = moe_xl_kpad(src[0]->cols);
+    unsigned char *w = tile + moe_xl_bf16_weights(np);
+    const size_t step = moe_xl_bf16_pair_bytes(np);
+    pack_bias(src, np, r0, tile);
+    for (int64_t q = 0; q < kpad / 2; q++) {
+        uint32_t d[2 * NR];
+        for (int p = 0; p < np; p++)
+            for (int n = 0; n < NR; n++)
+                d[p * NR + n] =
+                    code_at(src[p], r0 + n, 2 * q, 2) | code_at(src[p], r0 + n, 2 * q + 1, 2) << 16;
+        memcpy(w + (size_t)q * step, d, step);
+    }
+}
+
+static void pack_fp8_tile(const moe_weight_src *const *src, int np, int64_t r0, int pairs,
+                          unsigned char *tile)
+{
+    const int64_t k = src[0]->cols, kpad = moe_xl_kpad(k), nb = moe_xl_nblocks(k);
+    pack_bias(src, np, r0, tile);
+    /* The scale area, padding included, so the tile's bytes are all defined. */
+    unsigned char *sc = tile + moe_xl_bias_bytes(np);
+    memset(sc, 0, moe_xl_fp8_scale_bytes(k, np));
+    for (int64_t b = 0; b < nb; b++)
+        for (int p = 0; p < np; p++) {
+            float s = scale_at(src[p], r0 / src[p]->block_rows, b) * MOE_XL_FP8_SCALE_FOLD;
+            memcpy(sc + ((size_t)b * (size_t)np + (size_t)p) * sizeof s, &s, sizeof s);
+        }
+    unsigned char *codes = tile + moe_xl_fp8_codes(k, np);
+    const size_t step = moe_xl_fp8_step_bytes(np);
+    for (int64_t kk = 0; kk < kpad; kk++)
+        for (int p = 0; p < np; p++)
+            for (int n = 0; n < NR; n++)
+                codes[moe_xl_fp8_code_at(pairs, np, (size_t)kk, p, (size_t)n)] =
+                    (unsigned char)code_at(src[p], r0 + n, kk, 1);
+    const size_t used = (size_t)kpad * step, padded = (used + 63) & ~(size_t)63;
+    memset(codes + used, 0, padded - used);
+}
+
+static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *dst)
+{
+    if (!dst) return moe_error(MOE_EINVAL, "%s: the destination is NULL", proj_names[np - 1][0]);
+    moe_status st = check_all(src, np, fmt);
+    if (st) return st;
+    const int64_t rows = src[0]->rows, k = src[0]->cols;
+    const size_t tb = tile_bytes(fmt, k, np);
+    for (int64_t t = 0; t < (rows + NR - 1) / NR; t++) {
+        unsigned char *tile = (unsigned char *)dst + (size_t)t * tb;
+        if (fmt == FMT_BF16)
+            pack_bf16_tile(src, np, t * NR, tile);
+        else
+            pack_fp8_tile(src, np, t * NR, fmt == FMT_FP8P, tile);
+    }
+    return MOE_OK;
+}
+
+moe_status moe_xl_bf16_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
+{
+    const moe_weight_src *src[2] = {gate, up};
+    return pack(src, 2, FMT_BF16, dst);
+}
+
+moe_status moe_xl_bf16_pack_down(const moe_weight_src *down, void *dst)
+{
+    return pack(&down, 1, FMT_BF16, dst);
+}
+
+moe_status moe_xl_fp8_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
+{
+    const moe_weight_src *src[2] = {gate, up};
+    return pack(src, 2, FMT_FP8, dst);
+}
+
+moe_status moe_xl_fp8_pack_down(const moe_weight_src *down, void *dst)
+{
+    return pack(&down, 1, FMT_FP8, dst);
+}
+
+moe_status moe_xl_fp8p_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
+{
+    const moe_weight_src *src[2] = {gate, up};
+    return pack(src, 2, FMT_FP8P, dst);
+}
+
+moe_status moe_xl_fp8p_pack_down(const moe_weight_src *down, void *dst)
+{
+    return pack(&down, 1, FMT_FP8P, dst);
+}
+
+/* ---- Unpacking ----------------------------------------------------------------------- */
+
+static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
+{
+    if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
+    if (d->rows < 1 || d->cols < 1 || d->cols > MAX_K)
+        return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
+                         (long long)d->cols);
+    const moe_dtype want = fmt == FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
+    if (d->dtype != want)
+        return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds %s", what,
+                         moe_dtype_name(d->dtype), moe_dtype_name(want));
+    if (d->bias && !is_bias_dtype(d->bias_dtype))
+        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
+                         moe_dtype_name(d->bias_dtype));
+    if (fmt == FMT_BF16) return MOE_OK;
+    if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);
+    if (!is_scale_dtype(d->scale_dtype))
+        return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f32, bf16 or f8_e8m0", what,
+                         moe_dtype_name(d->scale_dtype));
+    if (d->block_cols != MOE_XL_KB || d->block_rows < NR || d->block_rows % NR != 0)
+        return moe_error(MOE_EUNSUPPORTED, "%s: scale block [%d, %d]", what, d->block_rows,
+                         d->block_cols);
+    return MOE_OK;
+}
+
+/* The code of projection p at (r, c) in packed tiles of tile_bytes tb. */
+static uint32_t packed_code(const unsigned char *packed, int fmt, int np, int p, size_t tb,
+                            int64_t k, int64_t r, int64_t c)
+{
+    const unsigned char *tile = packed + (size_t)(r / NR) * tb;
+    const size_t n = (size_t)(r % NR);
+    if (fmt != FMT_BF16)
+        return tile[moe_xl_fp8_codes(k, np) +
+                    moe_xl_fp8_code_at(fmt == FMT_FP8P, np, (size_t)c, p, n)];
+    uint32_t d;
+    memcpy(&d,
+           tile + moe_xl_bf16_weights(np) + (size_t)(c / 2) * moe_xl_bf16_pair_bytes(np) +
+               ((size_t)p * NR + n) * 4,
+           sizeof d);
+    return c % 2 ? d >> 16 : d & 0xFFFFu;
+}
+
+static void unpack_one(const unsigned char *packed, int fmt, int np, int p, const moe_weight_dst *d)
+{
+    const int64_t k = d->cols;
+    const size_t tb = tile_bytes(fmt, k, np), es = fmt == FMT_BF16 ? 2 : 1;
+    unsigned char *out = d->data;
+    for (int64_t r = 0; r < d->rows; r++)
+        for (int64_t c = 0; c < k; c++) {
+            uint32_t code = packed_code(packed, fmt, np, p, tb, k, r, c);
+            unsigned char *o = out + (size_t)(r * k + c) * es;
+            if (es == 1) {
+                *o = (unsigned char)code;
+            } else {
+                uint16_t v = (uint16_t)code;
+                memcpy(o, &v, sizeof v);
+            }
+        }
+    if (d->bias) {
+        const size_t bs = dtype_bytes(d->bias_dtype);
+        for (int64_t r = 0; r < d->rows; r++) {
+            float b;
+            memcpy(&b, packed + (size_t)(r / NR) * tb + ((size_t)p * NR + (size_t)(r % NR)) * 4,
+                   sizeof b);
+            store_float((unsigned char *)d->bias + (size_t)r * bs, d->bias_dtype, b);
+        }
+    }
+    if (fmt == FMT_BF16) return;
+    const int64_t nbr = scale_rows(d->rows, d->block_rows), nbc = scale_cols(k);
+    const size_t ss = dtype_bytes(d->scale_dtype);
+    for (int64_t br = 0; br < nbr; br++)
+        for (int64_t bc = 0; bc < nbc; bc++) {
+            const unsigned char *tile = packed + (size_t)(br * d->block_rows / NR) * tb;
+            float s;
+            memcpy(&s, tile + moe_xl_bias_bytes(np) + ((size_t)bc * (size_t)np + (size_t)p) * 4,
+                   sizeof s);
+            store_float((unsigned char *)d->scale + (size_t)(br * nbc + bc) * ss, d->scale_dtype,
+                        s / MOE_XL_FP8_SCALE_FOLD);
+        }
+}
+
+static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, int np, int fmt)
+{
+    if (!packed) return moe_error(MOE_EINVAL, "unpack: the packed bytes are NULL");
+    for (int p = 0; p < np; p++) {
+        moe_status st = check_dst(dst[p], fmt, proj_names[np - 1][p]);
+        if (st) return st;
+    }
+    if (np == 2 && (dst[0]->rows != dst[1]->rows || dst[0]->cols != dst[1]->cols))
+        return moe_error(MOE_ESHAPE, "unpack: gate and up destinations differ in shape");
+    for (int p = 0; p < np; p++)
+        unpack_one(packed, fmt, np, p, dst[p]);
+    return MOE_OK;
+}
+
+moe_status moe_xl_bf16_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up)
+{
+    const moe_weight_dst *dst[2] = {gate, up};
+    return unpack(packed, dst, 2, FMT_BF16);
+}
+
+moe_status moe_xl_bf16_unpack_down(const void *packed, const moe_weight_dst *down)
+{
+    return unpack(packed, &down, 1, FMT_BF16);
+}
+
+moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                    const moe_weight_dst *up)
+{
+    const moe_weight_dst *dst[2] = {gate, up};
+    return unpack(packed, dst, 2, FMT_FP8);
+}
+
+moe_status moe_xl_fp8_unpack_down(const void *packed, const moe_weight_dst *down)
+{
+    return unpack(packed, &down, 1, FMT_FP8);
+}
+
+moe_status moe_xl_fp8p_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up)
+{
+    const moe_weight_dst *dst[2] = {gate, up};
+    return unpack(packed, dst, 2, FMT_FP8P);
+}
+
+moe_status moe_xl_fp8p_unpack_down(const void *packed, const moe_weight_dst *down)
+{
+    return unpack(packed, &down, 1, FMT_FP8P);
+}

@@ -1,0 +1,71 @@
+/* expert_ref.h — internal: the scalar arithmetic of the expert kernels (epilogue, vdpbf16ps). */
+#ifndef MOE_KERNELS_REF_EXPERT_REF_H
+#define MOE_KERNELS_REF_EXPERT_REF_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/expert.h"
+#include "kernels/ref/math_ref.h"
+
+/*
+ * The executable specification of what every expert kernel computes per element. The SIMD
+ * kernels repeat it operation for operation (math_ref.h explains why that gives equal bits:
+ * only correctly rounded IEEE operations, explicit fmaf, no contraction).
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* The activation epilogue (kernels/expert.h, moe_act_params). The clamps are written
+ * "limit < g ? limit : g" and "-limit > u ? -limit : u": what vminps(limit, g) and
+ * vmaxps(-limit, u) compute, so a NaN passes through on every ISA. */
+static inline float moe_xr_act(const moe_act_params *a, float g, float u)
+{
+    if (a->kind != 0) {
+        const float lim = a->limit, nlim = -a->limit;
+        g = lim < g ? lim : g;
+        u = lim < u ? lim : u;
+        u = nlim > u ? nlim : u;
+    }
+    if (a->kind == 2) {
+        float s = moe_math_sigmoid(a->alpha * g);
+        return (g * s) * (u + 1.0f);
+    }
+    return (g * moe_math_sigmoid(g)) * u;
+}
+
+/* ---- vdpbf16ps, exactly ---------------------------------------------------------------
+ * Per f32 lane j, with a and b holding bf16 pairs (low word = even element):
+ *   t   = FTZ(fma(a.odd,  b.odd,  DAZ(acc)))
+ *   acc = FTZ(fma(a.even, b.even, t))
+ * where DAZ reads a subnormal input (the bf16 operands and acc) as a zero of its sign and
+ * FTZ writes a subnormal result as a zero of its sign; rounding is to nearest even and the
+ * products are exact (8-bit significands), never rounded or overflowed on their own. This is
+ * what Sapphire Rapids computes: checked against the instruction on 3.2 million random lanes
+ * (subnormals, overflows, cancellations, NaN and Inf included) with no difference, where
+ * "products rounded to f32, then summed" or "the odd pair first as two plain additions"
+ * differ in overflowing lanes, and "even pair first" or "one rounding" in ~5% of all lanes. */
+static inline float moe_xr_daz(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7F800000u) == 0) u &= 0x80000000u;
+    memcpy(&x, &u, sizeof u);
+    return x;
+}
+
+static inline float moe_xr_bf16(uint32_t code)
+{
+    return moe_xr_daz(moe_math_from_bits(code << 16));
+}
+
+/* acc + a·b over one bf16 pair of each operand (a, b: the two codes, even in the low half). */
+static inline float moe_xr_dpbf16(float acc, uint32_t a, uint32_t b)
+{
+    float t = moe_xr_daz(fmaf(moe_xr_bf16(a >> 16), moe_xr_bf16(b >> 16), moe_xr_daz(acc)));
+    return moe_xr_daz(fmaf(moe_xr_bf16(a & 0xFFFFu), moe_xr_bf16(b & 0xFFFFu), t));
+}
+
+#endif

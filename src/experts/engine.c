@@ -1,0 +1,263 @@
+/* engine.c — the forward of the expert groups: work items over (expert, N-tiles), combine. */
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "experts/experts.h"
+
+/* About this many work items per thread let a dynamic schedule even out experts with more
+ * rows than others, while an item still covers enough tiles to be worth scheduling. */
+#define ITEMS_PER_THREAD 4
+
+/* The combine works on this many columns at a time, in a stack array that stays in L1. */
+#define COMBINE_CHUNK 256
+
+/* The rows one expert of a group computes: rows first .. first + n - 1 of the h and y buffers,
+ * for tokens token[first + i] (routed) or first + i (always-on: token = NULL). */
+typedef struct span {
+    int e;
+    size_t first, n;
+    const size_t *token;
+} span;
+
+static span span_of(const moe_experts_job *job, bool routed, size_t a)
+{
+    span s;
+    if (!routed) {
+        s.e = 0;
+        s.first = 0;
+        s.n = job->n_tokens;
+        s.token = NULL;
+        return s;
+    }
+    const moe_route_plan *p = &job->ws.plan;
+    s.e = p->active[a];
+    s.first = p->offset[s.e];
+    s.n = p->offset[s.e + 1] - s.first;
+    s.token = p->token;
+    return s;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Tiles per work item: ITEMS_PER_THREAD items per thread over all spans, whole experts at
+ * most. Every thread computes the same value, as the work-sharing loop requires. */
+static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
+{
+    const int64_t want = (int64_t)omp_get_num_threads() * ITEMS_PER_THREAD;
+    int64_t per = tiles * (int64_t)n_spans / want;
+    if (per < 1) per = 1;
+    return per < tiles ? per : tiles;
+}
+
+/* gate/up for tiles [j0, j1) of one span: each tile is reused by all M-chunks while it is in
+ * cache; a span of at most MR rows is the decode case, one call per tile. */
+static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
+                        unsigned char *h, int64_t j0, int64_t j1)
+{
+    const moe_expert_kernels *ks = g->ks;
+    const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, eb = g->act_elem;
+    const size_t x_row = (size_t)g->hidden * eb, h_row = g->h_stride * eb;
+    const unsigned char *tiles = moe_expert_gateup(g, s->e);
+    const void *x[MOE_EXPERTS_MAX_MR];
+    for (int64_t j = j0; j < j1; j++) {
+        const size_t n0 = (size_t)j * nr;
+        const size_t n_valid = min_size(nr, (size_t)g->inter - n0);
+        const void *tile = tiles + (size_t)j * g->gateup_tile_bytes;
+        for (size_t c = 0; c < s->n; c += mr) {
+            const size_t m = min_size(mr, s->n - c);
+            for (size_t i = 0; i < m; i++) {
+                const size_t r = s->first + c + i;
+                x[i] = act + (s->token ? s->token[r] : r) * x_row;
+            }
+            ks->gateup(m, (size_t)g->hidden, x, tile, &g->act, h + (s->first + c) * h_row + n0 * eb,
+                       g->h_stride, n_valid);
+        }
+    }
+    /* The item that owns the last tile also owns the zero padding after column I. */
+    if (j1 == g->gateup_tiles && g->h_stride > (size_t)g->inter) {
+        const size_t pad = (g->h_stride - (size_t)g->inter) * eb;
+        for (size_t i = 0; i < s->n; i++)
+            memset(h + (s->first + i) * h_row + (size_t)g->inter * eb, 0, pad);
+    }
+}
+
+/* down for tiles [j0, j1) of one span: y rows first .. first + n - 1, y_stride floats apart. */
+static void down_span(const moe_expert_group *g, const span *s, const unsigned char *h, float *y,
+                      size_t y_stride, int64_t j0, int64_t j1)
+{
+    const moe_expert_kernels *ks = g->ks;
+    const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, h_row = g->h_stride * g->act_elem;
+    const unsigned char *tiles = moe_expert_down(g, s->e);
+    const void *hp[MOE_EXPERTS_MAX_MR];
+    for (int64_t j = j0; j < j1; j++) {
+        const size_t n0 = (size_t)j * nr;
+        const size_t n_valid = min_size(nr, (size_t)g->hidden - n0);
+        const void *tile = tiles + (size_t)j * g->down_tile_bytes;
+        for (size_t c = 0; c < s->n; c += mr) {
+            const size_t m = min_size(mr, s->n - c);
+            for (size_t i = 0; i < m; i++)
+                hp[i] = h + (s->first + c + i) * h_row;
+            ks->down(m, (size_t)g->inter, hp, tile, y + (s->first + c) * y_stride + n0, y_stride,
+                     n_valid);
+        }
+    }
+}
+
+/* The buffers one group's phases use. */
+typedef struct group_run {
+    const moe_expert_group *g;
+    bool routed;
+    size_t n_spans, rows;
+    unsigned char *h;
+    float *y;
+    size_t y_stride;
+} group_run;
+
+static void gateup_phase(const moe_experts_job *job, const group_run *run)
+{
+    const moe_expert_group *g = run->g;
+    const unsigned char *act = job->act[g->ks->recipe];
+    const int64_t per = tiles_per_item(g->gateup_tiles, run->n_spans);
+    const int64_t ipe = (g->gateup_tiles + per - 1) / per;
+    const int64_t n_items = (int64_t)run->n_spans * ipe;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < n_items; it++) {
+        const span s = span_of(job, run->routed, (size_t)(it / ipe));
+        const int64_t j0 = it % ipe * per;
+        const int64_t j1 = j0 + per < g->gateup_tiles ? j0 + per : g->gateup_tiles;
+        gateup_span(g, &s, act, run->h, j0, j1);
+    }
+}
+
+static void down_phase(const moe_experts_job *job, const group_run *run)
+{
+    const moe_expert_group *g = run->g;
+    const int64_t per = tiles_per_item(g->down_tiles, run->n_spans);
+    const int64_t ipe = (g->down_tiles + per - 1) / per;
+    const int64_t n_items = (int64_t)run->n_spans * ipe;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < n_items; it++) {
+        const span s = span_of(job, run->routed, (size_t)(it / ipe));
+        const int64_t j0 = it % ipe * per;
+        const int64_t j1 = j0 + per < g->down_tiles ? j0 + per : g->down_tiles;
+        down_span(g, &s, run->h, run->y, run->y_stride, j0, j1);
+    }
+}
+
+/* out[t] = Σ_k w[t,k] · y[row(t,k)] in slot order, then + out[t] when the always-on MLP has
+ * already written the shared experts' output there. */
+static void combine_phase(const moe_experts_job *job)
+{
+    const size_t n_t = job->n_tokens, k_n = (size_t)job->top_k;
+    const size_t h_n = (size_t)job->routed->hidden;
+    const size_t *row = job->ws.plan.row;
+    const float *y = job->ws.y_routed;
+    const bool add_shared = job->always != NULL;
+#pragma omp for schedule(static)
+    for (size_t t = 0; t < n_t; t++) {
+        const float *w = job->weights + t * k_n;
+        float *o = job->out + t * h_n;
+        float acc[COMBINE_CHUNK];
+        for (size_t c = 0; c < h_n; c += COMBINE_CHUNK) {
+            const size_t n = min_size(COMBINE_CHUNK, h_n - c);
+            const float *y0 = y + row[t * k_n] * h_n + c;
+            for (size_t i = 0; i < n; i++)
+                acc[i] = w[0] * y0[i];
+            for (size_t k = 1; k < k_n; k++) {
+                const float *yk = y + row[t * k_n + k] * h_n + c;
+                const float wk = w[k];
+                for (size_t i = 0; i < n; i++)
+                    acc[i] += wk * yk[i];
+            }
+            if (add_shared)
+                for (size_t i = 0; i < n; i++)
+                    o[c + i] = acc[i] + o[c + i];
+            else
+                memcpy(o + c, acc, n * sizeof(float));
+        }
+    }
+}
+
+/* Marks a GEMM step: weights of the spans that ran plus the activation rows in and out. */
+static void mark_gemm(moe_trace_rec *tr, const char *prefix, const char *step, const group_run *run,
+                      uint64_t weight_bytes, uint64_t in_row, uint64_t out_row)
+{
+    char name[32];
+    snprintf(name, sizeof name, "%s.%s", prefix, step);
+    const uint64_t rows = run->rows;
+    moe_trace_mark(tr, name, run->g->ks->name, weight_bytes * run->n_spans + rows * in_row,
+                   rows * out_row);
+}
+
+static void run_group(moe_experts_job *job, const group_run *run, const char *prefix)
+{
+    const moe_expert_group *g = run->g;
+    const uint64_t hb = (uint64_t)g->hidden * g->act_elem, ib = (uint64_t)g->inter * g->act_elem;
+    gateup_phase(job, run);
+#pragma omp master
+    mark_gemm(job->trace, prefix, "gate_up", run, g->gateup_bytes, hb, ib);
+    down_phase(job, run);
+#pragma omp master
+    mark_gemm(job->trace, prefix, "down", run, g->down_bytes, ib, (uint64_t)g->hidden * 4);
+}
+
+static void plan_step(moe_experts_job *job)
+{
+    moe_route_plan *p = &job->ws.plan;
+    job->status = moe_route_plan_build(p, job->ids);
+    const uint64_t rows = (uint64_t)p->n_tokens * (uint64_t)p->top_k;
+    moe_trace_mark(job->trace, "plan", "counting sort by expert", rows * sizeof(int32_t),
+                   ((uint64_t)p->n_experts + 1) * sizeof(size_t) + 2 * rows * sizeof(size_t) +
+                       p->n_active * sizeof(int32_t));
+}
+
+void moe_experts_run_team(moe_experts_job *job)
+{
+    if (job->n_tokens == 0) return;
+    const size_t n_t = job->n_tokens;
+    if (job->routed) {
+        /* The master is the calling thread, so an error message lands in its last error. */
+#pragma omp master
+        plan_step(job);
+#pragma omp barrier
+        if (job->status != MOE_OK) return; /* every thread reads it after the barrier */
+        const group_run run = {.g = job->routed,
+                               .routed = true,
+                               .n_spans = job->ws.plan.n_active,
+                               .rows = n_t * (size_t)job->top_k,
+                               .h = job->ws.h_routed,
+                               .y = job->ws.y_routed,
+                               .y_stride = (size_t)job->routed->hidden};
+        run_group(job, &run, "experts");
+    }
+    if (job->always) {
+        const group_run run = {.g = job->always,
+                               .routed = false,
+                               .n_spans = 1,
+                               .rows = n_t,
+                               .h = job->ws.h_always,
+                               .y = job->out,
+                               .y_stride = (size_t)job->always->hidden};
+        run_group(job, &run, job->always_name ? job->always_name : "always");
+    }
+    if (job->routed) {
+        combine_phase(job);
+#pragma omp master
+        {
+            const uint64_t k_n = (uint64_t)job->top_k, row = (uint64_t)job->routed->hidden * 4;
+            moe_trace_mark(job->trace, "combine", "fixed slot order (f32)",
+                           n_t * k_n * (row + sizeof(float) + sizeof(size_t)) +
+                               (job->always ? n_t * row : 0),
+                           n_t * row);
+        }
+    }
+}
+
+moe_status moe_experts_run(moe_experts_job *job, int threads)
+{
+    job->status = MOE_OK;
+#pragma omp parallel num_threads(threads > 0 ? threads : 1)
+    moe_experts_run_team(job);
+    return job->status;
+}

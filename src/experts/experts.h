@@ -1,0 +1,164 @@
+/* experts.h — internal: the expert engine: packed MLP groups, route plan, phases, combine. */
+#ifndef MOE_EXPERTS_EXPERTS_H
+#define MOE_EXPERTS_EXPERTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experts/trace.h"
+#include "kernels/expert.h"
+#include "moe.h"
+
+/*
+ * The engine runs gated MLPs y = down(act(gate·x, up·x)) over lists of token rows with one
+ * kernel set per group (kernels/expert.h). A layer has up to two groups:
+ *
+ *   routed     E experts; each token visits the K experts the router chose, and the combine
+ *              adds them in the router's slot order: out[t] = Σ_k w[t,k] · y[t,k] (+ below)
+ *   always-on  one MLP every token visits: DeepSeek's shared experts (added last in the
+ *              combine) or the MLP of a dense layer (its output is the block's output)
+ *
+ * Forward, for a batch of T tokens, inside one OpenMP team:
+ *
+ *   plan       counting sort of the [T, K] ids by expert (one thread): per-expert row
+ *              counts and offsets, the token of every row (ascending within an expert), and
+ *              the row of every (token, slot)
+ *   gate_up    work items (expert, run of N-tiles of I): for each tile, the expert's rows in
+ *              M-chunks of MR, so the tile stays in cache while every chunk uses it; writes h
+ *   down       work items (expert, run of N-tiles of H): y rows of the routed experts, or the
+ *              block output itself for the always-on MLP
+ *   combine    one token at a time, in slot order, then + the shared output
+ *
+ * Every work item writes its own rows and tiles; OpenMP barriers separate the phases.
+ * Nothing is allocated: all scratch comes from the caller's workspace. A token's result is
+ * computed by the same operations in the same order whatever the batch, the other tokens,
+ * the work split or the thread count, because every micro-kernel call computes each row
+ * independently (kernels/expert.h) and the combine runs in a fixed order.
+ */
+
+/* Widest MR a kernel set may have: the engine keeps MR row pointers on the stack. */
+#define MOE_EXPERTS_MAX_MR 64
+
+/* One packed MLP group: n_experts MLPs of the same shape, format and kernel set. */
+typedef struct moe_expert_group {
+    const moe_expert_kernels *ks;
+    int n_experts;
+    int64_t hidden, inter; /* H and I */
+    moe_act_params act;
+    int64_t gateup_tiles;     /* ceil(I / NR) */
+    int64_t down_tiles;       /* ceil(H / NR) */
+    size_t gateup_tile_bytes; /* one gate/up tile for K = H */
+    size_t down_tile_bytes;   /* one down tile for K = I */
+    size_t gateup_bytes;      /* gateup_tiles × gateup_tile_bytes */
+    size_t down_bytes;        /* down_tiles × down_tile_bytes */
+    size_t expert_stride;     /* gateup_bytes + down_bytes, rounded up to 64 */
+    size_t packed_bytes;      /* n_experts × expert_stride */
+    size_t act_elem;          /* bytes of one activation of the recipe (4 or 2) */
+    size_t h_stride;          /* elements between h rows: I rounded up to 32, tail zeroed */
+    unsigned char *packed;    /* 64-byte aligned; NULL until moe_expert_group_alloc */
+    void *raw;                /* the allocation behind packed */
+} moe_expert_group;
+
+/* Fills G's shape and sizes for N experts of H × I with kernel set KS (checked arithmetic:
+ * MOE_EOVERFLOW naming WHAT). Allocates nothing; moe_expert_group_free is still safe. */
+moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *ks, int n,
+                                 int64_t hidden, int64_t inter, const moe_act_params *act,
+                                 const char *what);
+
+/* Allocates the packed bytes of a planned group (MOE_ENOMEM naming WHAT). */
+moe_status moe_expert_group_alloc(moe_expert_group *g, const char *what);
+
+/* Packs expert E of G from its checkpoint tensors (MOE_EVALUE etc. from the kernel set's pack,
+ * with the expert named). */
+moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_src *gate,
+                                 const moe_weight_src *up, const moe_weight_src *down);
+
+void moe_expert_group_free(moe_expert_group *g);
+
+/* The packed gate/up and down bytes of expert E. */
+static inline const unsigned char *moe_expert_gateup(const moe_expert_group *g, int e)
+{
+    return g->packed + (size_t)e * g->expert_stride;
+}
+static inline const unsigned char *moe_expert_down(const moe_expert_group *g, int e)
+{
+    return g->packed + (size_t)e * g->expert_stride + g->gateup_bytes;
+}
+
+/* ---- The route plan ------------------------------------------------------------------- */
+
+typedef struct moe_route_plan {
+    size_t n_tokens;
+    int n_experts, top_k;
+    size_t *offset;  /* [E + 1]: expert e owns rows offset[e] .. offset[e + 1] - 1 */
+    size_t *token;   /* [T·K]: the token of each row; ascending within an expert */
+    size_t *row;     /* [T·K]: the row of (token t, slot k) at t·K + k */
+    int32_t *active; /* [E]: experts with at least one row, ascending */
+    size_t n_active;
+} moe_route_plan;
+
+/* Builds the plan from IDS [T, K] into P's arrays (already pointing at workspace). An id
+ * outside [0, E) is MOE_ERANGE naming the token and slot (the router never produces one; the
+ * check keeps a bad id from becoming an out-of-bounds write). */
+moe_status moe_route_plan_build(moe_route_plan *p, const int32_t *ids);
+
+/* ---- Workspace ------------------------------------------------------------------------ */
+
+/* Carves 64-byte aligned arrays out of one buffer. With base NULL it only counts, so the same
+ * code sizes the workspace and binds it. Any overflow sticks. */
+typedef struct moe_carve {
+    unsigned char *base;
+    size_t used;
+    bool overflow;
+} moe_carve;
+
+/* N elements of ELEM bytes; NULL when counting, or after an overflow. */
+void *moe_carve_take(moe_carve *c, size_t n, size_t elem);
+
+/* The engine's scratch for one forward. */
+typedef struct moe_experts_ws {
+    moe_route_plan plan;
+    void *h_routed;  /* [T·K rows, h_stride] of the routed recipe */
+    float *y_routed; /* [T·K rows, H] */
+    void *h_always;  /* [T rows, h_stride] of the always-on recipe */
+} moe_experts_ws;
+
+/* Takes the engine's arrays for T tokens from C (ROUTED / ALWAYS may be NULL). */
+void moe_experts_ws_carve(moe_carve *c, moe_experts_ws *ws, const moe_expert_group *routed,
+                          int top_k, const moe_expert_group *always, size_t n_tokens);
+
+/* ---- Forward -------------------------------------------------------------------------- */
+
+typedef struct moe_experts_job {
+    size_t n_tokens;
+    /* The activations [T, H] in each recipe's type (moe_expert_recipe index); only those
+     * the groups' recipes read need to be set. */
+    const void *act[2];
+    const moe_expert_group *routed; /* NULL for a dense layer */
+    int top_k;
+    const int32_t *ids;             /* [T, K] from the router */
+    const float *weights;           /* [T, K]: routed_scaling_factor is already in them */
+    const moe_expert_group *always; /* shared experts or the dense MLP; NULL if none */
+    const char *always_name;        /* "shared" or "dense": the trace's step prefix */
+    float *out;                     /* [T, H] */
+    moe_experts_ws ws;
+    moe_trace_rec *trace; /* marks by the team's master; NULL or off: nothing recorded */
+    moe_status status;    /* MOE_OK, or what the plan reported (then out is not written) */
+} moe_experts_job;
+
+/* Runs the job. Call it from every thread of an OpenMP team (or outside any parallel region,
+ * as a team of one): it uses orphaned work-sharing loops and barriers, so each thread must
+ * call it with the same job. */
+void moe_experts_run_team(moe_experts_job *job);
+
+/* Opens a team of THREADS and runs the job; returns job->status. */
+moe_status moe_experts_run(moe_experts_job *job, int threads);
+
+/* ---- Activations ---------------------------------------------------------------------- */
+
+/* y[i] = x[i] rounded to bf16, to nearest even, bit for bit as moe_f32_to_bf16 (NaN kept,
+ * quieted). A plain loop the compiler vectorises. */
+void moe_act_round_bf16(size_t n, const float *x, uint16_t *y);
+
+#endif

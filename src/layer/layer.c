@@ -1,0 +1,342 @@
+/* layer.c — moe_layer: create (gate, router, packed groups), logits dtype, explain, describe. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "layer/layer_describe.h"
+#include "layer/layer_internal.h"
+#include "model/model_handle.h"
+#include "route/router_internal.h"
+
+/* ---- Weight sources --------------------------------------------------------------------- */
+
+static moe_weight_src proj_src(const moe_tensor *w, const moe_tensor *scale, const moe_mlp_desc *m,
+                               int64_t rows, int64_t cols)
+{
+    moe_weight_src s;
+    memset(&s, 0, sizeof s);
+    s.data = w->data;
+    s.dtype = w->dtype;
+    s.rows = rows;
+    s.cols = cols;
+    s.row_stride = cols;
+    s.col_stride = 1;
+    if (scale) {
+        s.scale = scale->data;
+        s.scale_dtype = scale->dtype == MOE_DTYPE_U8 ? MOE_DTYPE_F8_E8M0 : scale->dtype;
+        s.block_rows = m->block_out;
+        s.block_cols = m->block_in;
+    }
+    return s;
+}
+
+/* gpt-oss in HF's bf16 layout: gate_up_proj [E, H, 2I] with gate j in column 2j and up j in
+ * column 2j + 1, down_proj [E, I, H], biases [E, 2I] (interleaved the same way) and [E, H].
+ * Strides read each expert's [out, in] projections in place. */
+static void stacked_sources(const moe_layer_group_plan *g, int e, moe_weight_src *gate,
+                            moe_weight_src *up, moe_weight_src *down)
+{
+    const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
+    const moe_tensor *gu = g->one[MOE_ROLE_GATE_UP], *dn = g->one[MOE_ROLE_DOWN];
+    const moe_tensor *gub = g->one[MOE_ROLE_GATE_UP_BIAS], *db = g->one[MOE_ROLE_DOWN_BIAS];
+    const size_t wb = moe_dtype_bits(gu->dtype) / 8, bb = moe_dtype_bits(g->bias_dtype) / 8;
+    const unsigned char *gu_e = (const unsigned char *)gu->data + (size_t)(e * h * 2 * i) * wb;
+    *gate = proj_src(gu, NULL, &g->mlp, i, h);
+    gate->data = gu_e;
+    gate->row_stride = 2;
+    gate->col_stride = 2 * i;
+    *up = *gate;
+    up->data = gu_e + wb;
+    *down = proj_src(dn, NULL, &g->mlp, h, i);
+    down->data = (const unsigned char *)dn->data + (size_t)(e * i * h) * wb;
+    down->row_stride = 1;
+    down->col_stride = h;
+    if (gub) {
+        const unsigned char *b = (const unsigned char *)gub->data + (size_t)(e * 2 * i) * bb;
+        gate->bias = b;
+        up->bias = b + bb;
+        gate->bias_dtype = up->bias_dtype = gub->dtype;
+        gate->bias_stride = up->bias_stride = 2;
+    }
+    if (db) {
+        down->bias = (const unsigned char *)db->data + (size_t)(e * h) * bb;
+        down->bias_dtype = db->dtype;
+        down->bias_stride = 1;
+    }
+}
+
+static void sources(const moe_layer_group_plan *g, int e, moe_weight_src *gate, moe_weight_src *up,
+                    moe_weight_src *down)
+{
+    if (g->stacked) {
+        stacked_sources(g, e, gate, up, down);
+        return;
+    }
+    const moe_tensor *const *t = g->per_expert ? g->per_expert[e] : g->one;
+    const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
+    *gate = proj_src(t[MOE_ROLE_GATE], t[MOE_ROLE_GATE_SCALE], &g->mlp, i, h);
+    *up = proj_src(t[MOE_ROLE_UP], t[MOE_ROLE_UP_SCALE], &g->mlp, i, h);
+    *down = proj_src(t[MOE_ROLE_DOWN], t[MOE_ROLE_DOWN_SCALE], &g->mlp, h, i);
+}
+
+static void release_all(const moe_ckpt *ckpt, const moe_tensor *const *t)
+{
+    for (int r = 0; r < MOE_LAYER_ROLES; r++)
+        moe_ckpt_release(ckpt, t[r]);
+}
+
+static moe_status pack_one(moe_layer_group_plan *g, int e)
+{
+    moe_weight_src gate, up, down;
+    sources(g, e, &gate, &up, &down);
+    return moe_expert_group_pack(&g->group, e, &gate, &up, &down);
+}
+
+/* Packs every expert of a group with the layer's threads (experts are independent and write
+ * disjoint bytes), giving each expert's checkpoint pages back once it is packed (the group's
+ * shared tensors once all are). A worker's error message stays in its own thread, so the
+ * lowest failing expert is packed again here, where the message reaches the caller. */
+static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
+{
+    moe_layer_group_plan *g = &l->plan.groups[id];
+    const moe_ckpt *ckpt = moe_model_ckpt_of(l->plan.model);
+    char what[96];
+    snprintf(what, sizeof what, "layer %d %s", l->plan.index, moe_layer_group_label[id]);
+    moe_status st = moe_expert_group_alloc(&g->group, what);
+    if (st) return st;
+    int failed = g->n;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads)
+    for (int e = 0; e < g->n; e++) {
+        if (pack_one(g, e) != MOE_OK) {
+#pragma omp critical(moe_layer_pack)
+            failed = e < failed ? e : failed;
+        } else if (g->per_expert) {
+            release_all(ckpt, g->per_expert[e]);
+        }
+    }
+    if (failed < g->n) {
+        st = pack_one(g, failed);
+        return moe_error_context(st ? st : MOE_EVALUE, "%s: ", what);
+    }
+    release_all(ckpt, g->one);
+    return MOE_OK;
+}
+
+/* ---- Gate and router -------------------------------------------------------------------- */
+
+/* The gate's own choices and packed bytes, which explain shows (describe shows what
+ * moe_select_gate says; the test that the two texts agree checks the gate against it). */
+static void gate_view(moe_layer *l)
+{
+    l->plan.gate_choice[0] = *moe_gate_choice(l->gate, MOE_DTYPE_F32);
+    l->plan.gate_choice[1] = *moe_gate_choice(l->gate, MOE_DTYPE_BF16);
+    l->plan.gate_bytes = moe_gate_packed_bytes(l->gate);
+}
+
+static moe_status create_gate(moe_layer *l)
+{
+    moe_layer_plan *p = &l->plan;
+    const moe_tensor *w = p->router[MOE_ROLE_ROUTER_WEIGHT], *b = p->router[MOE_ROLE_ROUTER_BIAS];
+    moe_gate_src src;
+    memset(&src, 0, sizeof src);
+    src.weight = w->data;
+    src.weight_dtype = w->dtype;
+    src.bias = b ? b->data : NULL;
+    src.bias_dtype = b ? b->dtype : MOE_DTYPE_INVALID;
+    src.n_experts = p->ld->routing.n_experts;
+    src.hidden = p->desc->hidden;
+    /* Undecided stays undecided in the gate too, which then runs f32 (the documented
+     * resolution) until moe_layer_set_logits_dtype decides. */
+    const moe_dtype logits = p->logits_origin ? p->logits_dtype : MOE_DTYPE_INVALID;
+    moe_status st = moe_gate_create(&src, &p->allowed, logits, &l->gate);
+    if (st) return moe_error_context(st, "layer %d gate: ", p->index);
+    moe_ckpt_release(moe_model_ckpt_of(p->model), w);
+    moe_ckpt_release(moe_model_ckpt_of(p->model), b);
+    gate_view(l);
+    return MOE_OK;
+}
+
+static moe_status router_explain(moe_layer_plan *p, moe_router **keep)
+{
+    moe_router *r = NULL;
+    moe_status st = moe_router_create_caps(&p->router_params, &p->allowed, &r);
+    if (st) return moe_error_context(st, "layer %d (%s) router: ", p->index, p->desc->model_type);
+    p->router_explain = moe_strdup(moe_router_explain(r));
+    if (!p->router_explain) {
+        moe_router_destroy(r);
+        return moe_error(MOE_ENOMEM, "layer %d: copying the router's explain text", p->index);
+    }
+    if (keep)
+        *keep = r;
+    else
+        moe_router_destroy(r);
+    return MOE_OK;
+}
+
+/* Everything the layer needs of the model is copied, and the tensor pointers, needed only to
+ * pack, are dropped: the model may be closed as soon as create returns. */
+static void detach(moe_layer *l)
+{
+    moe_layer_plan *p = &l->plan;
+    l->desc = *p->desc;
+    l->desc.layers = NULL;
+    l->ld = *p->ld;
+    p->desc = &l->desc;
+    p->ld = &l->ld;
+    p->model = NULL;
+    memset(p->router, 0, sizeof p->router);
+    p->router_params.correction_bias = NULL;
+    p->router_params.tid2eid = NULL;
+    for (int id = 0; id < MOE_LG_COUNT_; id++) {
+        moe_free(p->groups[id].per_expert);
+        p->groups[id].per_expert = NULL;
+        memset(p->groups[id].one, 0, sizeof p->groups[id].one);
+    }
+}
+
+/* ---- Public entry points ------------------------------------------------------------------ */
+
+moe_status moe_layer_create_tuned(const moe_model *model, int layer,
+                                  const moe_layer_options *options, const moe_layer_tuning *tuning,
+                                  moe_layer **out)
+{
+    if (!out) return moe_error(MOE_EINVAL, "moe_layer_create: argument 'out' is NULL");
+    moe_layer *l = moe_calloc(1, sizeof *l);
+    if (!l) return moe_error(MOE_ENOMEM, "moe_layer_create: allocating layer %d", layer);
+    moe_status st = moe_layer_plan_make(model, layer, options, tuning, &l->plan);
+    if (st) {
+        moe_free(l);
+        return st;
+    }
+    moe_layer_plan *p = &l->plan;
+    l->state = moe_malloc(sizeof *l->state);
+    if (!l->state) {
+        st = moe_error(MOE_ENOMEM, "moe_layer_create: allocating layer %d", layer);
+        goto fail;
+    }
+    atomic_init(l->state, p->logits_origin ? MOE_LAYER_LOGITS_SET : 0u);
+    if (p->moe) {
+        if ((st = create_gate(l)) || (st = router_explain(p, &l->router))) goto fail;
+        const moe_ckpt *ckpt = moe_model_ckpt_of(model);
+        moe_ckpt_release(ckpt, p->router[MOE_ROLE_CORRECTION_BIAS]);
+        moe_ckpt_release(ckpt, p->router[MOE_ROLE_TID2EID]);
+    }
+    for (int id = 0; id < MOE_LG_COUNT_; id++)
+        if (p->groups[id].present && (st = pack_group(l, (moe_layer_group_id)id))) goto fail;
+    detach(l);
+    l->routed = p->groups[MOE_LG_ROUTED].present ? &p->groups[MOE_LG_ROUTED].group : NULL;
+    if (p->groups[MOE_LG_SHARED].present) {
+        l->always = &p->groups[MOE_LG_SHARED].group;
+        l->always_name = "shared";
+    } else if (p->groups[MOE_LG_DENSE].present) {
+        l->always = &p->groups[MOE_LG_DENSE].group;
+        l->always_name = "dense";
+    }
+    if ((st = moe_layer_plan_render(p, &l->explain))) goto fail;
+    *out = l;
+    return MOE_OK;
+fail:
+    moe_layer_destroy(l);
+    return st;
+}
+
+moe_status moe_layer_create(const moe_model *model, int layer, const moe_layer_options *options,
+                            moe_layer **out)
+{
+    return moe_layer_create_tuned(model, layer, options, NULL, out);
+}
+
+void moe_layer_destroy(moe_layer *layer)
+{
+    if (!layer) return;
+    moe_gate_destroy(layer->gate);
+    moe_router_destroy(layer->router);
+    moe_layer_plan_free(&layer->plan);
+    moe_free(layer->state);
+    moe_free(layer->explain);
+    moe_free(layer->explain_old);
+    moe_free(layer);
+}
+
+#define SET "moe_layer_set_logits_dtype"
+
+/* Re-runs the gate's eligibility function with DTYPE and rewrites explain; the caller holds
+ * the LOGITS_SET claim. */
+static moe_status apply_logits_dtype(moe_layer *l, moe_dtype dtype)
+{
+    moe_layer_plan *p = &l->plan;
+    const moe_dtype old = p->logits_dtype;
+    const int old_origin = p->logits_origin;
+    moe_status st = moe_gate_set_logits_dtype(l->gate, &p->allowed, dtype);
+    if (st) return moe_error_context(st, SET ": layer %d: ", p->index);
+    p->logits_dtype = dtype;
+    p->logits_origin = 2;
+    p->gate_problem.logits_dtype = dtype;
+    gate_view(l);
+    char *text = NULL;
+    st = moe_layer_plan_render(p, &text);
+    if (st) { /* put everything back as it was, the gate included */
+        (void)moe_gate_set_logits_dtype(l->gate, &p->allowed, old);
+        p->logits_dtype = p->gate_problem.logits_dtype = old;
+        p->logits_origin = old_origin;
+        gate_view(l);
+        return st;
+    }
+    /* Pointers to the old text stay valid: it is kept until destroy (this runs once). */
+    moe_free(l->explain_old);
+    l->explain_old = l->explain;
+    l->explain = text;
+    return MOE_OK;
+}
+
+moe_status moe_layer_set_logits_dtype(moe_layer *layer, moe_dtype dtype)
+{
+    if (!layer) return moe_error(MOE_EINVAL, SET ": argument 'layer' is NULL");
+    const int index = layer->plan.index;
+    if (dtype != MOE_DTYPE_F32 && dtype != MOE_DTYPE_BF16)
+        return moe_error(MOE_EINVAL, SET ": layer %d: dtype %s is not f32 or bf16", index,
+                         moe_dtype_name(dtype));
+    if (!layer->plan.moe)
+        return moe_error(MOE_EINVAL, SET ": layer %d is dense: it has no router logits", index);
+    unsigned s = atomic_load(layer->state);
+    if (s & MOE_LAYER_USED)
+        return moe_error(MOE_ESTATE,
+                         SET ": layer %d has already run a forward; the logits dtype "
+                             "is set once, before the first forward",
+                         index);
+    if ((s & MOE_LAYER_LOGITS_SET) ||
+        !atomic_compare_exchange_strong(layer->state, &s, s | MOE_LAYER_LOGITS_SET))
+        return moe_error(MOE_ESTATE, SET ": layer %d: the logits dtype is already decided (%s, %s)",
+                         index, moe_dtype_name(layer->plan.logits_dtype),
+                         layer->plan.logits_origin == 1 ? "options->logits_dtype"
+                                                        : "an earlier call");
+    moe_status st = apply_logits_dtype(layer, dtype);
+    if (st) atomic_fetch_and(layer->state, ~MOE_LAYER_LOGITS_SET);
+    return st;
+}
+
+const char *moe_layer_explain(const moe_layer *layer)
+{
+    return layer && layer->explain ? layer->explain : "";
+}
+
+moe_status moe_layer_describe_tuned(const moe_model *model, int layer,
+                                    const moe_layer_options *options,
+                                    const moe_layer_tuning *tuning, char **text)
+{
+    if (!text) return moe_error(MOE_EINVAL, "moe_layer_describe: argument 'text' is NULL");
+    moe_layer_plan plan;
+    moe_status st = moe_layer_plan_make(model, layer, options, tuning, &plan);
+    if (st) return st;
+    if (plan.moe) st = router_explain(&plan, NULL);
+    if (!st) st = moe_layer_plan_render(&plan, text);
+    moe_layer_plan_free(&plan);
+    return st;
+}
+
+moe_status moe_layer_describe(const moe_model *model, int layer, const moe_layer_options *options,
+                              char **text)
+{
+    return moe_layer_describe_tuned(model, layer, options, NULL, text);
+}

@@ -1,0 +1,276 @@
+/* layer_forward.c — moe_layer_forward: validation at the door, then one OpenMP team runs it. */
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "experts/experts.h"
+#include "layer/layer_internal.h"
+#include "route/router_internal.h"
+
+#define FWD "moe_layer_forward"
+
+/* Token rows per work item of the row-parallel steps (activations, gate, route): enough to
+ * amortise a call, few enough that a prefill batch spreads over every thread. */
+#define ROWS_PER_ITEM 8
+
+/* The bytes of moe_forward_args this version reads. */
+#define ARGS_MIN_SIZE (offsetof(moe_forward_args, trace) + sizeof(moe_trace *))
+
+size_t moe_layer_workspace_size(const moe_layer *layer, size_t n_tokens)
+{
+    return layer ? moe_layer_plan_workspace(&layer->plan, n_tokens) : 0;
+}
+
+/* ---- Validation --------------------------------------------------------------------------- */
+
+static moe_status check_token_ids(const moe_layer *l, const moe_forward_args *a)
+{
+    const int index = l->plan.index;
+    if (!a->token_ids)
+        return moe_error(MOE_EINVAL,
+                         FWD ": layer %d is hash-routed (tid2eid) and needs the token id of every "
+                             "row: args->token_ids is NULL (the CLI takes them with --input-ids)",
+                         index);
+    const moe_dtype dt = a->token_id_dtype;
+    if (dt != MOE_DTYPE_I32 && dt != MOE_DTYPE_I64)
+        return moe_error(MOE_EDTYPE, FWD ": layer %d: args->token_id_dtype %s is not i32 or i64",
+                         index, moe_dtype_name(dt));
+    const int64_t vocab = l->plan.router_params.vocab_size;
+    for (size_t t = 0; t < a->n_tokens; t++) {
+        const int64_t id = dt == MOE_DTYPE_I32 ? ((const int32_t *)a->token_ids)[t]
+                                               : ((const int64_t *)a->token_ids)[t];
+        if (id < 0 || id >= vocab)
+            return moe_error(MOE_ERANGE,
+                             FWD ": layer %d: token_ids[%zu] = %lld is outside [0, %lld)", index, t,
+                             (long long)id, (long long)vocab);
+    }
+    return MOE_OK;
+}
+
+static moe_status check_workspace(const moe_layer *l, const moe_forward_args *a)
+{
+    const int index = l->plan.index;
+    const size_t need = moe_layer_plan_workspace(&l->plan, a->n_tokens);
+    if (need == 0)
+        return moe_error(MOE_EOVERFLOW,
+                         FWD ": layer %d: n_tokens = %zu is too many: the workspace size "
+                             "overflows; run fewer tokens per forward",
+                         index, a->n_tokens);
+    if (!a->workspace)
+        return moe_error(MOE_EINVAL,
+                         FWD ": layer %d: args->workspace is NULL; %zu tokens need "
+                             "moe_layer_workspace_size = %zu bytes",
+                         index, a->n_tokens, need);
+    if ((uintptr_t)a->workspace % 64)
+        return moe_error(MOE_EINVAL, FWD ": layer %d: args->workspace %p is not 64-byte aligned",
+                         index, a->workspace);
+    if (a->workspace_size < need)
+        return moe_error(MOE_ERANGE,
+                         FWD ": layer %d: too many tokens for the workspace: n_tokens = %zu needs "
+                             "%zu bytes (moe_layer_workspace_size), args->workspace_size is %zu",
+                         index, a->n_tokens, need, a->workspace_size);
+    return MOE_OK;
+}
+
+static moe_status check_args(const moe_layer *l, const moe_forward_args *a)
+{
+    const int index = l->plan.index;
+    const int64_t h = l->plan.desc->hidden;
+    if (a->hidden_size != (size_t)h)
+        return moe_error(MOE_EINVAL,
+                         FWD ": layer %d: args->hidden_size = %zu, but the model's hidden size is "
+                             "%lld",
+                         index, a->hidden_size, (long long)h);
+    if (a->hidden_dtype != MOE_DTYPE_F32 && a->hidden_dtype != MOE_DTYPE_BF16)
+        return moe_error(MOE_EDTYPE, FWD ": layer %d: args->hidden_dtype %s is not f32 or bf16",
+                         index, moe_dtype_name(a->hidden_dtype));
+    if (!a->hidden || !a->out)
+        return moe_error(MOE_EINVAL, FWD ": layer %d: args->%s is NULL with n_tokens = %zu", index,
+                         a->hidden ? "out" : "hidden", a->n_tokens);
+    moe_status st = check_workspace(l, a);
+    if (st) return st;
+    if (l->plan.moe && l->plan.ld->routing.method == MOE_ROUTE_HASH) return check_token_ids(l, a);
+    return MOE_OK;
+}
+
+/* ---- The steps --------------------------------------------------------------------------------
+ */
+
+/* What one forward works with; shared by the team. */
+typedef struct fwd {
+    const moe_layer *l;
+    const moe_forward_args *a;
+    moe_layer_bufs b;
+    size_t h;
+    const void *act[2]; /* the activations of each recipe */
+    float *logits;
+    int32_t *ids;
+    float *weights;
+    moe_trace_rec trace;
+    moe_experts_job job;
+    _Atomic int route_status;
+} fwd;
+
+static size_t row_items(size_t n) { return (n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM; }
+
+static size_t item_rows(size_t n, size_t it)
+{
+    const size_t r0 = it * ROWS_PER_ITEM;
+    return n - r0 < ROWS_PER_ITEM ? n - r0 : ROWS_PER_ITEM;
+}
+
+/* The input rows in the type each recipe reads: in place when it already is, else converted
+ * once here (bf16 -> f32 with the chosen kernel, f32 -> bf16 by rounding). */
+static void activations_step(fwd *f)
+{
+    const moe_layer_plan *p = &f->l->plan;
+    const size_t n = f->a->n_tokens, h = f->h;
+    const bool in_bf16 = f->a->hidden_dtype == MOE_DTYPE_BF16;
+    const bool need_f32 = in_bf16 && p->recipe_used[MOE_RECIPE_F32];
+    const bool need_bf16 = !in_bf16 && p->recipe_used[MOE_RECIPE_BF16];
+    moe_cvt_bf16_f32_ukernel *widen = need_f32 ? p->cvt_bf16.kernel->fn.cvt_bf16_f32 : NULL;
+    if (need_f32 || need_bf16) {
+#pragma omp for schedule(static)
+        for (size_t it = 0; it < row_items(n); it++) {
+            const size_t r0 = it * ROWS_PER_ITEM, rows = item_rows(n, it);
+            if (need_f32)
+                widen(rows * h, (const uint16_t *)f->a->hidden + r0 * h, f->b.act_f32 + r0 * h);
+            else
+                moe_act_round_bf16(rows * h, (const float *)f->a->hidden + r0 * h,
+                                   f->b.act_bf16 + r0 * h);
+        }
+    }
+#pragma omp master
+    {
+        const uint64_t th = (uint64_t)n * h;
+        if (need_f32)
+            moe_trace_mark(&f->trace, "activations", p->cvt_bf16.kernel->name, th * 2, th * 4);
+        else if (need_bf16)
+            moe_trace_mark(&f->trace, "activations", "moe_act_round_bf16", th * 4, th * 2);
+        else
+            moe_trace_mark(&f->trace, "activations", "none: used in place", 0, 0);
+    }
+}
+
+static void gate_step(fwd *f)
+{
+    const moe_layer *l = f->l;
+    const size_t n = f->a->n_tokens, h = f->h, e = (size_t)l->plan.ld->routing.n_experts;
+    const moe_dtype dt = f->a->hidden_dtype;
+    const size_t eb = dt == MOE_DTYPE_BF16 ? 2 : 4;
+#pragma omp for schedule(static)
+    for (size_t it = 0; it < row_items(n); it++) {
+        const size_t r0 = it * ROWS_PER_ITEM;
+        moe_gate_forward(l->gate, item_rows(n, it), (const char *)f->a->hidden + r0 * h * eb, dt, h,
+                         f->logits + r0 * e, e);
+    }
+#pragma omp master
+    moe_trace_mark(&f->trace, "gate", moe_gate_choice(l->gate, dt)->kernel->name,
+                   moe_gate_packed_bytes(l->gate) + (uint64_t)n * h * eb, (uint64_t)n * e * 4);
+}
+
+static void route_step(fwd *f)
+{
+    const moe_layer *l = f->l;
+    const moe_forward_args *a = f->a;
+    const size_t n = a->n_tokens, e = (size_t)l->plan.ld->routing.n_experts;
+    const size_t k = (size_t)l->plan.ld->routing.top_k;
+    const size_t idb = a->token_id_dtype == MOE_DTYPE_I64 ? 8 : 4;
+    const bool hash = l->plan.ld->routing.method == MOE_ROUTE_HASH;
+#pragma omp for schedule(static)
+    for (size_t it = 0; it < row_items(n); it++) {
+        const size_t r0 = it * ROWS_PER_ITEM;
+        const void *tok = hash ? (const char *)a->token_ids + r0 * idb : NULL;
+        moe_status st = moe_router_forward(l->router, item_rows(n, it), f->logits + r0 * e, tok,
+                                           a->token_id_dtype, f->ids + r0 * k, f->weights + r0 * k);
+        if (st) f->route_status = st;
+    }
+#pragma omp master
+    {
+        /* The method and its selection kernel: the fused one where the method has it, else
+         * top-k, else (hash routing selects nothing) the first it calls. */
+        const moe_router *r = l->router;
+        int prim = r->used[MOE_ROUTE_PRIM_NOAUX_TC] ? MOE_ROUTE_PRIM_NOAUX_TC : MOE_ROUTE_PRIM_TOPK;
+        for (int i = 0; !r->used[prim] && i < MOE_ROUTE_PRIM_COUNT_; i++)
+            prim = i;
+        char kernel[64];
+        snprintf(kernel, sizeof kernel, "%s: %s", moe_route_method_name(r->method),
+                 r->used[prim] ? r->choice[prim].kernel->name : "none");
+        moe_trace_mark(&f->trace, "route", kernel, (uint64_t)n * (e * 4 + (hash ? idb : 0)),
+                       (uint64_t)n * k * 8);
+    }
+}
+
+static void team(fwd *f)
+{
+    activations_step(f);
+    if (f->l->plan.moe) {
+        gate_step(f);
+        route_step(f);
+        if (f->route_status != MOE_OK) return; /* read after the route loop's barrier */
+    }
+    moe_experts_run_team(&f->job);
+}
+
+/* Points F at the workspace and the caller's optional outputs. */
+static void bind(fwd *f)
+{
+    const moe_layer *l = f->l;
+    const moe_forward_args *a = f->a;
+    moe_carve c = {a->workspace, 0, false};
+    moe_layer_carve(&l->plan, &c, a->n_tokens, &f->b);
+    f->h = (size_t)l->plan.desc->hidden;
+    const bool in_bf16 = a->hidden_dtype == MOE_DTYPE_BF16;
+    f->act[MOE_RECIPE_F32] = in_bf16 ? (const void *)f->b.act_f32 : a->hidden;
+    f->act[MOE_RECIPE_BF16] = in_bf16 ? a->hidden : (const void *)f->b.act_bf16;
+    f->logits = a->logits_out ? a->logits_out : f->b.logits;
+    f->ids = a->ids_out ? a->ids_out : f->b.ids;
+    f->weights = a->weights_out ? a->weights_out : f->b.weights;
+    moe_experts_job *j = &f->job;
+    j->n_tokens = a->n_tokens;
+    j->act[0] = f->act[0];
+    j->act[1] = f->act[1];
+    j->routed = l->routed;
+    j->top_k = l->plan.moe ? l->plan.ld->routing.top_k : 0;
+    j->ids = f->ids;
+    j->weights = f->weights;
+    j->always = l->always;
+    j->always_name = l->always_name;
+    j->out = a->out;
+    j->ws = f->b.ws;
+    j->trace = &f->trace;
+    j->status = MOE_OK;
+}
+
+moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args)
+{
+    if (!layer) return moe_error(MOE_EINVAL, FWD ": argument 'layer' is NULL");
+    if (!args) return moe_error(MOE_EINVAL, FWD ": argument 'args' is NULL");
+    if (args->size < ARGS_MIN_SIZE)
+        return moe_error(MOE_EINVAL,
+                         FWD ": args->size = %zu is smaller than the %zu bytes this version reads "
+                             "(set it to sizeof(moe_forward_args))",
+                         args->size, (size_t)ARGS_MIN_SIZE);
+    if (args->n_tokens > 0) {
+        moe_status st = check_args(layer, args);
+        if (st) return st;
+    }
+    atomic_fetch_or(layer->state, MOE_LAYER_USED);
+    if (args->n_tokens == 0) {
+        if (args->trace) args->trace->count = 0;
+        return MOE_OK;
+    }
+    fwd f;
+    memset(&f, 0, sizeof f);
+    f.l = layer;
+    f.a = args;
+    moe_trace_start(&f.trace, args->trace);
+    bind(&f);
+#pragma omp parallel num_threads(layer->plan.threads)
+    team(&f);
+    if (f.route_status != MOE_OK)
+        return moe_error(f.route_status, FWD ": layer %d: the router failed after validation",
+                         layer->plan.index);
+    return f.job.status;
+}

@@ -1,0 +1,138 @@
+/* layer_internal.h — internal: the layer object, its plan (shared with describe), test hooks. */
+#ifndef MOE_LAYER_LAYER_INTERNAL_H
+#define MOE_LAYER_LAYER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experts/experts.h"
+#include "gate/gate.h"
+#include "io/checkpoint.h"
+#include "model/model.h"
+#include "moe.h"
+#include "select/select.h"
+
+/* The MLP groups a layer may have. */
+typedef enum moe_layer_group_id {
+    MOE_LG_ROUTED = 0, /* the routed experts */
+    MOE_LG_SHARED,     /* DeepSeek's shared experts: one MLP every token visits */
+    MOE_LG_DENSE,      /* the MLP of a dense layer */
+    MOE_LG_COUNT_
+} moe_layer_group_id;
+
+/* "routed experts", "shared experts", "dense mlp": for messages and explain. */
+extern const char *const moe_layer_group_label[MOE_LG_COUNT_];
+
+#define MOE_LAYER_ROLES (MOE_ROLE_DOWN_BIAS + 1)
+
+/* What creation decided for one group, before (describe) or while (create) packing. */
+typedef struct moe_layer_group_plan {
+    bool present;
+    int n;                  /* experts in the group (1 for shared and dense) */
+    moe_mlp_desc mlp;       /* shape, format, activation */
+    moe_dtype weight_dtype; /* of the checkpoint's projections (all the same in a group) */
+    moe_dtype scale_dtype;  /* FP8: of the block scales; INVALID otherwise */
+    moe_dtype bias_dtype;   /* gpt-oss: of the biases; INVALID otherwise */
+    bool stacked;           /* gpt-oss: [E, ...] tensors, gate/up interleaved, transposed */
+    const moe_expert_kernels *ks;
+    moe_expert_recipe recipe;
+    char reason[320];       /* the eligibility function's reason */
+    moe_expert_group group; /* sizes (and, in a created layer, the packed bytes) */
+    /* The checkpoint tensors: stacked/shared/dense ones in one[role]; routed ones per expert
+     * in per_expert[e][role] (n × MOE_LAYER_ROLES), NULL entries where a role is absent. */
+    const moe_tensor *one[MOE_LAYER_ROLES];
+    const moe_tensor *(*per_expert)[MOE_LAYER_ROLES];
+} moe_layer_group_plan;
+
+/* Everything creation resolves and chooses, computed by one function for both
+ * moe_layer_create and moe_layer_describe, so their texts cannot drift apart. */
+typedef struct moe_layer_plan {
+    const moe_model *model;
+    const moe_model_desc *desc;
+    const moe_layer_desc *ld;
+    int index;
+    moe_cpu_caps allowed;
+    int threads;
+    bool threads_default;
+    moe_expert_recipe recipe; /* asked of the expert eligibility function for every group */
+    bool recipe_default;      /* not asked for by the caller */
+    moe_dtype logits_dtype;   /* F32 or BF16: what forward uses */
+    int logits_origin;        /* 0 default (unset), 1 options, 2 moe_layer_set_logits_dtype */
+    bool moe;                 /* has a router (MOE and HASH layers) */
+    /* The gate and router (moe layers). */
+    const moe_tensor *router[MOE_LAYER_ROLES];
+    moe_gate_problem gate_problem;
+    moe_kernel_choice gate_choice[2]; /* [0] f32 input, [1] bf16 input */
+    size_t gate_bytes;
+    char *router_explain; /* owned: moe_router_explain's text */
+    moe_router_params router_params;
+    /* Activations: which recipes the groups use, and the bf16 -> f32 widening kernel. */
+    bool recipe_used[2];
+    moe_kernel_choice cvt_bf16;
+    moe_layer_group_plan groups[MOE_LG_COUNT_];
+} moe_layer_plan;
+
+/* What the public API does not choose (yet): the ISA caps and the expert recipe. */
+typedef struct moe_layer_tuning {
+    const moe_cpu_caps *allowed; /* NULL: moe_cpu_query()'s */
+    int recipe;                  /* -1: the default (MOE_RECIPE_F32); else a moe_expert_recipe */
+} moe_layer_tuning;
+
+/* Resolves OPTIONS (and TUNING, which may be NULL), finds and checks every tensor of layer
+ * LAYER, and runs every eligibility function (gate, experts, activation widening); packs
+ * nothing. The router is not created (router_explain stays NULL). Free with
+ * moe_layer_plan_free. */
+moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_layer_options *options,
+                               const moe_layer_tuning *tuning, moe_layer_plan *plan);
+void moe_layer_plan_free(moe_layer_plan *plan);
+
+/* The explain text of PLAN (moe_malloc'd, into *text). */
+moe_status moe_layer_plan_render(const moe_layer_plan *plan, char **text);
+
+/* A forward's arrays in the workspace: the activations in each recipe's type the input does
+ * not already have, logits / ids / weights (used when the caller asks for none), the engine's. */
+typedef struct moe_layer_bufs {
+    float *act_f32;
+    uint16_t *act_bf16;
+    float *logits;
+    int32_t *ids;
+    float *weights;
+    moe_experts_ws ws;
+} moe_layer_bufs;
+
+/* Takes a forward's arrays for n_tokens from C (counting only when c->base is NULL). */
+void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe_layer_bufs *b);
+
+/* The bytes a forward of n_tokens needs (0 for no tokens, and on overflow). */
+size_t moe_layer_plan_workspace(const moe_layer_plan *plan, size_t n_tokens);
+
+struct moe_layer {
+    /* After creation plan.desc and plan.ld point at these copies and the plan's tensor
+     * pointers are cleared: a created layer keeps nothing of the model. */
+    moe_model_desc desc; /* without its layer array */
+    moe_layer_desc ld;
+    moe_layer_plan plan;
+    moe_gate *gate;     /* NULL for dense layers */
+    moe_router *router; /* NULL for dense layers */
+    /* The groups forward runs (point into plan.groups[...].group, or NULL). */
+    const moe_expert_group *routed, *always;
+    const char *always_name;
+    /* bit 0: a forward has run; bit 1: the logits dtype was decided (options or a set call).
+     * Separate from the layer so forward, which gets a const layer, can set it. */
+    atomic_uint *state;
+    char *explain;     /* the current text */
+    char *explain_old; /* the text before moe_layer_set_logits_dtype, kept for old pointers */
+};
+
+#define MOE_LAYER_USED 1u
+#define MOE_LAYER_LOGITS_SET 2u
+
+/* moe_layer_create with TUNING (NULL: the defaults), so tests can force every ISA level (a
+ * level this build did not compile is simply not chosen) and either recipe. */
+moe_status moe_layer_create_tuned(const moe_model *model, int layer,
+                                  const moe_layer_options *options, const moe_layer_tuning *tuning,
+                                  moe_layer **out);
+
+#endif

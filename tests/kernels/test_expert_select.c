@@ -1,0 +1,236 @@
+/* test_expert_select.c — moe_select_experts with made-up capabilities and problems, every branch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe.h"
+#include "model/model.h"
+#include "select/select.h"
+#include "test.h"
+
+/* kernels/expert.h spells the weight formats and activations as ints; they are model.h's. */
+_Static_assert(MOE_EXPERT_FMT_BF16 == (int)MOE_WFMT_BF16, "format values");
+_Static_assert(MOE_EXPERT_FMT_FP8_BLOCK == (int)MOE_WFMT_FP8_BLOCK, "format values");
+_Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_GPTOSS_GLU == 2,
+               "activation kinds");
+
+static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
+{
+    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16};
+    return c;
+}
+
+static moe_expert_problem problem(int format, moe_expert_recipe recipe)
+{
+    moe_expert_problem p = {
+        .format = format,
+        .weight_dtype = format == MOE_EXPERT_FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3,
+        .scale_dtype = format == MOE_EXPERT_FMT_BF16 ? MOE_DTYPE_INVALID : MOE_DTYPE_F32,
+        .hidden = 7168,
+        .intermediate = 2048,
+        .activation = 0,
+        .has_bias = false,
+        .recipe = recipe,
+    };
+    return p;
+}
+
+/* The set this build must choose, spelled out from the names of kernels/expert_*.inc and the
+ * MOE_COMPILED_* definitions (not read from the registry). */
+static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_caps *c)
+{
+    const bool fp8 = format == MOE_EXPERT_FMT_FP8_BLOCK;
+    const bool avx2 = c->avx2, avx512 = avx2 && c->avx512, bf16 = avx512 && c->avx512_bf16;
+    (void)avx2, (void)avx512, (void)bf16;
+    if (recipe == MOE_RECIPE_BF16) {
+#ifdef MOE_COMPILED_AVX512BF16
+        if (bf16)
+            return fp8 ? "moe_expert_fp8_bf16_8x16__avx512bf16"
+                       : "moe_expert_bf16_bf16_8x16__avx512bf16";
+#endif
+        return fp8 ? "moe_expert_fp8_bf16_8x16__ref" : "moe_expert_bf16_bf16_8x16__ref";
+    }
+#ifdef MOE_COMPILED_AVX512
+    if (avx512)
+        return fp8 ? "moe_expert_fp8_f32_32x16__avx512" : "moe_expert_bf16_f32_8x16__avx512";
+#endif
+#ifdef MOE_COMPILED_AVX2
+    if (avx2) return fp8 ? "moe_expert_fp8_f32_8x16__avx2" : "moe_expert_bf16_f32_2x16__avx2";
+#endif
+    return fp8 ? "moe_expert_fp8_f32_8x16__ref" : "moe_expert_bf16_f32_8x16__ref";
+}
+
+static void test_ladder(void)
+{
+    const moe_cpu_caps caps[] = {
+        make_caps(0, 0, 0, 0, 0),
+        make_caps(1, 0, 0, 0, 0),
+        make_caps(1, 1, 0, 0, 0),
+        make_caps(1, 1, 0, 1, 0),
+        make_caps(1, 1, 1, 0, 0),
+        make_caps(1, 1, 1, 1, 1),
+        /* Inconsistent structs are normalized: bf16 without avx512 is no bf16, avx512
+         * without avx2 no avx512. */
+        make_caps(1, 0, 1, 0, 0),
+        make_caps(0, 1, 1, 1, 1),
+    };
+    const int formats[] = {MOE_EXPERT_FMT_BF16, MOE_EXPERT_FMT_FP8_BLOCK};
+    const moe_expert_recipe recipes[] = {MOE_RECIPE_F32, MOE_RECIPE_BF16};
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++)
+        for (size_t f = 0; f < 2; f++)
+            for (size_t r = 0; r < 2; r++) {
+                moe_cpu_caps norm = moe_cpu_caps_normalize(caps[c]);
+                const char *want = expected(formats[f], recipes[r], &norm);
+                moe_expert_problem p = problem(formats[f], recipes[r]);
+                moe_expert_choice ch;
+                CHECK_STATUS(moe_select_experts(&caps[c], &p, &ch), MOE_OK);
+                CHECKF(!strcmp(ch.set->name, want), "caps %zu format %d recipe %d: %s, want %s", c,
+                       formats[f], (int)recipes[r], ch.set->name, want);
+                CHECK(ch.kernel && ch.kernel->fn.expert_set == ch.set);
+                CHECK(!strcmp(ch.kernel->name, ch.set->name));
+                CHECK(ch.set->format == formats[f] && ch.set->recipe == recipes[r]);
+                CHECK(ch.recipe == recipes[r]);
+                /* The reason names the set first, then the recipe. */
+                CHECKF(!strncmp(ch.reason, want, strlen(want)), "reason '%s'", ch.reason);
+                CHECKF(strstr(ch.reason,
+                              recipes[r] == MOE_RECIPE_BF16 ? "recipe bf16" : "recipe f32") != NULL,
+                       "reason '%s'", ch.reason);
+                /* Activation and bias never change the choice. */
+                for (int a = 0; a < 3; a++) {
+                    moe_expert_problem q = p;
+                    q.activation = a;
+                    q.has_bias = a == 2;
+                    moe_expert_choice ch2;
+                    CHECK_STATUS(moe_select_experts(&caps[c], &q, &ch2), MOE_OK);
+                    CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
+                }
+            }
+}
+
+/* The reasons' wording for the decisive feature, where this build has the better set. */
+static void test_reasons(void)
+{
+    moe_expert_choice ch;
+    moe_expert_problem p = problem(MOE_EXPERT_FMT_FP8_BLOCK, MOE_RECIPE_F32);
+#if defined(MOE_COMPILED_AVX2) && defined(MOE_COMPILED_AVX512)
+    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0);
+    CHECK_STATUS(moe_select_experts(&avx2, &p, &ch), MOE_OK);
+    CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_8x16__avx2: moe_expert_fp8_f32_32x16__avx512 "
+                              "needs avx512, which is not allowed; recipe f32 (f32 activations, "
+                              "fp32 FMA)"),
+           "reason '%s'", ch.reason);
+    CHECK(ch.missing == MOE_FEAT_AVX512);
+    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1);
+    CHECK_STATUS(moe_select_experts(&all, &p, &ch), MOE_OK);
+    CHECKF(strstr(ch.reason, "avx512 allowed; preferred over moe_expert_fp8_f32_8x16__avx2"),
+           "reason '%s'", ch.reason);
+    CHECK(ch.missing == 0);
+#endif
+#ifdef MOE_COMPILED_AVX512BF16
+    moe_cpu_caps nobf16 = make_caps(1, 1, 0, 0, 0);
+    p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_BF16);
+    CHECK_STATUS(moe_select_experts(&nobf16, &p, &ch), MOE_OK);
+    CHECKF(strstr(ch.reason,
+                  "moe_expert_bf16_bf16_8x16__ref: moe_expert_bf16_bf16_8x16__avx512bf16 "
+                  "needs avx512_bf16, which is not allowed") == ch.reason,
+           "reason '%s'", ch.reason);
+    CHECK(strstr(ch.reason, "as requested") != NULL);
+    CHECK(ch.missing == MOE_FEAT_AVX512_BF16);
+#endif
+    (void)ch;
+    (void)p;
+}
+
+static void expect_error(const moe_cpu_caps *caps, const moe_expert_problem *p, moe_status want,
+                         const char *needle)
+{
+    moe_expert_choice ch, before;
+    memset(&ch, 0x5A, sizeof ch);
+    memcpy(&before, &ch, sizeof ch);
+    CHECK_STATUS(moe_select_experts(caps, p, &ch), want);
+    CHECKF(strstr(moe_last_error(), needle) != NULL, "message '%s' lacks '%s'", moe_last_error(),
+           needle);
+    CHECK(!memcmp(&ch, &before, sizeof ch));
+}
+
+static void test_errors(void)
+{
+    const moe_cpu_caps caps = make_caps(1, 1, 1, 1, 1);
+    const moe_expert_problem good = problem(MOE_EXPERT_FMT_FP8_BLOCK, MOE_RECIPE_F32);
+    moe_expert_choice ch;
+    CHECK_STATUS(moe_select_experts(NULL, &good, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "allowed") != NULL);
+    CHECK_STATUS(moe_select_experts(&caps, NULL, &ch), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "problem") != NULL);
+    CHECK_STATUS(moe_select_experts(&caps, &good, NULL), MOE_EINVAL);
+    CHECK(strstr(moe_last_error(), "out") != NULL);
+
+    moe_expert_problem p = good;
+    p.format = MOE_WFMT_MXFP4;
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "MXFP4");
+    p.format = 9;
+    expect_error(&caps, &p, MOE_EINVAL, "format 9");
+    p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
+    p.weight_dtype = MOE_DTYPE_F16;
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "dtype f16");
+    p.weight_dtype = MOE_DTYPE_F32;
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "dtype f32");
+    p = good;
+    p.weight_dtype = MOE_DTYPE_BF16;
+    expect_error(&caps, &p, MOE_EDTYPE, "dtype bf16");
+    p = good;
+    p.scale_dtype = MOE_DTYPE_F16;
+    expect_error(&caps, &p, MOE_EDTYPE, "scales of dtype f16");
+    p = good;
+    p.hidden = 0;
+    expect_error(&caps, &p, MOE_EINVAL, "hidden 0");
+    p = good;
+    p.intermediate = -3;
+    expect_error(&caps, &p, MOE_EINVAL, "intermediate -3");
+    p = good;
+    p.activation = 3;
+    expect_error(&caps, &p, MOE_EINVAL, "activation 3");
+    p = good;
+    p.recipe = (moe_expert_recipe)5;
+    expect_error(&caps, &p, MOE_EINVAL, "recipe 5");
+    p = good;
+    p.hidden = (int64_t)1 << 41;
+    expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
+
+    /* Every accepted scale dtype, U8 (E8M0 bytes some writers label U8) included. */
+    const moe_dtype scales[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F8_E8M0, MOE_DTYPE_U8};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        p = good;
+        p.scale_dtype = scales[i];
+        CHECK_STATUS(moe_select_experts(&caps, &p, &ch), MOE_OK);
+    }
+}
+
+/* Same arguments, same answer, whatever the environment says. */
+static void test_purity(void)
+{
+    const moe_cpu_caps caps = make_caps(1, 0, 0, 0, 0);
+    const moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
+    moe_expert_choice a, b;
+    CHECK_STATUS(moe_select_experts(&caps, &p, &a), MOE_OK);
+    const char *old = getenv("MOE_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("MOE_ISA", "scalar", 1);
+    CHECK_STATUS(moe_select_experts(&caps, &p, &b), MOE_OK);
+    CHECK(a.set == b.set && !strcmp(a.reason, b.reason) && a.missing == b.missing);
+    if (saved) {
+        setenv("MOE_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("MOE_ISA");
+    }
+}
+
+int main(void)
+{
+    test_ladder();
+    test_reasons();
+    test_errors();
+    test_purity();
+    return TEST_END();
+}

@@ -1,0 +1,963 @@
+/* test_kernel_expert.c — every expert kernel set this CPU may run: packing round trips, the
+ * micro-kernels against a float64 reference and their own reference bit for bit, same token
+ * same bits at every m, edge shapes, guards, and the checks packing makes at the door. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "moe.h"
+#include "kernels/expert.h"
+#include "select/kernel.h"
+#include "test.h"
+
+/* ---- The kernel sets, from the enumerators -------------------------------------------- */
+
+typedef struct xset {
+    const char *name;
+    uint32_t isa;
+    const moe_expert_kernels *set, *ref;
+    moe_kernel_family family;
+} xset;
+
+static const xset sets[] = {
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_BF16_F32},
+#include "kernels/expert_bf16_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_BF16_BF16},
+#include "kernels/expert_bf16_bf16.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_FP8_F32},
+#include "kernels/expert_fp8_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_FP8_BF16},
+#include "kernels/expert_fp8_bf16.inc"
+#undef MOE_KERNEL
+};
+#define NSETS (sizeof sets / sizeof sets[0])
+#define NR MOE_EXPERT_NR
+#define MAX_MR 32
+
+/* ---- Random numbers and independent decoders (ldexp of the fields, in double) ---------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static double unit(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+static double gauss(void) { return (unit() + unit() + unit() + unit() - 2.0) * 1.7320508075688772; }
+
+static double minifloat(unsigned sign, unsigned e, unsigned m, int mbits, int bias)
+{
+    double mag = e == 0 ? ldexp((double)m, 1 - bias - mbits)
+                        : ldexp(1.0 + ldexp((double)m, -mbits), (int)e - bias);
+    return sign ? -mag : mag;
+}
+
+static double dec_bf16(uint16_t c) { return minifloat(c >> 15, (c >> 7) & 0xFF, c & 0x7F, 7, 127); }
+static double dec_f16(uint16_t c)
+{
+    return minifloat(c >> 15, (c >> 10) & 0x1F, c & 0x3FF, 10, 15);
+}
+static double dec_e4m3(uint8_t c) { return minifloat(c >> 7, (c >> 3) & 0xF, c & 7, 3, 7); }
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Round to nearest even bf16 (finite inputs only). */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Round to nearest even f16 for the normal range the tests use (|f| in [2^-14, 65504]). */
+static uint16_t to_f16(float f)
+{
+    uint32_t u = f32_bits(f), s = (u >> 16) & 0x8000u;
+    int e = (int)((u >> 23) & 0xFF) - 127 + 15;
+    uint32_t m = u & 0x7FFFFFu;
+    uint32_t r = ((uint32_t)e << 10) | (m >> 13);
+    uint32_t rest = m & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) r++;
+    return (uint16_t)(s | r);
+}
+
+/* ---- Guarded buffers ----------------------------------------------------------------- */
+
+/* bytes placed to end right before a PROT_NONE page: any read or write past them faults. */
+typedef struct guarded {
+    uint8_t *map, *p;
+    size_t len;
+} guarded;
+
+static void *guarded_alloc(guarded *g, size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t data = (bytes + page - 1) / page * page;
+    g->len = data + page;
+    void *m = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    g->map = m;
+    REQUIRE(mprotect(g->map + data, page, PROT_NONE) == 0);
+    g->p = g->map + data - bytes;
+    return g->p;
+}
+
+static void guarded_free(guarded *g)
+{
+    if (g->map) munmap(g->map, g->len);
+    g->map = NULL;
+}
+
+/* ---- One projection in the checkpoint layout ------------------------------------------- */
+
+typedef struct mat {
+    int fmt;
+    int64_t rows, cols;
+    void *data; /* row-major codes: uint16_t bf16 or uint8_t E4M3 */
+    moe_dtype scale_dtype;
+    void *scale; /* [ceil(rows/128), ceil(cols/128)] */
+    int64_t srows, scols;
+    moe_dtype bias_dtype; /* INVALID: no bias */
+    void *bias;
+    double *wd, *bd; /* every element's and bias's exact value (mat_w, mat_b), computed once */
+} mat;
+
+static size_t dsize(moe_dtype d) { return moe_dtype_bits(d) / 8; }
+
+static uint8_t random_e4m3(void)
+{
+    for (;;) {
+        uint8_t c = (uint8_t)rnd();
+        if ((c & 0x7F) == 0x7F) continue;
+        /* Mostly mid-range exponents (as trained weights); 1 in 8 anything: zeros and
+         * subnormals too. */
+        if (rnd() % 8 != 0) c = (uint8_t)((c & 0x87) | (uint8_t)((4 + rnd() % 6) << 3));
+        return c;
+    }
+}
+
+static void mat_init(mat *m, int fmt, int64_t rows, int64_t cols, moe_dtype sdt, moe_dtype bdt)
+{
+    memset(m, 0, sizeof *m);
+    m->fmt = fmt;
+    m->rows = rows;
+    m->cols = cols;
+    size_t n = (size_t)(rows * cols);
+    if (fmt == MOE_EXPERT_FMT_BF16) {
+        uint16_t *w = malloc(n * 2);
+        REQUIRE(w);
+        for (size_t i = 0; i < n; i++)
+            w[i] = to_bf16((float)(0.05 * gauss()));
+        m->data = w;
+    } else {
+        uint8_t *w = malloc(n);
+        REQUIRE(w);
+        for (size_t i = 0; i < n; i++)
+            w[i] = random_e4m3();
+        m->data = w;
+        m->scale_dtype = sdt;
+        m->srows = (rows + 127) / 128;
+        m->scols = (cols + 127) / 128;
+        size_t ns = (size_t)(m->srows * m->scols);
+        unsigned char *s = malloc(ns * 4);
+        REQUIRE(s);
+        for (size_t i = 0; i < ns; i++) {
+            float v = (float)ldexp(1.0 + unit(), -9 - (int)(rnd() % 3));
+            if (sdt == MOE_DTYPE_F32) memcpy(s + 4 * i, &v, 4);
+            if (sdt == MOE_DTYPE_BF16) {
+                uint16_t c = to_bf16(v);
+                memcpy(s + 2 * i, &c, 2);
+            }
+            if (sdt == MOE_DTYPE_F8_E8M0 || sdt == MOE_DTYPE_U8) s[i] = (uint8_t)(116 + rnd() % 5);
+        }
+        m->scale = s;
+    }
+    m->bias_dtype = bdt;
+    if (bdt != MOE_DTYPE_INVALID) {
+        unsigned char *b = malloc((size_t)rows * 4);
+        REQUIRE(b);
+        for (int64_t r = 0; r < rows; r++) {
+            float v = (float)(0.5 * gauss());
+            if (bdt == MOE_DTYPE_F32) memcpy(b + 4 * r, &v, 4);
+            uint16_t c = bdt == MOE_DTYPE_BF16 ? to_bf16(v) : to_f16(v);
+            if (bdt != MOE_DTYPE_F32) memcpy(b + 2 * r, &c, 2);
+        }
+        m->bias = b;
+    }
+}
+
+static void mat_free(mat *m)
+{
+    free(m->data);
+    free(m->scale);
+    free(m->bias);
+    free(m->wd);
+    free(m->bd);
+}
+
+static double scale_value(const mat *m, int64_t br, int64_t bc)
+{
+    const unsigned char *s =
+        (const unsigned char *)m->scale + (size_t)(br * m->scols + bc) * dsize(m->scale_dtype);
+    if (m->scale_dtype == MOE_DTYPE_F32) {
+        float f;
+        memcpy(&f, s, 4);
+        return f;
+    }
+    if (m->scale_dtype == MOE_DTYPE_BF16) {
+        uint16_t c;
+        memcpy(&c, s, 2);
+        return dec_bf16(c);
+    }
+    return ldexp(1.0, (int)s[0] - 127);
+}
+
+/* The exact value of element (r, c): the code's value times its block's scale. */
+static double mat_w(const mat *m, int64_t r, int64_t c)
+{
+    size_t i = (size_t)(r * m->cols + c);
+    if (m->fmt == MOE_EXPERT_FMT_BF16) return dec_bf16(((const uint16_t *)m->data)[i]);
+    return dec_e4m3(((const uint8_t *)m->data)[i]) * scale_value(m, r / 128, c / 128);
+}
+
+static double mat_b(const mat *m, int64_t r)
+{
+    if (m->bias_dtype == MOE_DTYPE_INVALID) return 0.0;
+    const unsigned char *b = (const unsigned char *)m->bias + (size_t)r * dsize(m->bias_dtype);
+    if (m->bias_dtype == MOE_DTYPE_F32) {
+        float f;
+        memcpy(&f, b, 4);
+        return f;
+    }
+    uint16_t c;
+    memcpy(&c, b, 2);
+    return m->bias_dtype == MOE_DTYPE_BF16 ? dec_bf16(c) : dec_f16(c);
+}
+
+static void mat_values(mat *m)
+{
+    m->wd = malloc((size_t)(m->rows * m->cols) * sizeof(double));
+    m->bd = malloc((size_t)m->rows * sizeof(double));
+    REQUIRE(m->wd && m->bd);
+    for (int64_t r = 0; r < m->rows; r++) {
+        m->bd[r] = mat_b(m, r);
+        for (int64_t c = 0; c < m->cols; c++)
+            m->wd[r * m->cols + c] = mat_w(m, r, c);
+    }
+}
+
+static moe_weight_src mat_src(const mat *m)
+{
+    moe_weight_src s = {
+        .data = m->data,
+        .dtype = m->fmt == MOE_EXPERT_FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3,
+        .rows = m->rows,
+        .cols = m->cols,
+        .row_stride = m->cols,
+        .col_stride = 1,
+        .scale = m->scale,
+        .scale_dtype = m->scale_dtype,
+        .block_rows = 128,
+        .block_cols = 128,
+        .bias = m->bias,
+        .bias_dtype = m->bias_dtype,
+        .bias_stride = 1,
+    };
+    return s;
+}
+
+/* ---- The float64 reference ------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double sigmoid_d(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+static double act_d(const moe_act_params *a, double g, double u)
+{
+    if (a->kind != 0) {
+        g = g < a->limit ? g : a->limit;
+        u = u < a->limit ? u : a->limit;
+        u = u > -a->limit ? u : -a->limit;
+    }
+    if (a->kind == 2) return g * sigmoid_d((double)a->alpha * g) * (u + 1.0);
+    return g * sigmoid_d(g) * u;
+}
+
+static double dot_d(const mat *m, int64_t r, const double *x)
+{
+    const double *w = m->wd + r * m->cols;
+    double s = 0;
+    for (int64_t c = 0; c < m->cols; c++)
+        s += w[c] * x[c];
+    return s + m->bd[r];
+}
+
+/* Relative Frobenius error of got against want. */
+static double rel_err(const double *got, const double *want, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- Running a kernel over all tiles with guard checks --------------------------------- */
+
+#define PAD 5         /* elements between the last valid column and the next row */
+#define GUARD_ROWS 2  /* whole sentinel rows after the last row written */
+#define SENTINEL 0xA5 /* byte pattern nothing writes */
+
+typedef struct outbuf {
+    unsigned char *p;
+    size_t es, stride, rows, bytes; /* element size, elements per row, rows incl. guards */
+} outbuf;
+
+static void out_init(outbuf *o, size_t es, size_t n, size_t m)
+{
+    o->es = es;
+    o->stride = n + PAD;
+    o->rows = m + GUARD_ROWS;
+    o->bytes = o->rows * o->stride * es;
+    o->p = malloc(o->bytes);
+    REQUIRE(o->p);
+    memset(o->p, SENTINEL, o->bytes);
+}
+
+/* Everything outside rows < m, columns < n kept its sentinel. */
+static bool out_guards_ok(const outbuf *o, size_t m, size_t n)
+{
+    for (size_t r = 0; r < o->rows; r++)
+        for (size_t b = 0; b < o->stride * o->es; b++) {
+            bool inside = r < m && b < n * o->es;
+            if (!inside && o->p[r * o->stride * o->es + b] != SENTINEL) return false;
+        }
+    return true;
+}
+
+static double out_value(const outbuf *o, size_t i, size_t n)
+{
+    const unsigned char *p = o->p + (i * o->stride + n) * o->es;
+    if (o->es == 4) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t c;
+    memcpy(&c, p, 2);
+    return dec_bf16(c);
+}
+
+static void run_gateup(const moe_expert_kernels *ks, const void *packed, size_t tb, size_t m,
+                       size_t k, size_t n, const void *const *x, const moe_act_params *act,
+                       outbuf *o)
+{
+    for (size_t t = 0; t * NR < n; t++) {
+        size_t nv = n - t * NR < NR ? n - t * NR : NR;
+        ks->gateup(m, k, x, (const unsigned char *)packed + t * tb, act, o->p + t * NR * o->es,
+                   o->stride, nv);
+    }
+}
+
+static void run_down(const moe_expert_kernels *ks, const void *packed, size_t tb, size_t m,
+                     size_t k, size_t n, const void *const *h, outbuf *o)
+{
+    for (size_t t = 0; t * NR < n; t++) {
+        size_t nv = n - t * NR < NR ? n - t * NR : NR;
+        ks->down(m, k, h, (const unsigned char *)packed + t * tb, (float *)o->p + t * NR, o->stride,
+                 nv);
+    }
+}
+
+/* ---- One case: a kernel set, a projection kind, a shape ---------------------------------- */
+
+typedef struct kcase {
+    int64_t k, n;
+    int kind; /* activation */
+    moe_dtype bias, scale;
+} kcase;
+
+#define NTOK (MAX_MR + 2)
+/* K·N above which a case counts as large (fewer m, fewer tokens for the references). */
+#define LARGE 40000
+
+/* Tokens for a case: MR + 2, so every m up to MR has tokens to rotate; the references on
+ * large shapes take 3 (m = 1..3): their outputs do not depend on m by construction, and
+ * their scalar emulation dominates the run time under sanitizers. */
+static int ntokens(const xset *xs, const kcase *c)
+{
+    if (xs->set->isa == MOE_REQ_SCALAR && c->k * c->n > LARGE) return 3;
+    return xs->set->mr + 2;
+}
+
+/* Token rows, each in its own guarded buffer (ends at a PROT_NONE page): f32, and for the
+ * bf16 recipe their bf16 roundings. xd / xb: the values in double. */
+typedef struct tokens {
+    guarded g[NTOK];
+    const void *row[NTOK];
+    double *xd[NTOK]; /* the f32 values */
+    double *xb[NTOK]; /* the values the kernel reads (bf16-rounded for the bf16 recipe) */
+    int n;            /* MR + 2 of the set under test */
+} tokens;
+
+static void tokens_init(tokens *t, int n, size_t k, bool bf16, double sigma)
+{
+    t->n = n;
+    for (int i = 0; i < n; i++) {
+        t->xd[i] = malloc(k * sizeof(double));
+        t->xb[i] = malloc(k * sizeof(double));
+        REQUIRE(t->xd[i] && t->xb[i]);
+        void *row = guarded_alloc(&t->g[i], k * (bf16 ? 2 : 4));
+        for (size_t c = 0; c < k; c++) {
+            float v = (float)(sigma * gauss());
+            t->xd[i][c] = v;
+            if (bf16) {
+                uint16_t code = to_bf16(v);
+                memcpy((unsigned char *)row + 2 * c, &code, 2);
+                t->xb[i][c] = dec_bf16(code);
+            } else {
+                memcpy((unsigned char *)row + 4 * c, &v, 4);
+                t->xb[i][c] = v;
+            }
+        }
+        t->row[i] = row;
+    }
+}
+
+static void tokens_free(tokens *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        guarded_free(&t->g[i]);
+        free(t->xd[i]);
+        free(t->xb[i]);
+    }
+}
+
+/* Packs with pack_fn into a guarded buffer; the unpacked copy must equal the sources. */
+static void *pack_checked(const xset *xs, const mat *a, const mat *b, guarded *g, size_t *tb)
+{
+    const moe_expert_kernels *ks = xs->set;
+    const bool pair = b != NULL;
+    *tb = pair ? ks->gateup_tile_bytes(a->cols) : ks->down_tile_bytes(a->cols);
+    REQUIRE(*tb > 0 && *tb % 64 == 0);
+    size_t ntiles = (size_t)(a->rows + NR - 1) / NR;
+    void *dst = guarded_alloc(g, ntiles * *tb);
+    moe_weight_src sa = mat_src(a), sb = pair ? mat_src(b) : sa;
+    moe_status st = pair ? ks->pack_gateup(&sa, &sb, dst) : ks->pack_down(&sa, dst);
+    CHECK_STATUS(st, MOE_OK);
+
+    /* unpack(pack(w)) == w: codes, scales (in their dtype) and biases, bit for bit. */
+    const mat *src[2] = {a, b};
+    moe_weight_dst d[2];
+    for (int p = 0; p < (pair ? 2 : 1); p++) {
+        const mat *m = src[p];
+        size_t es = m->fmt == MOE_EXPERT_FMT_BF16 ? 2 : 1;
+        size_t nsc = (size_t)(m->srows * m->scols) * (m->scale ? dsize(m->scale_dtype) : 0);
+        d[p] = (moe_weight_dst){
+            .data = malloc((size_t)(m->rows * m->cols) * es),
+            .dtype = m->fmt == MOE_EXPERT_FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3,
+            .rows = m->rows,
+            .cols = m->cols,
+            .scale = m->scale ? malloc(nsc) : NULL,
+            .scale_dtype = m->scale_dtype,
+            .block_rows = 128,
+            .block_cols = 128,
+            .bias = m->bias ? malloc((size_t)m->rows * dsize(m->bias_dtype)) : NULL,
+            .bias_dtype = m->bias_dtype,
+        };
+    }
+    st = pair ? ks->unpack_gateup(dst, &d[0], &d[1]) : ks->unpack_down(dst, &d[0]);
+    CHECK_STATUS(st, MOE_OK);
+    for (int p = 0; p < (pair ? 2 : 1); p++) {
+        const mat *m = src[p];
+        size_t es = m->fmt == MOE_EXPERT_FMT_BF16 ? 2 : 1;
+        CHECKF(!memcmp(d[p].data, m->data, (size_t)(m->rows * m->cols) * es),
+               "%s: unpacked weights differ (%lld x %lld)", xs->name, (long long)m->rows,
+               (long long)m->cols);
+        if (m->scale)
+            CHECKF(!memcmp(d[p].scale, m->scale,
+                           (size_t)(m->srows * m->scols) * dsize(m->scale_dtype)),
+                   "%s: unpacked scales differ (%s)", xs->name, moe_dtype_name(m->scale_dtype));
+        if (m->bias)
+            CHECKF(!memcmp(d[p].bias, m->bias, (size_t)m->rows * dsize(m->bias_dtype)),
+                   "%s: unpacked bias differs (%s)", xs->name, moe_dtype_name(m->bias_dtype));
+        free(d[p].data);
+        free(d[p].scale);
+        free(d[p].bias);
+    }
+    return dst;
+}
+
+/* The outputs of one kernel run for token order `order` (m tokens) must equal, row for
+ * row, the outputs of each token alone, and nothing outside them may change. */
+typedef struct runner {
+    const void *packed, *ref_packed; /* by the set's and by its reference's pack function */
+    size_t tb, ref_tb, k, n, es;
+    bool gateup;
+    const moe_act_params *act;
+} runner;
+
+static void run(const runner *r, const moe_expert_kernels *ks, bool ref, size_t m,
+                const void *const *rows, outbuf *o)
+{
+    const void *packed = ref ? r->ref_packed : r->packed;
+    const size_t tb = ref ? r->ref_tb : r->tb;
+    if (r->gateup)
+        run_gateup(ks, packed, tb, m, r->k, r->n, rows, r->act, o);
+    else
+        run_down(ks, packed, tb, m, r->k, r->n, rows, o);
+}
+
+/* The reference's own packing of the same matrices (NULL b: down). */
+static const void *pack_ref(const xset *xs, const mat *a, const mat *b, guarded *g, size_t *tb)
+{
+    const moe_expert_kernels *ks = xs->ref;
+    *tb = b ? ks->gateup_tile_bytes(a->cols) : ks->down_tile_bytes(a->cols);
+    void *dst = guarded_alloc(g, (size_t)(a->rows + NR - 1) / NR * *tb);
+    moe_weight_src sa = mat_src(a), sb = b ? mat_src(b) : sa;
+    CHECK_STATUS(b ? ks->pack_gateup(&sa, &sb, dst) : ks->pack_down(&sa, dst), MOE_OK);
+    return dst;
+}
+
+static void check_kernel(const xset *xs, const runner *r, const tokens *tok, const char *what,
+                         double *got)
+{
+    const moe_expert_kernels *ks = xs->set;
+    const size_t mr = (size_t)ks->mr, n = r->n, es = r->es;
+    outbuf alone[NTOK];
+    const int ntok = tok->n;
+    /* Every m on small shapes; on large ones (they dominate the run time, under sanitizers
+     * most of all) and for the slow references the edges of each path: 1..3, around the
+     * direct/buffered switch at 8, the middle and the top; one rotation of the tokens. */
+    const bool large = r->k * r->n > LARGE;
+    const size_t rotations = ks->isa == MOE_REQ_SCALAR || large ? 1 : 2;
+    for (int t = 0; t < ntok; t++) {
+        out_init(&alone[t], es, n, 1);
+        run(r, ks, false, 1, &tok->row[t], &alone[t]);
+        CHECKF(out_guards_ok(&alone[t], 1, n), "%s %s: m=1 wrote outside its outputs", xs->name,
+               what);
+        for (size_t c = 0; c < n; c++)
+            got[(size_t)t * n + c] = out_value(&alone[t], 0, c);
+    }
+    /* Every m, tokens rotated so each sits at several positions. */
+    for (size_t m = 1; m <= mr && m <= (size_t)ntok; m++) {
+        const bool edge = m <= 3 || m == 7 || m == 8 || m == 9 || m == mr / 2 || m + 1 >= mr;
+        if ((large || ks->isa == MOE_REQ_SCALAR) && !edge) continue;
+        for (size_t rot = 0; rot < rotations; rot++) {
+            const void *rows[MAX_MR];
+            int ids[MAX_MR];
+            for (size_t i = 0; i < m; i++) {
+                ids[i] = (int)((i + m + rot * 3) % (size_t)ntok);
+                rows[i] = tok->row[ids[i]];
+            }
+            outbuf o;
+            out_init(&o, es, n, m);
+            run(r, ks, false, m, rows, &o);
+            CHECKF(out_guards_ok(&o, m, n), "%s %s: m=%zu wrote outside its outputs", xs->name,
+                   what, m);
+            for (size_t i = 0; i < m; i++)
+                CHECKF(!memcmp(o.p + i * o.stride * es, alone[ids[i]].p, n * es),
+                       "%s %s k=%zu n=%zu: token %d at position %zu of m=%zu differs from alone",
+                       xs->name, what, r->k, n, ids[i], i, m);
+            free(o.p);
+        }
+    }
+    /* The same bits as the set's reference (the reference packs with its own function). Each
+     * token's outputs are the same in every m (checked above), so a few tokens suffice. */
+    if (xs->ref != ks) {
+        for (int t = 0; t < ntok && t < 3; t++) {
+            outbuf o;
+            out_init(&o, es, n, 1);
+            run(r, xs->ref, true, 1, &tok->row[t], &o);
+            CHECKF(!memcmp(o.p, alone[t].p, n * es), "%s %s k=%zu n=%zu: token %d differs from %s",
+                   xs->name, what, r->k, n, t, xs->ref->name);
+            free(o.p);
+        }
+    }
+    for (int t = 0; t < ntok; t++)
+        free(alone[t].p);
+}
+
+static bool is_bf16_recipe(const xset *xs) { return xs->set->recipe == MOE_RECIPE_BF16; }
+
+static void case_gateup(const xset *xs, const kcase *c)
+{
+    const int fmt = xs->set->format;
+    const bool bf = is_bf16_recipe(xs);
+    mat g, u;
+    mat_init(&g, fmt, c->n, c->k, c->scale, c->bias);
+    mat_init(&u, fmt, c->n, c->k, c->scale, c->bias);
+    mat_values(&g);
+    mat_values(&u);
+    guarded gp, gr;
+    size_t tb, rtb;
+    const void *packed = pack_checked(xs, &g, &u, &gp, &tb);
+    const void *ref_packed = pack_ref(xs, &g, &u, &gr, &rtb);
+
+    tokens tok;
+    tokens_init(&tok, ntokens(xs, c), (size_t)c->k, bf, 1.0);
+    const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
+    double *gd = malloc(total * sizeof(double)), *ud = malloc(total * sizeof(double));
+    double *gb = malloc(total * sizeof(double)), *ub = malloc(total * sizeof(double));
+    double *want = malloc(total * sizeof(double)), *wantb = malloc(total * sizeof(double));
+    double *got = malloc(total * sizeof(double));
+    REQUIRE(gd && ud && gb && ub && want && wantb && got);
+    double *mag = malloc(total * sizeof(double));
+    REQUIRE(mag);
+    for (int t = 0; t < tok.n; t++)
+        for (size_t r = 0; r < n; r++) {
+            size_t i = (size_t)t * n + r;
+            gd[i] = dot_d(&g, (int64_t)r, tok.xd[t]);
+            ud[i] = dot_d(&u, (int64_t)r, tok.xd[t]);
+            gb[i] = bf ? dot_d(&g, (int64_t)r, tok.xb[t]) : gd[i];
+            ub[i] = bf ? dot_d(&u, (int64_t)r, tok.xb[t]) : ud[i];
+            mag[i] = fabs(ud[i]);
+        }
+    /* A limit that clips: the median |up|, so about half of the projections exceed it. */
+    qsort(mag, total, sizeof(double), cmp_double);
+    moe_act_params act = {.kind = c->kind, .limit = (float)mag[total / 2], .alpha = 1.702f};
+    free(mag);
+    size_t clipped = 0;
+    for (size_t i = 0; i < total; i++) {
+        want[i] = act_d(&act, gd[i], ud[i]);
+        wantb[i] = act_d(&act, gb[i], ub[i]);
+        clipped += fabs(ud[i]) > act.limit;
+    }
+    if (c->kind != 0)
+        CHECKF(clipped >= total / 4, "limit %g clips only %zu of %zu", act.limit, clipped, total);
+
+    runner r = {packed, ref_packed, tb, rtb, (size_t)c->k, n, bf ? 2 : 4, true, &act};
+    char what[64];
+    snprintf(what, sizeof what, "gate/up act %d", c->kind);
+    check_kernel(xs, &r, &tok, what, got);
+
+    double e = rel_err(got, want, total), eb = rel_err(got, wantb, total);
+    if (bf) {
+        /* Activations rounded to bf16: within 1e-2 of the exact result; against the reference
+         * with the same bf16 activations only h's own bf16 rounding (≤ 2^-9) is left. */
+        CHECKF(e <= 1e-2, "%s %s k=%lld n=%lld: error %.3g vs f32 activations", xs->name, what,
+               (long long)c->k, (long long)c->n, e);
+        CHECKF(eb <= 3e-3, "%s %s k=%lld n=%lld: error %.3g vs bf16 activations", xs->name, what,
+               (long long)c->k, (long long)c->n, eb);
+    } else {
+        CHECKF(e <= 1e-5, "%s %s k=%lld n=%lld: error %.3g", xs->name, what, (long long)c->k,
+               (long long)c->n, e);
+    }
+    free(gd), free(ud), free(gb), free(ub), free(want), free(wantb), free(got);
+    tokens_free(&tok);
+    guarded_free(&gp);
+    guarded_free(&gr);
+    mat_free(&g);
+    mat_free(&u);
+}
+
+static void case_down(const xset *xs, const kcase *c)
+{
+    const int fmt = xs->set->format;
+    const bool bf = is_bf16_recipe(xs);
+    mat d;
+    mat_init(&d, fmt, c->n, c->k, c->scale, c->bias);
+    mat_values(&d);
+    guarded gp, gr;
+    size_t tb, rtb;
+    const void *packed = pack_checked(xs, &d, NULL, &gp, &tb);
+    const void *ref_packed = pack_ref(xs, &d, NULL, &gr, &rtb);
+    tokens tok;
+    tokens_init(&tok, ntokens(xs, c), (size_t)c->k, bf, 0.3);
+    const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
+    double *want = malloc(total * sizeof(double)), *wantb = malloc(total * sizeof(double));
+    double *got = malloc(total * sizeof(double));
+    REQUIRE(want && wantb && got);
+    for (int t = 0; t < tok.n; t++)
+        for (size_t r = 0; r < n; r++) {
+            want[(size_t)t * n + r] = dot_d(&d, (int64_t)r, tok.xd[t]);
+            wantb[(size_t)t * n + r] = dot_d(&d, (int64_t)r, tok.xb[t]);
+        }
+    runner r = {packed, ref_packed, tb, rtb, (size_t)c->k, n, 4, false, NULL};
+    check_kernel(xs, &r, &tok, "down", got);
+    double e = rel_err(got, want, total), eb = rel_err(got, wantb, total);
+    /* y is f32: against the reference with the activations the kernel read, only fp32
+     * accumulation is left (~1e-6) in both recipes. */
+    CHECKF(eb <= 1e-5, "%s down k=%lld n=%lld: error %.3g", xs->name, (long long)c->k,
+           (long long)c->n, eb);
+    CHECKF(e <= (bf ? 1e-2 : 1e-5), "%s down k=%lld n=%lld: error %.3g vs f32 activations",
+           xs->name, (long long)c->k, (long long)c->n, e);
+    free(want), free(wantb), free(got);
+    tokens_free(&tok);
+    guarded_free(&gp);
+    guarded_free(&gr);
+    mat_free(&d);
+}
+
+/* Shapes (K, N): every K of {32, 100, 128, 130, 256, 2048, 7168} and every N of
+ * {1, 15, 16, 17, 129, 2048}, K below, at and above the 128-block, odd K of both residues
+ * mod 4 (kernels step two k-pairs at a time), N below, at and above the tile and across a
+ * scale block; activations, biases and scale dtypes rotate. */
+static const kcase cases[] = {
+    {32, 1, 0, MOE_DTYPE_INVALID, MOE_DTYPE_F32},
+    {100, 15, 1, MOE_DTYPE_BF16, MOE_DTYPE_BF16},
+    {128, 16, 2, MOE_DTYPE_F32, MOE_DTYPE_F8_E8M0},
+    {130, 17, 0, MOE_DTYPE_F16, MOE_DTYPE_F32},
+    {256, 129, 1, MOE_DTYPE_INVALID, MOE_DTYPE_U8},
+    {2048, 33, 2, MOE_DTYPE_BF16, MOE_DTYPE_BF16},
+    {7168, 17, 1, MOE_DTYPE_F32, MOE_DTYPE_F8_E8M0},
+    {33, 2048, 2, MOE_DTYPE_INVALID, MOE_DTYPE_F32},
+    {129, 1, 2, MOE_DTYPE_F32, MOE_DTYPE_F32},
+    {35, 31, 0, MOE_DTYPE_BF16, MOE_DTYPE_F8_E8M0},
+    {259, 16, 1, MOE_DTYPE_F16, MOE_DTYPE_BF16},
+};
+
+static void test_sets(const moe_cpu_info *info)
+{
+    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
+    for (size_t s = 0; s < NSETS; s++) {
+        const xset *xs = &sets[s];
+        if ((xs->isa & ~allowed) != 0) {
+            char need[96];
+            moe_cpu_mask_format(xs->isa & ~allowed, need, sizeof need);
+            fprintf(stderr, "skip %s: needs %s\n", xs->name, need);
+            continue;
+        }
+        CHECK(xs->set->mr >= 1 && xs->set->mr <= MAX_MR && xs->set->nr == NR);
+        CHECK(!strcmp(xs->set->name, xs->name));
+        CHECK(xs->set->isa == xs->isa);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            case_gateup(xs, &cases[c]);
+            case_down(xs, &cases[c]);
+        }
+    }
+}
+
+/* ---- Packing at the door ---------------------------------------------------------------- */
+
+/* A rejected pack must name what it names and leave dst alone. */
+static void expect_reject(const moe_expert_kernels *ks, const moe_weight_src *g,
+                          const moe_weight_src *u, moe_status want, const char *needle)
+{
+    unsigned char dst[4096];
+    memset(dst, 0x3C, sizeof dst);
+    moe_status st = u ? ks->pack_gateup(g, u, dst) : ks->pack_down(g, dst);
+    CHECK_STATUS(st, want);
+    CHECKF(strstr(moe_last_error(), needle) != NULL, "message '%s' lacks '%s'", moe_last_error(),
+           needle);
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof dst; i++)
+        untouched = untouched && dst[i] == 0x3C;
+    CHECKF(untouched, "%s: dst written on error (%s)", ks->name, needle);
+}
+
+static void test_pack_errors(void)
+{
+    const moe_expert_kernels *b16 = &moe_expert_bf16_f32_8x16__ref;
+    const moe_expert_kernels *f8 = &moe_expert_fp8_f32_8x16__ref;
+    mat g, u;
+    mat_init(&g, MOE_EXPERT_FMT_FP8_BLOCK, 20, 200, MOE_DTYPE_F32, MOE_DTYPE_INVALID);
+    mat_init(&u, MOE_EXPERT_FMT_FP8_BLOCK, 20, 200, MOE_DTYPE_F32, MOE_DTYPE_INVALID);
+    moe_weight_src sg = mat_src(&g), su = mat_src(&u);
+    uint8_t *codes = g.data;
+    float *scales = u.scale;
+
+    codes[3 * 200 + 5] = 0x7F;
+    expect_reject(f8, &sg, &su, MOE_EVALUE, "row 3, col 5");
+    codes[3 * 200 + 5] = 0xFF;
+    expect_reject(f8, &sg, &su, MOE_EVALUE, "0xFF");
+    codes[3 * 200 + 5] = 0x10;
+    const float bad[] = {NAN, INFINITY, 0.0f, -1.0f, 0x1p120f};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        float keep = scales[1];
+        scales[1] = bad[i];
+        expect_reject(f8, &sg, &su, MOE_EVALUE, "block (0, 1)");
+        scales[1] = keep;
+    }
+    CHECK_STATUS(f8->pack_gateup(&sg, &su, NULL), MOE_EINVAL);
+
+    /* E8M0 0xFF is NaN; codes up to 2^119 are carried. */
+    mat e;
+    mat_init(&e, MOE_EXPERT_FMT_FP8_BLOCK, 16, 128, MOE_DTYPE_F8_E8M0, MOE_DTYPE_INVALID);
+    moe_weight_src se = mat_src(&e);
+    ((uint8_t *)e.scale)[0] = 0xFF;
+    expect_reject(f8, &se, NULL, MOE_EVALUE, "block (0, 0)");
+    ((uint8_t *)e.scale)[0] = 127 + 119;
+    guarded gd;
+    void *dst = guarded_alloc(&gd, f8->down_tile_bytes(128));
+    CHECK_STATUS(f8->pack_down(&se, dst), MOE_OK);
+    guarded_free(&gd);
+
+    /* Shapes, dtypes, blocks, NULLs. */
+    moe_weight_src t = su;
+    t.rows = 19;
+    expect_reject(f8, &sg, &t, MOE_ESHAPE, "differ in shape");
+    t = su;
+    t.block_cols = 64;
+    expect_reject(f8, &sg, &t, MOE_EUNSUPPORTED, "scale block");
+    t = su;
+    t.block_rows = 8;
+    expect_reject(f8, &sg, &t, MOE_EUNSUPPORTED, "scale block");
+    t = su;
+    t.scale = NULL;
+    expect_reject(f8, &sg, &t, MOE_EINVAL, "up: the FP8 block scales are NULL");
+    t = su;
+    t.scale_dtype = MOE_DTYPE_F16;
+    expect_reject(f8, &sg, &t, MOE_EDTYPE, "scale dtype f16");
+    t = su;
+    t.dtype = MOE_DTYPE_BF16;
+    expect_reject(f8, &sg, &t, MOE_EDTYPE, "weight dtype bf16");
+    t = su;
+    t.bias = u.data;
+    t.bias_dtype = MOE_DTYPE_I32;
+    expect_reject(f8, &sg, &t, MOE_EDTYPE, "bias dtype i32");
+    t = su;
+    t.rows = 0;
+    expect_reject(f8, &t, NULL, MOE_ESHAPE, "down: shape [0, 200]");
+    t = su;
+    t.data = NULL;
+    expect_reject(f8, &t, NULL, MOE_EINVAL, "down: the weight data is NULL");
+    t = su;
+    t.row_stride = INT64_MAX / 2;
+    expect_reject(f8, &t, NULL, MOE_EOVERFLOW, "strides");
+    expect_reject(f8, NULL, NULL, MOE_EINVAL, "NULL");
+
+    /* bf16 weights: BF16 only; F16 and F32 are named. */
+    mat w;
+    mat_init(&w, MOE_EXPERT_FMT_BF16, 16, 64, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID);
+    moe_weight_src sw = mat_src(&w);
+    sw.dtype = MOE_DTYPE_F16;
+    expect_reject(b16, &sw, NULL, MOE_EDTYPE, "weight dtype f16");
+    sw.dtype = MOE_DTYPE_F8_E4M3;
+    expect_reject(b16, &sw, NULL, MOE_EDTYPE, "weight dtype f8_e4m3");
+
+    /* Tile sizes: 0 for k < 1 and for k past the limit; multiples of 64 otherwise. */
+    const int64_t ks[] = {1, 2, 127, 128, 129, 7168};
+    for (size_t i = 0; i < NSETS; i++) {
+        const moe_expert_kernels *x = sets[i].set;
+        CHECK(x->gateup_tile_bytes(0) == 0 && x->down_tile_bytes(-5) == 0);
+        CHECK(x->gateup_tile_bytes((int64_t)1 << 41) == 0);
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
+            CHECK(x->gateup_tile_bytes(ks[j]) % 64 == 0 && x->down_tile_bytes(ks[j]) % 64 == 0);
+    }
+    /* Unpack checks its destination. */
+    unsigned char pk[4096] = {0};
+    uint16_t out[64 * 16];
+    moe_weight_dst dd = {.data = out, .dtype = MOE_DTYPE_F32, .rows = 16, .cols = 64};
+    CHECK_STATUS(b16->unpack_down(pk, &dd), MOE_EDTYPE);
+    dd.dtype = MOE_DTYPE_BF16;
+    dd.rows = 0;
+    CHECK_STATUS(b16->unpack_down(pk, &dd), MOE_ESHAPE);
+    mat_free(&g);
+    mat_free(&u);
+    mat_free(&e);
+    mat_free(&w);
+}
+
+/* gpt-oss keeps gate_up [H, 2I] with gate in the even columns and down [I, H] transposed;
+ * strides describe them, and the packed bytes equal those of contiguous copies. */
+static void test_strided(void)
+{
+    const int64_t H = 70, I = 37;
+    for (size_t s = 0; s < NSETS; s++) {
+        const moe_expert_kernels *ks = sets[s].set;
+        if (ks != sets[s].ref) continue; /* the pack functions are the references' */
+        const bool fp8 = ks->format == MOE_EXPERT_FMT_FP8_BLOCK;
+        mat g, u, d;
+        mat_init(&g, ks->format, I, H, MOE_DTYPE_F32, MOE_DTYPE_BF16);
+        mat_init(&u, ks->format, I, H, MOE_DTYPE_F32, MOE_DTYPE_BF16);
+        mat_init(&d, ks->format, H, I, MOE_DTYPE_F32, MOE_DTYPE_F32);
+        const size_t es = fp8 ? 1 : 2;
+        /* gate_up[h][2i] = gate[i][h], gate_up[h][2i+1] = up[i][h]; biases interleaved too. */
+        unsigned char *gu = malloc((size_t)(H * 2 * I) * es), *gub = malloc((size_t)(2 * I) * 2);
+        unsigned char *dt = malloc((size_t)(I * H) * es);
+        REQUIRE(gu && gub && dt);
+        for (int64_t i = 0; i < I; i++) {
+            for (int64_t h = 0; h < H; h++) {
+                memcpy(gu + (size_t)(h * 2 * I + 2 * i) * es,
+                       (unsigned char *)g.data + (size_t)(i * H + h) * es, es);
+                memcpy(gu + (size_t)(h * 2 * I + 2 * i + 1) * es,
+                       (unsigned char *)u.data + (size_t)(i * H + h) * es, es);
+            }
+            memcpy(gub + 4 * i, (unsigned char *)g.bias + 2 * i, 2);
+            memcpy(gub + 4 * i + 2, (unsigned char *)u.bias + 2 * i, 2);
+        }
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < I; i++)
+                memcpy(dt + (size_t)(i * H + h) * es,
+                       (unsigned char *)d.data + (size_t)(h * I + i) * es, es);
+        moe_weight_src sg = mat_src(&g), su = mat_src(&u), sd = mat_src(&d);
+        moe_weight_src tg = sg, tu = su, td = sd;
+        tg.data = gu;
+        tu.data = gu + es;
+        tg.row_stride = tu.row_stride = 2;
+        tg.col_stride = tu.col_stride = 2 * I;
+        tg.bias = gub;
+        tu.bias = gub + 2;
+        tg.bias_stride = tu.bias_stride = 2;
+        td.data = dt;
+        td.row_stride = 1;
+        td.col_stride = H;
+        const size_t gb = ks->gateup_tile_bytes(H) * (size_t)((I + NR - 1) / NR);
+        const size_t db = ks->down_tile_bytes(I) * (size_t)((H + NR - 1) / NR);
+        unsigned char *p1 = malloc(gb), *p2 = malloc(gb), *q1 = malloc(db), *q2 = malloc(db);
+        REQUIRE(p1 && p2 && q1 && q2);
+        CHECK_STATUS(ks->pack_gateup(&sg, &su, p1), MOE_OK);
+        CHECK_STATUS(ks->pack_gateup(&tg, &tu, p2), MOE_OK);
+        CHECKF(!memcmp(p1, p2, gb), "%s: strided gate/up packs differently", ks->name);
+        CHECK_STATUS(ks->pack_down(&sd, q1), MOE_OK);
+        CHECK_STATUS(ks->pack_down(&td, q2), MOE_OK);
+        CHECKF(!memcmp(q1, q2, db), "%s: transposed down packs differently", ks->name);
+        /* Negative strides reach the same elements backwards. */
+        moe_weight_src nd = sd;
+        nd.data = (unsigned char *)d.data + (size_t)((H - 1) * I + (I - 1)) * es;
+        nd.row_stride = -I;
+        nd.col_stride = -1;
+        nd.bias = NULL;
+        CHECK_STATUS(ks->pack_down(&nd, q2), MOE_OK);
+        free(gu), free(gub), free(dt), free(p1), free(p2), free(q1), free(q2);
+        mat_free(&g);
+        mat_free(&u);
+        mat_free(&d);
+    }
+}
+
+/* The four enumerators are what the registry holds for the expert families. */
+static void test_registry(void)
+{
+    for (size_t s = 0; s < NSETS; s++) {
+        const moe_kernel *k = moe_kernel_find(sets[s].name);
+        CHECKF(k != NULL, "%s is not registered", sets[s].name);
+        if (!k) continue;
+        CHECK(k->family == sets[s].family && k->isa == sets[s].isa);
+        CHECK(k->fn.expert_set == sets[s].set && k->ref.expert_set == sets[s].ref);
+        CHECK(sets[s].ref->isa == MOE_REQ_SCALAR && sets[s].ref->recipe == sets[s].set->recipe &&
+              sets[s].ref->format == sets[s].set->format);
+    }
+}
+
+int main(void)
+{
+    moe_cpu_info info;
+    REQUIRE(moe_cpu_query(&info) == MOE_OK);
+    test_registry();
+    test_pack_errors();
+    test_strided();
+    test_sets(&info);
+    return TEST_END();
+}

@@ -1,0 +1,529 @@
+/* layer_fixture.h — layer tests: small checkpoints of every family, and a float64 reference. */
+#ifndef MOE_TEST_LAYER_FIXTURE_H
+#define MOE_TEST_LAYER_FIXTURE_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "core/alloc.h"
+#include "dtype/dtype.h"
+#include "io/st_writer.h"
+#include "layer/layer_describe.h"
+#include "layer/layer_internal.h"
+#include "model/model.h"
+#include "model/model_handle.h"
+#include "model/verify.h"
+#include "route/route_oracle.h"
+
+/* ---- The families --------------------------------------------------------------------------
+ * Small shapes with realistic values: H and I are not multiples of 128, so FP8 checkpoints
+ * have partial scale blocks; expert counts and top-k as the families use them, scaled down. */
+
+typedef struct fam_case {
+    const char *name;
+    const char *config;
+    int moe_layer;   /* a score-routed layer */
+    int other_layer; /* a dense or hash-routed layer, or -1 */
+} fam_case;
+
+static const fam_case fam_cases[] = {
+    {"deepseek_v2",
+     "{\"model_type\":\"deepseek_v2\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":384,\"moe_intermediate_size\":192,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"n_group\":4,\"topk_group\":2,"
+     "\"topk_method\":\"group_limited_greedy\",\"scoring_func\":\"softmax\","
+     "\"norm_topk_prob\":false,\"routed_scaling_factor\":16.0,\"n_shared_experts\":2,"
+     "\"first_k_dense_replace\":1,\"vocab_size\":1000}",
+     1, 0},
+    {"deepseek_v3",
+     "{\"model_type\":\"deepseek_v3\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":192,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"n_group\":4,\"topk_group\":2,\"topk_method\":\"noaux_tc\","
+     "\"scoring_func\":\"sigmoid\",\"norm_topk_prob\":true,\"routed_scaling_factor\":2.5,"
+     "\"n_shared_experts\":1,\"first_k_dense_replace\":1,\"vocab_size\":1000}",
+     1, 0},
+    {"deepseek_v3_fp8",
+     "{\"model_type\":\"deepseek_v3\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":192,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"n_group\":4,\"topk_group\":2,\"topk_method\":\"noaux_tc\","
+     "\"scoring_func\":\"sigmoid\",\"norm_topk_prob\":true,\"routed_scaling_factor\":2.5,"
+     "\"n_shared_experts\":1,\"first_k_dense_replace\":1,\"vocab_size\":1000,"
+     "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
+     "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[128,128]}}",
+     1, 0},
+    {"kimi_k2_fp8",
+     "{\"model_type\":\"kimi_k2\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":320,\"moe_intermediate_size\":160,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":6,\"n_group\":1,\"topk_group\":1,\"topk_method\":\"noaux_tc\","
+     "\"scoring_func\":\"sigmoid\",\"norm_topk_prob\":true,\"routed_scaling_factor\":2.827,"
+     "\"n_shared_experts\":1,\"first_k_dense_replace\":1,\"vocab_size\":1000,"
+     "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
+     "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[128,128]}}",
+     1, 0},
+    {"qwen3_moe",
+     "{\"model_type\":\"qwen3_moe\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":160,\"num_experts\":16,"
+     "\"num_experts_per_tok\":4,\"mlp_only_layers\":[0],\"norm_topk_prob\":true}",
+     1, 0},
+    {"mixtral",
+     "{\"model_type\":\"mixtral\",\"hidden_size\":264,\"num_hidden_layers\":1,"
+     "\"intermediate_size\":200,\"num_local_experts\":8,\"num_experts_per_tok\":2,"
+     "\"torch_dtype\":\"float32\"}",
+     0, -1},
+    {"gpt_oss",
+     "{\"model_type\":\"gpt_oss\",\"hidden_size\":288,\"num_hidden_layers\":1,"
+     "\"intermediate_size\":160,\"num_local_experts\":8,\"num_experts_per_tok\":2,"
+     "\"swiglu_limit\":0.25}",
+     0, -1},
+    {"deepseek_v4_fp8",
+     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+     "\"moe_intermediate_size\":160,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+     "\"n_shared_experts\":1,\"num_hash_layers\":1,\"vocab_size\":1000,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":1.5,\"scoring_func\":\"sqrtsoftplus\",\"swiglu_limit\":0.3,"
+     "\"expert_dtype\":\"fp8\",\"quantization_config\":{\"quant_method\":\"fp8\","
+     "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128],\"scale_fmt\":\"ue8m0\"}}",
+     1, 0},
+};
+#define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
+
+/* ---- Deterministic values ----------------------------------------------------------------- */
+
+static inline uint64_t fx_hash(uint64_t a, uint64_t b)
+{
+    rng r = {a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull)};
+    rng_next(&r);
+    return rng_next(&r);
+}
+
+static inline double fx_unit(uint64_t a, uint64_t b)
+{
+    return (double)(fx_hash(a, b) >> 11) * 0x1p-53;
+}
+
+/* A value of mean 0 and variance 1, bell-shaped, a function of (a, b) only: the sum of four
+ * uniforms from one hash (Irwin-Hall), cheap enough to fill every test checkpoint. */
+static inline double fx_gauss(uint64_t a, uint64_t b)
+{
+    const uint64_t h = fx_hash(a, b);
+    double sum = 0;
+    for (int i = 0; i < 4; i++)
+        sum += (double)((h >> (16 * i)) & 0xFFFF) * 0x1p-16;
+    return (sum - 2.0 + 2 * 0x1p-17) * 1.7320508075688772; /* sqrt(12 / 4) */
+}
+
+/* ---- Writing a checkpoint from the family's tensor tables ------------------------------------ */
+
+typedef struct fx_tensor {
+    moe_tensor_role role;
+    moe_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    uint64_t id;           /* seeds its values */
+    moe_dtype scale_dtype; /* FP8 weights: their scale tensor's dtype */
+    uint64_t weight_id;    /* scale tensors: the id of the weight they scale */
+    int n_experts, top_k;  /* tid2eid */
+    bool nan_first;        /* element 0 is NaN (damage) */
+} fx_tensor;
+
+/* Deliberate damage: a tensor left out, a tensor whose element 0 is NaN. */
+typedef struct fx_damage {
+    const char *drop;
+    const char *nan;
+} fx_damage;
+
+typedef struct fx_plan {
+    fx_tensor *v;
+    size_t n, cap;
+    uint64_t seed;
+} fx_plan;
+
+/* The block scale (br, bc) of weight W: near 2^-9, so codes of values of deviation 0.02 sit in the
+ * middle of E4M3's range; exact in the scale's dtype (E8M0 scales are powers of two). */
+static inline double fx_scale(uint64_t w, int64_t br, int64_t bc, moe_dtype dt)
+{
+    const uint64_t key = (uint64_t)br * 1000003u + (uint64_t)bc;
+    if (dt == MOE_DTYPE_F8_E8M0 || dt == MOE_DTYPE_U8)
+        return ldexp(1.0, -10 + (int)(fx_hash(w ^ 0x5CA1E, key) % 3));
+    double s = ldexp(0.75 + 0.5 * fx_unit(w ^ 0x5CA1E, key), -9);
+    if (dt == MOE_DTYPE_BF16) return moe_bf16_to_f32(moe_f32_to_bf16((float)s));
+    return (float)s;
+}
+
+static inline bool fx_is_bias(moe_tensor_role r)
+{
+    return r == MOE_ROLE_ROUTER_BIAS || r == MOE_ROLE_CORRECTION_BIAS ||
+           r == MOE_ROLE_GATE_UP_BIAS || r == MOE_ROLE_DOWN_BIAS;
+}
+
+static inline bool fx_is_scale(moe_tensor_role r)
+{
+    return r == MOE_ROLE_GATE_SCALE || r == MOE_ROLE_UP_SCALE || r == MOE_ROLE_DOWN_SCALE ||
+           r == MOE_ROLE_GATE_UP_SCALE;
+}
+
+static inline void fx_store(moe_dtype dt, double v, unsigned char *dst)
+{
+    if (dt == MOE_DTYPE_F32) {
+        float f = (float)v;
+        memcpy(dst, &f, 4);
+    } else if (dt == MOE_DTYPE_BF16) {
+        uint16_t h = moe_f32_to_bf16((float)v);
+        memcpy(dst, &h, 2);
+    } else if (dt == MOE_DTYPE_F16) {
+        uint16_t h = moe_f32_to_f16((float)v);
+        memcpy(dst, &h, 2);
+    } else if (dt == MOE_DTYPE_F8_E4M3) {
+        *dst = moe_f32_to_e4m3((float)v);
+    } else if (dt == MOE_DTYPE_F8_E8M0 || dt == MOE_DTYPE_U8) {
+        *dst = moe_f32_to_e8m0((float)v);
+    } else if (dt == MOE_DTYPE_I32) {
+        int32_t i = (int32_t)v;
+        memcpy(dst, &i, 4);
+    } else if (dt == MOE_DTYPE_I64) {
+        int64_t i = (int64_t)v;
+        memcpy(dst, &i, 8);
+    }
+}
+
+/* The value of element I of tensor T (before encoding in its dtype). */
+static inline double fx_value(const fx_plan *p, const fx_tensor *t, uint64_t i)
+{
+    const uint64_t id = t->id ^ p->seed;
+    if (t->role == MOE_ROLE_TID2EID) { /* row r: k distinct ids (3 is prime to E) */
+        const uint64_t row = i / (uint64_t)t->top_k, col = i % (uint64_t)t->top_k;
+        return (double)((row * 7 + col * 3) % (uint64_t)t->n_experts);
+    }
+    if (t->role == MOE_ROLE_CORRECTION_BIAS) return 0.05 * fx_gauss(id, i);
+    if (fx_is_bias(t->role)) return 0.1 * fx_gauss(id, i);
+    const int64_t cols = t->shape[t->ndim - 1];
+    const int64_t r = (int64_t)(i / (uint64_t)cols), c = (int64_t)(i % (uint64_t)cols);
+    if (fx_is_scale(t->role)) return fx_scale(t->weight_id ^ p->seed, r, c, t->dtype);
+    const double w = 0.02 * fx_gauss(id, i);
+    if (t->dtype != MOE_DTYPE_F8_E4M3) return w;
+    /* The rows of a 2-D FP8 weight are the outputs, blocked by 128 as the scale is. */
+    return w / fx_scale(id, r / 128, c / 128, t->scale_dtype);
+}
+
+static inline moe_status fx_fill(void *ctx, size_t index, uint64_t offset, void *buf, size_t len)
+{
+    const fx_plan *p = ctx;
+    const fx_tensor *t = &p->v[index];
+    const size_t w = moe_dtype_bits(t->dtype) / 8;
+    unsigned char *out = buf;
+    for (size_t b = 0; b + w <= len; b += w) {
+        const uint64_t i = (offset + b) / w;
+        fx_store(t->dtype, t->nan_first && i == 0 ? NAN : fx_value(p, t, i), out + b);
+    }
+    return MOE_OK;
+}
+
+/* Writes DIR/config.json and DIR/model.safetensors for CONFIG with values seeded by SEED and
+ * the damage DMG (NULL: none). */
+static inline void fx_write_model_ex(const char *dir, const char *config, uint64_t seed,
+                                     const fx_damage *dmg)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(config, 1, strlen(config), f) == strlen(config) && fclose(f) == 0);
+    moe_model_desc d;
+    moe_status st = moe_model_desc_parse(config, strlen(config), "test config", &d);
+    if (st) fprintf(stderr, "%s\n", moe_last_error());
+    REQUIRE(st == MOE_OK);
+    moe_st_writer *w = NULL;
+    REQUIRE(moe_st_writer_create(&w) == MOE_OK);
+    fx_plan plan = {NULL, 0, 0, seed};
+    for (int layer = 0; layer < d.n_layers; layer++) {
+        moe_tensor_spec *v = NULL;
+        size_t n = 0;
+        REQUIRE(moe_model_layer_tensors(&d, layer, &v, &n) == MOE_OK);
+        for (size_t i = 0; i < n; i++) {
+            if (dmg && dmg->drop && !strcmp(v[i].name, dmg->drop)) continue;
+            if (plan.n == plan.cap) {
+                plan.cap = plan.cap ? 2 * plan.cap : 256;
+                plan.v = realloc(plan.v, plan.cap * sizeof *plan.v);
+                REQUIRE(plan.v);
+            }
+            fx_tensor *t = &plan.v[plan.n];
+            memset(t, 0, sizeof *t);
+            t->role = v[i].role;
+            t->dtype = v[i].dtype;
+            t->ndim = v[i].ndim;
+            memcpy(t->shape, v[i].shape, sizeof t->shape);
+            t->id = plan.n + 1;
+            t->n_experts = d.layers[layer].routing.n_experts;
+            t->top_k = d.layers[layer].routing.top_k;
+            /* The table lists each FP8 weight right before its scale. */
+            if (t->dtype == MOE_DTYPE_F8_E4M3 && i + 1 < n) t->scale_dtype = v[i + 1].dtype;
+            if (fx_is_scale(t->role) && plan.n > 0) t->weight_id = plan.v[plan.n - 1].id;
+            t->nan_first = dmg && dmg->nan && !strcmp(v[i].name, dmg->nan);
+            plan.n++;
+            REQUIRE(moe_st_writer_add(w, v[i].name, v[i].dtype, v[i].ndim, v[i].shape) == MOE_OK);
+        }
+        moe_free(v);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st = moe_st_writer_write(w, path, fx_fill, &plan);
+    if (st) fprintf(stderr, "%s\n", moe_last_error());
+    REQUIRE(st == MOE_OK);
+    moe_st_writer_destroy(w);
+    free(plan.v);
+    moe_model_desc_free(&d);
+}
+
+static inline void fx_write_model(const char *dir, const char *config, uint64_t seed)
+{
+    fx_write_model_ex(dir, config, seed, NULL);
+}
+
+static inline void fx_remove_model(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+}
+
+static inline moe_model *fx_open(const char *dir, bool no_mmap)
+{
+    moe_open_options o = {sizeof o, no_mmap};
+    moe_model *m = NULL;
+    moe_status st = moe_model_open(dir, &o, &m);
+    if (st) fprintf(stderr, "open %s: %s\n", dir, moe_last_error());
+    REQUIRE(st == MOE_OK);
+    return m;
+}
+
+/* ---- Reading tensors back ----------------------------------------------------------------- */
+
+static inline double fx_decode(const moe_tensor *t, uint64_t i)
+{
+    const unsigned char *p = t->data;
+    switch (t->dtype) {
+    case MOE_DTYPE_F32: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    case MOE_DTYPE_BF16:
+    case MOE_DTYPE_F16: {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return t->dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
+    }
+    case MOE_DTYPE_F8_E4M3: return moe_e4m3_to_f32(p[i]);
+    case MOE_DTYPE_F8_E8M0:
+    case MOE_DTYPE_U8: return moe_e8m0_to_f32(p[i]);
+    case MOE_DTYPE_I32: {
+        int32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    case MOE_DTYPE_I64: {
+        int64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return (double)v;
+    }
+    default: return NAN;
+    }
+}
+
+/* The checkpoint tensor of (group, expert, role) in layer LAYER, or NULL. */
+static inline const moe_tensor *fx_find(const moe_model *m, int layer, moe_tensor_group g,
+                                        int expert, moe_tensor_role role)
+{
+    const moe_model_desc *d = moe_model_desc_of(m);
+    moe_tensor_spec *v = NULL;
+    size_t n = 0;
+    REQUIRE(moe_model_layer_tensors(d, layer, &v, &n) == MOE_OK);
+    const moe_tensor *t = NULL;
+    for (size_t i = 0; i < n && !t; i++)
+        if (v[i].group == g && v[i].expert == expert && v[i].role == role)
+            t = moe_model_find_tensor(d, moe_model_ckpt_of(m), &v[i]);
+    moe_free(v);
+    return t;
+}
+
+/* ---- The float64 reference --------------------------------------------------------------------
+ */
+
+typedef struct fx_mlp {
+    int64_t h, i;
+    double *g, *u, *d;    /* [I][H], [I][H], [H][I], dequantised */
+    double *bg, *bu, *bd; /* biases or NULL */
+    moe_activation act;
+    double limit, alpha;
+} fx_mlp;
+
+/* W[r][c] of a 2-D [rows, cols] projection with optional 128×128 block scale S. */
+static inline void fx_dequant(const moe_tensor *w, const moe_tensor *s, int64_t rows, int64_t cols,
+                              double *out)
+{
+    const int64_t scols = (cols + 127) / 128;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = fx_decode(w, (uint64_t)(r * cols + c)) *
+                                (s ? fx_decode(s, (uint64_t)((r / 128) * scols + c / 128)) : 1.0);
+}
+
+static inline double *fx_alloc(int64_t n)
+{
+    double *p = malloc((size_t)n * sizeof *p);
+    REQUIRE(p);
+    return p;
+}
+
+/* The MLP of (group, expert) of layer LAYER (expert -1 for shared and dense). */
+static inline void fx_mlp_load(const moe_model *m, int layer, moe_tensor_group grp, int expert,
+                               fx_mlp *out)
+{
+    const moe_layer_desc *ld = &moe_model_desc_of(m)->layers[layer];
+    const moe_mlp_desc *md = grp == MOE_GROUP_ROUTED   ? &ld->experts
+                             : grp == MOE_GROUP_SHARED ? &ld->shared
+                                                       : &ld->dense;
+    memset(out, 0, sizeof *out);
+    const int64_t h = md->hidden, i = md->intermediate;
+    out->h = h;
+    out->i = i;
+    out->act = md->activation;
+    out->limit = md->swiglu_limit;
+    out->alpha = md->alpha;
+    out->g = fx_alloc(h * i);
+    out->u = fx_alloc(h * i);
+    out->d = fx_alloc(h * i);
+    const moe_tensor *gu = fx_find(m, layer, grp, -1, MOE_ROLE_GATE_UP);
+    if (gu) { /* gpt-oss bf16: [E, H, 2I], [E, I, H], biases [E, 2I], [E, H] */
+        const moe_tensor *dn = fx_find(m, layer, grp, -1, MOE_ROLE_DOWN);
+        const moe_tensor *gub = fx_find(m, layer, grp, -1, MOE_ROLE_GATE_UP_BIAS);
+        const moe_tensor *db = fx_find(m, layer, grp, -1, MOE_ROLE_DOWN_BIAS);
+        REQUIRE(dn && gub && db);
+        const uint64_t e = (uint64_t)expert;
+        for (int64_t j = 0; j < i; j++)
+            for (int64_t c = 0; c < h; c++) {
+                out->g[j * h + c] =
+                    fx_decode(gu, e * (uint64_t)(h * 2 * i) + (uint64_t)(c * 2 * i + 2 * j));
+                out->u[j * h + c] =
+                    fx_decode(gu, e * (uint64_t)(h * 2 * i) + (uint64_t)(c * 2 * i + 2 * j + 1));
+            }
+        for (int64_t r = 0; r < h; r++)
+            for (int64_t c = 0; c < i; c++)
+                out->d[r * i + c] = fx_decode(dn, e * (uint64_t)(i * h) + (uint64_t)(c * h + r));
+        out->bg = fx_alloc(i);
+        out->bu = fx_alloc(i);
+        out->bd = fx_alloc(h);
+        for (int64_t j = 0; j < i; j++) {
+            out->bg[j] = fx_decode(gub, e * (uint64_t)(2 * i) + (uint64_t)(2 * j));
+            out->bu[j] = fx_decode(gub, e * (uint64_t)(2 * i) + (uint64_t)(2 * j + 1));
+        }
+        for (int64_t r = 0; r < h; r++)
+            out->bd[r] = fx_decode(db, e * (uint64_t)h + (uint64_t)r);
+        return;
+    }
+    const moe_tensor *g = fx_find(m, layer, grp, expert, MOE_ROLE_GATE);
+    const moe_tensor *u = fx_find(m, layer, grp, expert, MOE_ROLE_UP);
+    const moe_tensor *dn = fx_find(m, layer, grp, expert, MOE_ROLE_DOWN);
+    REQUIRE(g && u && dn);
+    fx_dequant(g, fx_find(m, layer, grp, expert, MOE_ROLE_GATE_SCALE), i, h, out->g);
+    fx_dequant(u, fx_find(m, layer, grp, expert, MOE_ROLE_UP_SCALE), i, h, out->u);
+    fx_dequant(dn, fx_find(m, layer, grp, expert, MOE_ROLE_DOWN_SCALE), h, i, out->d);
+}
+
+static inline void fx_mlp_free(fx_mlp *m)
+{
+    free(m->g);
+    free(m->u);
+    free(m->d);
+    free(m->bg);
+    free(m->bu);
+    free(m->bd);
+}
+
+/* The activation formulas, literally. */
+static inline double fx_act(const fx_mlp *m, double g, double u)
+{
+    switch (m->act) {
+    case MOE_ACT_SILU_GLU: return g / (1.0 + exp(-g)) * u;
+    case MOE_ACT_SILU_GLU_CLAMP:
+        g = fmin(g, m->limit);
+        u = fmax(-m->limit, fmin(u, m->limit));
+        return g / (1.0 + exp(-g)) * u;
+    case MOE_ACT_GPTOSS_GLU:
+        g = fmin(g, m->limit);
+        u = fmax(-m->limit, fmin(u, m->limit));
+        return g / (1.0 + exp(-m->alpha * g)) * (u + 1.0);
+    }
+    return NAN;
+}
+
+/* y += scale · mlp(x), every step in double with the literal formulas. */
+static inline void fx_mlp_apply(const fx_mlp *m, const double *x, double scale, double *y)
+{
+    double *hh = fx_alloc(m->i);
+    for (int64_t j = 0; j < m->i; j++) {
+        double g = m->bg ? m->bg[j] : 0, u = m->bu ? m->bu[j] : 0;
+        for (int64_t c = 0; c < m->h; c++) {
+            g += x[c] * m->g[j * m->h + c];
+            u += x[c] * m->u[j * m->h + c];
+        }
+        hh[j] = fx_act(m, g, u);
+    }
+    for (int64_t r = 0; r < m->h; r++) {
+        double acc = m->bd ? m->bd[r] : 0;
+        for (int64_t j = 0; j < m->i; j++)
+            acc += hh[j] * m->d[r * m->i + j];
+        y[r] += scale * acc;
+    }
+    free(hh);
+}
+
+/* The route_cfg of a layer's routing description, for the oracle. */
+static inline route_cfg fx_route_cfg(const moe_routing_desc *r)
+{
+    route_cfg c = {"layer",       r->method,         r->score,
+                   r->n_experts,  r->top_k,          r->n_group,
+                   r->topk_group, r->norm_topk_prob, r->routed_scaling_factor};
+    return c;
+}
+
+/* Random hidden states: mean 0, deviation 1 per element. */
+static inline void fx_hidden(uint64_t seed, size_t n, float *x)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)fx_gauss(seed ^ 0xF00D, i);
+}
+
+/* A 64-byte aligned workspace for N_TOKENS (NULL for 0 bytes). */
+static inline void *fx_workspace(const moe_layer *l, size_t n_tokens, size_t *size)
+{
+    *size = moe_layer_workspace_size(l, n_tokens);
+    if (*size == 0) return NULL;
+    void *p = aligned_alloc(64, (*size + 63) / 64 * 64);
+    REQUIRE(p);
+    return p;
+}
+
+/* The ISA levels to try: each one's caps, capped by what this machine allows. */
+static inline size_t fx_levels(moe_cpu_caps *caps, const char **names)
+{
+    moe_cpu_info info;
+    REQUIRE(moe_cpu_query(&info) == MOE_OK);
+    size_t n = 0;
+    for (int level = MOE_ISA_SCALAR; level <= MOE_ISA_AVX512BF16; level++) {
+        moe_cpu_caps c = moe_cpu_caps_from_mask(moe_isa_level_mask((moe_isa_level)level) &
+                                                moe_cpu_caps_mask(&info.allowed));
+        bool dup = false;
+        for (size_t i = 0; i < n; i++)
+            dup |= !memcmp(&caps[i], &c, sizeof c);
+        if (dup) continue;
+        caps[n] = c;
+        names[n++] = moe_isa_level_name((moe_isa_level)level);
+    }
+    return n;
+}
+
+#endif

@@ -1,0 +1,229 @@
+/* test_layer_invariance.c — same token, same bits: batches, thread counts, concurrent callers. */
+#include <pthread.h>
+
+#include "layer_fixture.h"
+
+enum { POOL = 300 };
+
+typedef struct run_ctx {
+    const moe_layer *l;
+    size_t n, h, e, k;
+    const float *x;
+    const int32_t *tokens;
+} run_ctx;
+
+typedef struct run_out {
+    float *out, *logits, *w;
+    int32_t *ids;
+} run_out;
+
+static void out_alloc(run_out *o, size_t n, size_t h, size_t e, size_t k)
+{
+    o->out = malloc(n * h * 4);
+    o->logits = malloc(n * e * 4);
+    o->w = malloc(n * k * 4);
+    o->ids = malloc(n * k * 4);
+    REQUIRE(o->out && o->logits && o->w && o->ids);
+}
+
+static void out_free(run_out *o)
+{
+    free(o->out);
+    free(o->logits);
+    free(o->w);
+    free(o->ids);
+}
+
+/* One forward of rows [first, first + n) of the pool into O at row OFFSET. */
+static moe_status forward_rows(const run_ctx *c, size_t first, size_t n, run_out *o, size_t offset)
+{
+    size_t ws_size;
+    void *ws = fx_workspace(c->l, n, &ws_size);
+    moe_forward_args a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.n_tokens = n;
+    a.hidden_size = c->h;
+    a.hidden = c->x + first * c->h;
+    a.hidden_dtype = MOE_DTYPE_F32;
+    a.token_ids = c->tokens + first;
+    a.token_id_dtype = MOE_DTYPE_I32;
+    a.out = o->out + offset * c->h;
+    const bool moe = c->l->plan.moe;
+    a.logits_out = moe ? o->logits + offset * c->e : NULL;
+    a.ids_out = moe ? o->ids + offset * c->k : NULL;
+    a.weights_out = moe ? o->w + offset * c->k : NULL;
+    a.workspace = ws;
+    a.workspace_size = ws_size;
+    moe_status st = moe_layer_forward(c->l, &a);
+    free(ws);
+    return st;
+}
+
+static bool same_rows(const run_ctx *c, const run_out *a, size_t first, const run_out *b, size_t n)
+{
+    bool same = !memcmp(a->out + first * c->h, b->out, n * c->h * 4);
+    if (c->l->plan.moe)
+        same = same && !memcmp(a->logits + first * c->e, b->logits, n * c->e * 4) &&
+               !memcmp(a->ids + first * c->k, b->ids, n * c->k * 4) &&
+               !memcmp(a->w + first * c->k, b->w, n * c->k * 4);
+    return same;
+}
+
+typedef struct thread_job {
+    const run_ctx *c;
+    size_t n;
+    run_out o;
+    moe_status st;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    thread_job *j = arg;
+    j->st = forward_rows(j->c, 0, j->n, &j->o, 0);
+    return NULL;
+}
+
+static moe_layer *make(const moe_model *m, int layer, int threads, const moe_cpu_caps *caps,
+                       int recipe)
+{
+    const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID};
+    const moe_layer_tuning tune = {caps, recipe};
+    moe_layer *l = NULL;
+    moe_status st = moe_layer_create_tuned(m, layer, &o, &tune, &l);
+    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
+    REQUIRE(st == MOE_OK);
+    return l;
+}
+
+static void run_layer(const moe_model *m, int layer, const moe_cpu_caps *caps, int recipe,
+                      size_t pool, const char *what)
+{
+    const moe_model_desc *d = moe_model_desc_of(m);
+    const moe_layer_desc *ld = &d->layers[layer];
+    moe_layer *l1 = make(m, layer, 1, caps, recipe), *l2 = make(m, layer, 2, caps, recipe);
+    run_ctx c = {l1,
+                 pool,
+                 (size_t)d->hidden,
+                 (size_t)(ld->kind == MOE_LAYER_DENSE ? 1 : ld->routing.n_experts),
+                 (size_t)(ld->kind == MOE_LAYER_DENSE ? 1 : ld->routing.top_k),
+                 NULL,
+                 NULL};
+    float *x = malloc(POOL * c.h * 4);
+    int32_t *tokens = malloc(POOL * 4);
+    REQUIRE(x && tokens);
+    fx_hidden(77 + (uint64_t)layer, POOL * c.h, x);
+    for (size_t t = 0; t < POOL; t++)
+        tokens[t] = (int32_t)((t * 131 + 17) % 1000);
+    /* A few rows that are not finite must not disturb anything (the other rows included). */
+    x[5 * c.h + 3] = NAN;
+    x[9 * c.h] = INFINITY;
+    x[11 * c.h + 7] = -INFINITY;
+    c.x = x;
+    c.tokens = tokens;
+
+    /* Every token alone, one thread. */
+    run_out alone, batch;
+    out_alloc(&alone, POOL, c.h, c.e, c.k);
+    out_alloc(&batch, POOL, c.h, c.e, c.k);
+    for (size_t t = 0; t < pool; t++)
+        REQUIRE(forward_rows(&c, t, 1, &alone, t) == MOE_OK);
+    if (l1->plan.moe)
+        for (size_t i = 0; i < pool * c.k; i++)
+            CHECKF(alone.ids[i] >= 0 && (size_t)alone.ids[i] < c.e, "%s: id %d", what,
+                   alone.ids[i]);
+
+    /* Batches of several sizes from several places, 1 and 2 threads. */
+    static const size_t sizes[] = {1, 2, 3, 5, 17, 64, 300};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0] && sizes[si] <= pool; si++) {
+        const size_t n = sizes[si], first = (si * 41) % (pool - n + 1);
+        for (int th = 1; th <= 2; th++) {
+            c.l = th == 1 ? l1 : l2;
+            CHECK_STATUS(forward_rows(&c, first, n, &batch, 0), MOE_OK);
+            CHECKF(same_rows(&c, &alone, first, &batch, n),
+                   "%s: a batch of %zu from token %zu with %d threads differs from the tokens "
+                   "alone",
+                   what, n, first, th);
+        }
+    }
+
+    /* Four callers at once on one layer, each with its own workspace (one worker each, as a
+     * server would run it; the teams of the 2-thread layer ran above). */
+    c.l = l1;
+    thread_job jobs[4];
+    pthread_t tid[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i].c = &c;
+        jobs[i].n = pool < 64 ? pool : 64;
+        jobs[i].st = MOE_OK;
+        out_alloc(&jobs[i].o, jobs[i].n, c.h, c.e, c.k);
+        REQUIRE(pthread_create(&tid[i], NULL, thread_main, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        REQUIRE(pthread_join(tid[i], NULL) == 0);
+        CHECK_STATUS(jobs[i].st, MOE_OK);
+        CHECKF(same_rows(&c, &alone, 0, &jobs[i].o, jobs[i].n), "%s: concurrent caller %d differs",
+               what, i);
+        out_free(&jobs[i].o);
+    }
+    fprintf(stderr,
+            "%s: %zu tokens alone = batches of 1..%zu = 1 and 2 threads = 4 concurrent "
+            "callers\n",
+            what, pool, pool);
+    out_free(&alone);
+    out_free(&batch);
+    free(x);
+    free(tokens);
+    moe_layer_destroy(l1);
+    moe_layer_destroy(l2);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/moe_test_layer_inv_XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL);
+    moe_cpu_caps caps[8];
+    const char *names[8];
+    const size_t n_levels = fx_levels(caps, names);
+    for (size_t i = 0; i < N_FAM_CASES; i++) {
+        const fam_case *fc = &fam_cases[i];
+        fx_write_model(dir, fc->config, 500 + i);
+        moe_model *m = fx_open(dir, false);
+        /* The machine's best level everywhere, with both recipes; the f32 recipe at the
+         * levels between the reference and the best (other tiles, other MR) on one family,
+         * to keep this fast (test_layer_numeric runs the reference kernels). */
+        const size_t first_level = i == 2 && n_levels > 1 ? 1 : n_levels - 1;
+        for (size_t lv = first_level; lv < n_levels; lv++) {
+            for (int recipe = 0; recipe < 2; recipe++) {
+                /* The bf16 recipe on a bf16, an FP8 and the gpt-oss layout. */
+                if (recipe == MOE_RECIPE_BF16 &&
+                    (lv + 1 < n_levels ||
+                     (strcmp(fc->name, "qwen3_moe") && strcmp(fc->name, "deepseek_v3_fp8") &&
+                      strcmp(fc->name, "gpt_oss"))))
+                    continue;
+                const int layers[2] = {fc->moe_layer, fc->other_layer};
+                for (int li = 0; li < 2; li++) {
+                    if (layers[li] < 0) continue;
+                    char what[128];
+                    snprintf(what, sizeof what, "%s layer %d at %s, %s recipe", fc->name,
+                             layers[li], names[lv], recipe ? "bf16" : "f32");
+                    /* The full 300 for two families (FP8 with shared experts and a dense
+                     * layer; gpt-oss), f32 recipe, best level; 64 or 32 elsewhere, which
+                     * keeps the test quick under sanitizers. */
+                    const bool f32_best = recipe == MOE_RECIPE_F32 && lv + 1 == n_levels;
+                    const bool full = f32_best && (!strcmp(fc->name, "deepseek_v3_fp8") ||
+                                                   !strcmp(fc->name, "gpt_oss"));
+                    run_layer(m, layers[li], &caps[lv], recipe,
+                              full       ? POOL
+                              : f32_best ? 64
+                                         : 32,
+                              what);
+                }
+            }
+        }
+        moe_model_close(m);
+        fx_remove_model(dir);
+    }
+    CHECK(rmdir(dir) == 0);
+    return TEST_END();
+}

@@ -1,0 +1,597 @@
+/* cmd_run.c — `moe run`: one layer's MoE block (or dense MLP) on hidden states from .npy. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "cli_util.h"
+#include "core/alloc.h"
+#include "io/npy.h"
+#include "model/model.h"
+#include "model/model_handle.h"
+
+#define PROG "moe run"
+#define MAX_THREADS 4096
+#define MAX_REPEAT 1000
+
+static void help(void)
+{
+    printf("usage: moe run --model DIR [--layer N] --hidden X.npy [--input-ids I.npy] --out Y.npy\n"
+           "               [--logits-out L.npy] [--ids-out IDS.npy] [--weights-out W.npy]\n"
+           "               [--threads N] [--logits-dtype f32|bf16] [--trace] [--explain]\n"
+           "               [--repeat N] [--no-mmap]\n"
+           "\n"
+           "Runs one layer's MoE block (router gate, routing, routed experts, shared experts,\n"
+           "combine) or dense MLP on the hidden states entering it, the way libmoe runs it in a\n"
+           "model: open the checkpoint, create the layer (choose kernels, pack the weights once),\n"
+           "forward.\n"
+           "\n"
+           "options:\n"
+           "  --model DIR          a Hugging Face model folder (config.json + safetensors)\n"
+           "  --layer N            the decoder layer (default: the first MoE layer, else the\n"
+           "                       first hash layer); a dense layer runs only when asked for\n"
+           "  --hidden X.npy       hidden states, f32 [T, H], H = the model's hidden_size\n"
+           "                       (T = 0 is allowed)\n"
+           "  --input-ids I.npy    the token id of each row, i32 or i64 [T], used in its own\n"
+           "                       width: required by hash-routed layers (DeepSeek-V4), an error\n"
+           "                       for any other layer\n"
+           "  --out Y.npy          the block output, f32 [T, H] (required)\n"
+           "  --logits-out L.npy   router logits, f32 [T, E]\n"
+           "  --ids-out IDS.npy    expert ids, i32 [T, K]\n"
+           "  --weights-out W.npy  combine weights, f32 [T, K] (routed_scaling_factor applied)\n"
+           "                       (the three router outputs are an error on a dense layer)\n"
+           "  --threads N          worker threads, 1..%d (default: the number of cores)\n"
+           "  --logits-dtype D     f32 (default) or bf16: the gate rounds its fp32 sums to bf16\n"
+           "                       in its epilogue (parity with engines that do)\n"
+           "  --trace              print each step of the forward on stdout: name, kernel,\n"
+           "                       bytes read and written, ns, GB/s\n"
+           "  --explain            print the layer's kernels, reasons, recipe, packed bytes and\n"
+           "                       resolved defaults on stdout\n"
+           "  --repeat N           run the forward N times (1..%d) and report the median time;\n"
+           "                       --trace shows the median run (default 1)\n"
+           "  --no-mmap            read the checkpoint instead of mapping it\n"
+           "  --help               this text\n"
+           "\n"
+           "Outputs are written only after the forward succeeded, each atomically; if one\n"
+           "cannot be written, those already written by this run are removed, so an error\n"
+           "never leaves a partial set. On success one line on stdout: tokens, layer, the\n"
+           "median time per forward and tokens per second.\n"
+           "\n"
+           "Exit status: 0 success; 1 a bad checkpoint, array, layer or option for this layer\n"
+           "(one line on stderr); 2 usage error.\n",
+           MAX_THREADS, MAX_REPEAT);
+}
+
+typedef struct run_args {
+    const char *model, *hidden, *input_ids, *out, *logits_out, *ids_out, *weights_out;
+    int64_t layer;          /* -1: the default layer */
+    int64_t threads;        /* 0: the library's default, the number of cores */
+    int64_t repeat;         /* forwards to time */
+    moe_dtype logits_dtype; /* INVALID: not given, the library resolves it (to f32) */
+    bool trace, explain, no_mmap;
+} run_args;
+
+/* ---- Arguments ----------------------------------------------------------------------- */
+
+typedef struct value_option {
+    const char *name;
+    const char **slot;
+} value_option;
+
+/* The value options, each at most once. */
+static int take_value(cli_args *a, const value_option *opts, size_t n, bool *matched)
+{
+    *matched = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *v = NULL;
+        if (!cli_option(a, opts[i].name, &v)) continue;
+        *matched = true;
+        if (!v) return 2;
+        if (*opts[i].slot) return cli_usage_error(a, "option %s given twice", opts[i].name);
+        if (!*v) return cli_usage_error(a, "option %s has an empty value", opts[i].name);
+        *opts[i].slot = v;
+        return 0;
+    }
+    return 0;
+}
+
+typedef struct flag_option {
+    const char *name;
+    bool *slot;
+} flag_option;
+
+static int take_flag(cli_args *a, const flag_option *flags, size_t n, bool *matched)
+{
+    *matched = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!cli_flag(a, flags[i].name)) continue;
+        *matched = true;
+        if (*flags[i].slot) return cli_usage_error(a, "option %s given twice", flags[i].name);
+        *flags[i].slot = true;
+        return 0;
+    }
+    return 0;
+}
+
+/* Every output path is distinct: two outputs in one file would leave only the last. */
+static int check_outputs(cli_args *a, const run_args *o)
+{
+    const struct {
+        const char *name, *path;
+    } outs[] = {{"--out", o->out},
+                {"--logits-out", o->logits_out},
+                {"--ids-out", o->ids_out},
+                {"--weights-out", o->weights_out}};
+    const size_t n = sizeof outs / sizeof outs[0];
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (outs[i].path && outs[j].path && !strcmp(outs[i].path, outs[j].path))
+                return cli_usage_error(a, "%s and %s are the same file '%s'", outs[i].name,
+                                       outs[j].name, outs[i].path);
+    return 0;
+}
+
+static int check_required(cli_args *a, const run_args *o)
+{
+    const struct {
+        const char *name, *value;
+    } req[] = {{"--model", o->model}, {"--hidden", o->hidden}, {"--out", o->out}};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (!req[i].value)
+            return cli_usage_error(a, "option %s is required (moe run --help)", req[i].name);
+    return check_outputs(a, o);
+}
+
+/* The numbers and the dtype, once every option is known. */
+static int parse_values(cli_args *a, run_args *o, const char *layer, const char *threads,
+                        const char *repeat, const char *dtype)
+{
+    if (layer && !cli_int(a, "--layer", layer, 0, INT32_MAX, &o->layer)) return 2;
+    if (threads && !cli_int(a, "--threads", threads, 1, MAX_THREADS, &o->threads)) return 2;
+    if (repeat && !cli_int(a, "--repeat", repeat, 1, MAX_REPEAT, &o->repeat)) return 2;
+    if (dtype) {
+        if (!strcmp(dtype, "f32"))
+            o->logits_dtype = MOE_DTYPE_F32;
+        else if (!strcmp(dtype, "bf16"))
+            o->logits_dtype = MOE_DTYPE_BF16;
+        else
+            return cli_usage_error(a, "--logits-dtype '%s' is not f32 or bf16", dtype);
+    }
+    return 0;
+}
+
+/* Returns 0 to go on, 2 on a usage error, -1 after --help. */
+static int parse_args(run_args *o, int argc, char **argv)
+{
+    cli_args a;
+    cli_args_init(&a, PROG, argc, argv);
+    memset(o, 0, sizeof *o);
+    o->layer = -1;
+    o->repeat = 1;
+    const char *layer = NULL, *threads = NULL, *repeat = NULL, *dtype = NULL;
+    const value_option opts[] = {
+        {"--model", &o->model},     {"--layer", &layer},
+        {"--hidden", &o->hidden},   {"--input-ids", &o->input_ids},
+        {"--out", &o->out},         {"--logits-out", &o->logits_out},
+        {"--ids-out", &o->ids_out}, {"--weights-out", &o->weights_out},
+        {"--threads", &threads},    {"--logits-dtype", &dtype},
+        {"--repeat", &repeat},
+    };
+    const flag_option flags[] = {
+        {"--trace", &o->trace}, {"--explain", &o->explain}, {"--no-mmap", &o->no_mmap}};
+    for (const char *arg; (arg = cli_peek(&a));) {
+        bool matched;
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) return -1;
+        int rc = take_flag(&a, flags, sizeof flags / sizeof flags[0], &matched);
+        if (!rc && !matched) rc = take_value(&a, opts, sizeof opts / sizeof opts[0], &matched);
+        if (rc) return rc;
+        if (matched) continue;
+        if (arg[0] == '-' && arg[1] != '\0')
+            return cli_usage_error(&a, "unknown option '%s' (moe run --help)", arg);
+        return cli_usage_error(&a, "unexpected argument '%s' (moe run --help)", arg);
+    }
+    int rc = parse_values(&a, o, layer, threads, repeat, dtype);
+    return rc ? rc : check_required(&a, o);
+}
+
+/* ---- The layer and the options it takes ---------------------------------------------- */
+
+/* The first layer of KIND, or -1. */
+static int first_of_kind(const moe_model_desc *d, moe_layer_kind kind)
+{
+    for (int i = 0; i < d->n_layers; i++)
+        if (d->layers[i].kind == kind) return i;
+    return -1;
+}
+
+static int pick_layer(const run_args *o, const moe_model_desc *d, int *out)
+{
+    if (o->layer >= d->n_layers)
+        return cli_fail(PROG, 1, "--layer %" PRId64 " is out of range: %s has %d layer%s (0..%d)",
+                        o->layer, o->model, d->n_layers, d->n_layers == 1 ? "" : "s",
+                        d->n_layers - 1);
+    if (o->layer >= 0) {
+        *out = (int)o->layer;
+        return 0;
+    }
+    int layer = first_of_kind(d, MOE_LAYER_MOE);
+    if (layer < 0) layer = first_of_kind(d, MOE_LAYER_HASH);
+    if (layer < 0)
+        return cli_fail(PROG, 1,
+                        "every one of the %d layers of %s is dense; choose one with --layer to "
+                        "run its MLP",
+                        d->n_layers, o->model);
+    *out = layer;
+    return 0;
+}
+
+/* An input the layer needs, or an option it has no use for: both are errors, never
+ * silently ignored. */
+static int check_options(const run_args *o, const moe_model_desc *d, int layer)
+{
+    const moe_layer_desc *l = &d->layers[layer];
+    if (l->kind == MOE_LAYER_DENSE) {
+        const struct {
+            const char *name;
+            bool given;
+        } router_opts[] = {{"--logits-out", o->logits_out != NULL},
+                           {"--ids-out", o->ids_out != NULL},
+                           {"--weights-out", o->weights_out != NULL},
+                           {"--logits-dtype", o->logits_dtype != MOE_DTYPE_INVALID}};
+        for (size_t i = 0; i < sizeof router_opts / sizeof router_opts[0]; i++)
+            if (router_opts[i].given)
+                return cli_fail(PROG, 1,
+                                "%s: layer %d of %s is dense (one always-on MLP): it has no "
+                                "router",
+                                router_opts[i].name, layer, o->model);
+    }
+    if (l->kind == MOE_LAYER_HASH && !o->input_ids)
+        return cli_fail(PROG, 1,
+                        "layer %d is hash-routed (num_hash_layers = %d): --input-ids is "
+                        "required (the token id of each row of --hidden)",
+                        layer, d->num_hash_layers);
+    if (l->kind != MOE_LAYER_HASH && o->input_ids)
+        return cli_fail(PROG, 1,
+                        "--input-ids is for hash-routed layers only; layer %d of %s is %s "
+                        "(%s)",
+                        layer, o->model, moe_layer_kind_name(l->kind),
+                        l->kind == MOE_LAYER_DENSE ? "no router"
+                                                   : moe_route_method_name(l->routing.method));
+    return 0;
+}
+
+/* ---- Input arrays -------------------------------------------------------------------- */
+
+/* The shape as "[a, b]" in BUF. */
+static const char *shape_str(const moe_npy *a, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < a->ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", a->shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+/* Reads OPT's file PATH and checks its dtype (WANT, or WANT2 if not INVALID) and rank. */
+static int read_array(const char *opt, const char *path, moe_dtype want, moe_dtype want2, int ndim,
+                      const char *layout, moe_npy *out)
+{
+    if (moe_npy_read(path, out) != MOE_OK)
+        return cli_fail(PROG, 1, "%s: %s", opt, moe_last_error());
+    char shape[128];
+    if (out->dtype != want && out->dtype != want2) {
+        cli_fail(PROG, 1, "%s %s: dtype %s, want %s%s%s", opt, path, moe_dtype_name(out->dtype),
+                 moe_dtype_name(want), want2 != MOE_DTYPE_INVALID ? " or " : "",
+                 want2 != MOE_DTYPE_INVALID ? moe_dtype_name(want2) : "");
+        goto fail;
+    }
+    if (out->ndim != ndim) {
+        cli_fail(PROG, 1, "%s %s: shape %s has %d dimension%s, want %d: %s", opt, path,
+                 shape_str(out, shape, sizeof shape), out->ndim, out->ndim == 1 ? "" : "s", ndim,
+                 layout);
+        goto fail;
+    }
+    return 0;
+fail:
+    moe_npy_free(out);
+    return 1;
+}
+
+typedef struct run_inputs {
+    moe_npy hidden, ids;
+    bool has_ids;
+} run_inputs;
+
+static void inputs_free(run_inputs *in)
+{
+    moe_npy_free(&in->hidden);
+    if (in->has_ids) moe_npy_free(&in->ids);
+}
+
+static int read_inputs(const run_args *o, const moe_model_desc *d, run_inputs *in)
+{
+    char shape[128];
+    memset(in, 0, sizeof *in);
+    if (read_array("--hidden", o->hidden, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2, "[tokens, hidden]",
+                   &in->hidden))
+        return 1;
+    if (in->hidden.shape[1] != d->hidden) {
+        cli_fail(PROG, 1,
+                 "--hidden %s: shape %s: hidden size %" PRId64
+                 ", but the model's hidden_size is %" PRId64,
+                 o->hidden, shape_str(&in->hidden, shape, sizeof shape), in->hidden.shape[1],
+                 d->hidden);
+        goto fail;
+    }
+    if (!o->input_ids) return 0;
+    if (read_array("--input-ids", o->input_ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 1, "[tokens]",
+                   &in->ids))
+        goto fail;
+    in->has_ids = true;
+    if (in->ids.shape[0] != in->hidden.shape[0]) {
+        cli_fail(PROG, 1,
+                 "--input-ids %s: shape %s: %" PRId64 " ids, but --hidden %s has %" PRId64 " rows",
+                 o->input_ids, shape_str(&in->ids, shape, sizeof shape), in->ids.shape[0],
+                 o->hidden, in->hidden.shape[0]);
+        goto fail;
+    }
+    return 0;
+fail:
+    inputs_free(in);
+    return 1;
+}
+
+/* ---- Outputs ------------------------------------------------------------------------- */
+
+typedef struct run_outputs {
+    float *out, *logits, *weights;
+    int32_t *ids;
+    void *workspace_raw; /* moe_malloc'd; workspace is its first 64-byte aligned address */
+    void *workspace;
+    size_t workspace_size;
+    moe_trace *traces; /* one per repeat with --trace */
+    double *ns;        /* wall time of each repeat */
+} run_outputs;
+
+static void outputs_free(run_outputs *r)
+{
+    moe_free(r->out);
+    moe_free(r->logits);
+    moe_free(r->weights);
+    moe_free(r->ids);
+    moe_free(r->workspace_raw);
+    moe_free(r->traces);
+    moe_free(r->ns);
+}
+
+/* N elements of SIZE bytes; at least one, so T = 0 still gets a valid pointer. */
+static void *alloc_array(size_t n, size_t size) { return moe_calloc(n ? n : 1, size); }
+
+static int alloc_outputs(const run_args *o, const moe_layer *layer, const moe_layer_desc *l,
+                         size_t t, size_t h, run_outputs *r)
+{
+    memset(r, 0, sizeof *r);
+    const size_t e = l->kind == MOE_LAYER_DENSE ? 0 : (size_t)l->routing.n_experts;
+    const size_t k = l->kind == MOE_LAYER_DENSE ? 0 : (size_t)l->routing.top_k;
+    r->workspace_size = moe_layer_workspace_size(layer, t);
+    if (r->workspace_size == 0 && t > 0)
+        return cli_fail(PROG, 1, "the workspace for %zu tokens overflows: run fewer rows", t);
+    /* moe_calloc checks each n * size; h, e and k come from a validated config. */
+    r->out = alloc_array(t, h * sizeof *r->out);
+    if (o->logits_out) r->logits = alloc_array(t, e * sizeof *r->logits);
+    if (o->ids_out) r->ids = alloc_array(t, k * sizeof *r->ids);
+    if (o->weights_out) r->weights = alloc_array(t, k * sizeof *r->weights);
+    if (r->workspace_size <= SIZE_MAX - 64) r->workspace_raw = moe_malloc(r->workspace_size + 64);
+    if (o->trace) r->traces = alloc_array((size_t)o->repeat, sizeof *r->traces);
+    r->ns = alloc_array((size_t)o->repeat, sizeof *r->ns);
+    if (!r->out || (o->logits_out && !r->logits) || (o->ids_out && !r->ids) ||
+        (o->weights_out && !r->weights) || !r->workspace_raw || (o->trace && !r->traces) || !r->ns)
+        return cli_fail(PROG, 1,
+                        "out of memory for the outputs and the %zu-byte workspace of %zu tokens",
+                        r->workspace_size, t);
+    r->workspace = (void *)(((uintptr_t)r->workspace_raw + 63) & ~(uintptr_t)63);
+    return 0;
+}
+
+typedef struct out_file {
+    const char *opt, *path;
+    moe_dtype dtype;
+    int64_t shape[2];
+    const void *data;
+} out_file;
+
+/* Writes every requested output; if one fails, removes the ones this run already wrote. */
+static int write_outputs(const run_args *o, const moe_layer_desc *l, size_t t, size_t h,
+                         const run_outputs *r)
+{
+    const int64_t e = l->kind == MOE_LAYER_DENSE ? 0 : l->routing.n_experts;
+    const int64_t k = l->kind == MOE_LAYER_DENSE ? 0 : l->routing.top_k;
+    const out_file files[] = {
+        {"--out", o->out, MOE_DTYPE_F32, {(int64_t)t, (int64_t)h}, r->out},
+        {"--logits-out", o->logits_out, MOE_DTYPE_F32, {(int64_t)t, e}, r->logits},
+        {"--ids-out", o->ids_out, MOE_DTYPE_I32, {(int64_t)t, k}, r->ids},
+        {"--weights-out", o->weights_out, MOE_DTYPE_F32, {(int64_t)t, k}, r->weights},
+    };
+    const size_t n = sizeof files / sizeof files[0];
+    for (size_t i = 0; i < n; i++) {
+        if (!files[i].path) continue;
+        if (moe_npy_write(files[i].path, files[i].dtype, 2, files[i].shape, files[i].data) ==
+            MOE_OK)
+            continue;
+        cli_fail(PROG, 1, "%s: %s", files[i].opt, moe_last_error());
+        for (size_t j = 0; j < i; j++)
+            if (files[j].path) unlink(files[j].path);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- Forward, timing and the trace --------------------------------------------------- */
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The index of the repeat with the median time (the lower middle for an even count). */
+static size_t median_index(const double *ns, size_t n)
+{
+    double *sorted = moe_malloc(n * sizeof *sorted);
+    if (!sorted) return 0; /* any run's trace will do */
+    memcpy(sorted, ns, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_double);
+    const double mid = sorted[(n - 1) / 2];
+    moe_free(sorted);
+    for (size_t i = 0; i < n; i++)
+        if (ns[i] == mid) return i;
+    return 0;
+}
+
+static void print_trace(const moe_trace *tr, int layer, size_t t, size_t repeat, double wall_ns)
+{
+    printf("trace: layer %d, %zu token%s (", layer, t, t == 1 ? "" : "s");
+    if (repeat > 1)
+        printf("the median of %zu forwards)\n", repeat);
+    else
+        printf("one forward)\n");
+    printf("  %-20s %-52s %14s %14s %12s %8s\n", "step", "kernel", "bytes read", "bytes written",
+           "ns", "GB/s");
+    uint64_t rd = 0, wr = 0, ns = 0;
+    for (size_t i = 0; i < tr->count && i < MOE_TRACE_MAX_STEPS; i++) {
+        const moe_trace_step *s = &tr->steps[i];
+        const double gbs = s->ns ? (double)(s->bytes_read + s->bytes_written) / (double)s->ns : 0;
+        printf("  %-20.32s %-52.64s %14" PRIu64 " %14" PRIu64 " %12" PRIu64 " %8.2f\n", s->name,
+               s->kernel, s->bytes_read, s->bytes_written, s->ns, gbs);
+        rd += s->bytes_read;
+        wr += s->bytes_written;
+        ns += s->ns;
+    }
+    printf("  %-20s %-52s %14" PRIu64 " %14" PRIu64 " %12" PRIu64 " %8.2f\n", "steps", "", rd, wr,
+           ns, ns ? (double)(rd + wr) / (double)ns : 0);
+    printf("  %-20s %-52s %14s %14s %12.0f\n", "forward (wall)", "", "", "", wall_ns);
+}
+
+static int forward(const run_args *o, const moe_layer *layer, int index, const run_inputs *in,
+                   run_outputs *r)
+{
+    const size_t t = (size_t)in->hidden.shape[0];
+    moe_forward_args args;
+    memset(&args, 0, sizeof args);
+    args.size = sizeof args;
+    args.n_tokens = t;
+    args.hidden_size = (size_t)in->hidden.shape[1];
+    args.hidden = in->hidden.data;
+    args.hidden_dtype = MOE_DTYPE_F32;
+    args.token_ids = in->has_ids ? in->ids.data : NULL;
+    args.token_id_dtype = in->has_ids ? in->ids.dtype : MOE_DTYPE_INVALID;
+    args.out = r->out;
+    args.logits_out = r->logits;
+    args.ids_out = r->ids;
+    args.weights_out = r->weights;
+    args.workspace = r->workspace;
+    args.workspace_size = r->workspace_size;
+    for (size_t i = 0; i < (size_t)o->repeat; i++) {
+        args.trace = r->traces ? &r->traces[i] : NULL;
+        const double t0 = now_ns();
+        if (moe_layer_forward(layer, &args) != MOE_OK)
+            return cli_fail(PROG, 1, "layer %d, --hidden %s: %s", index, o->hidden,
+                            moe_last_error());
+        r->ns[i] = now_ns() - t0;
+    }
+    return 0;
+}
+
+/* "moe: noaux_tc, top-8 of 256" or "dense MLP". */
+static void describe_kind(const moe_layer_desc *l, char *buf, size_t cap)
+{
+    if (l->kind == MOE_LAYER_DENSE)
+        snprintf(buf, cap, "dense MLP");
+    else
+        snprintf(buf, cap, "%s: %s, top-%d of %d", moe_layer_kind_name(l->kind),
+                 moe_route_method_name(l->routing.method), l->routing.top_k, l->routing.n_experts);
+}
+
+static void print_summary(const run_args *o, const moe_model_desc *d, int index, size_t t,
+                          double ns)
+{
+    char kind[96];
+    describe_kind(&d->layers[index], kind, sizeof kind);
+    printf("ran %zu token%s through layer %d of %s (%s): %.3f ms per forward", t, t == 1 ? "" : "s",
+           index, d->model_type, kind, ns / 1e6);
+    if (o->repeat > 1) printf(" (median of %" PRId64 ")", o->repeat);
+    if (t > 0 && ns > 0) printf(", %.1f tokens/s", (double)t * 1e9 / ns);
+    printf(" -> %s", o->out);
+    const char *more[] = {o->logits_out, o->ids_out, o->weights_out};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        if (more[i]) printf(", %s", more[i]);
+    putchar('\n');
+}
+
+static int run_layer(const run_args *o, const moe_model *model, int index, const run_inputs *in)
+{
+    const moe_model_desc *d = moe_model_desc_of(model);
+    const moe_layer_desc *l = &d->layers[index];
+    const size_t t = (size_t)in->hidden.shape[0], h = (size_t)in->hidden.shape[1];
+    moe_layer_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.size = sizeof opt;
+    opt.threads = (int)o->threads;
+    opt.logits_dtype = o->logits_dtype;
+    moe_layer *layer = NULL;
+    run_outputs r;
+    memset(&r, 0, sizeof r);
+    int rc = 1;
+    if (moe_layer_create(model, index, &opt, &layer) != MOE_OK) {
+        cli_fail(PROG, 1, "--model %s: %s", o->model, moe_last_error()); /* names the layer */
+        goto done;
+    }
+    if (o->explain) printf("%s\n", moe_layer_explain(layer));
+    if (alloc_outputs(o, layer, l, t, h, &r) || forward(o, layer, index, in, &r)) goto done;
+    if (write_outputs(o, l, t, h, &r)) goto done;
+    const size_t mid = median_index(r.ns, (size_t)o->repeat);
+    if (o->trace) print_trace(&r.traces[mid], index, t, (size_t)o->repeat, r.ns[mid]);
+    print_summary(o, d, index, t, r.ns[mid]);
+    rc = 0;
+done:
+    outputs_free(&r);
+    moe_layer_destroy(layer);
+    return rc;
+}
+
+int moe_cmd_run(int argc, char **argv)
+{
+    run_args o;
+    int rc = parse_args(&o, argc, argv);
+    if (rc == -1) {
+        help();
+        return 0;
+    }
+    if (rc) return rc;
+    moe_open_options open_opt = {.size = sizeof open_opt, .no_mmap = o.no_mmap};
+    moe_model *model = NULL;
+    if (moe_model_open(o.model, &open_opt, &model) != MOE_OK)
+        return cli_fail(PROG, 1, "--model %s: %s", o.model, moe_last_error());
+    const moe_model_desc *d = moe_model_desc_of(model);
+    int layer = -1;
+    run_inputs in;
+    rc = pick_layer(&o, d, &layer);
+    if (!rc) rc = check_options(&o, d, layer);
+    if (!rc) rc = read_inputs(&o, d, &in);
+    if (!rc) {
+        rc = run_layer(&o, model, layer, &in);
+        inputs_free(&in);
+    }
+    moe_model_close(model);
+    return rc;
+}
