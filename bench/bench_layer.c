@@ -37,7 +37,7 @@
  * Per case, expert recipe (f32, the default, and bf16) and thread count (1, 2): create the
  * layer (timed: packing), then for T in {1, 4, 16, 128, 512}: one warm-up forward, then timed
  * forwards (at least 3, more while under about 2 s), each after reading a buffer twice the
- * last-level cache, so the weights
+ * last-level cache with the layer's thread count, so the weights
  * come from memory as in a real model whose other layers evict them. Reported: the median
  * ms per forward; the experts hit (unique ids); the weight bytes read = experts hit × packed
  * bytes per expert + shared expert + gate; GB/s and the fraction of the STREAM-like read
@@ -337,7 +337,7 @@ static void run_tokens(const moe_layer *layer, const run_buffers *b, const bench
     int n = 0;
     double total = 0;
     while (n < MAX_REPEATS && (n < 3 || total < BUDGET_NS)) {
-        bench_flush(flush);
+        bench_flush(flush, threads);
         ns[n] = forward(layer, b, t, h, &traces[n]);
         total += ns[n++];
     }

@@ -28,14 +28,17 @@
  * the work split. A token routed alone and the same token in a batch of 300 get the same bits.
  *
  * docs/kernels.md ("Expert kernel sets") draws the packed layouts and states the arithmetic
- * of each recipe exactly; kernels/ref/expert_layout.h has the offsets in code.
+ * of each recipe exactly; kernels/ref/expert_layout.h has the offsets in code
+ * (kernels/ref/expert_mxfp4_layout.h for MXFP4).
  */
 
 /* The weight formats kernel sets exist for: the values of moe_weight_format (src/model/model.h;
- * tests/kernels/test_expert_select.c checks they agree). MXFP4 has no kernel set yet. */
+ * tests/kernels/test_expert_select.c checks they agree). */
 enum {
     MOE_EXPERT_FMT_BF16 = 0,      /* bf16 [out, in] */
     MOE_EXPERT_FMT_FP8_BLOCK = 1, /* E4M3 [out, in] + scale [ceil(out/128), ceil(in/128)] */
+    MOE_EXPERT_FMT_MXFP4 = 2,     /* E2M1 codes [out, in/2] (two per byte, low nibble = even
+                                     element) + one E8M0 scale per 32 along K [out, in/32] */
 };
 
 /* Rows of every tile (gate/up: per projection; down: output rows). It divides the FP8 scale
@@ -43,12 +46,68 @@ enum {
 #define MOE_EXPERT_NR 16
 /* The FP8 scale block along K (weight_block_size [128, 128]). */
 #define MOE_EXPERT_KBLOCK 128
+/* The MX block along K: one E8M0 weight scale (MXFP4) and one activation scale (the Q8
+ * recipe) per 32 values. MXFP4 shapes need K (H for gate/up, I for down) a multiple of it. */
+#define MOE_EXPERT_MXBLOCK 32
 
 /* How activations meet the weights. Fixed per layer at creation, the same at every T. */
 typedef enum moe_expert_recipe {
     MOE_RECIPE_F32 = 0,  /* activations f32; weights widened to f32 in registers; fp32 FMA */
     MOE_RECIPE_BF16 = 1, /* activations rounded to bf16 once per forward; vdpbf16ps; fp32 acc */
+    MOE_RECIPE_Q8 = 2,   /* MXFP4 weights: activations quantised per 32-block to int8 with one
+                            f32 scale (prepare_act); exact int32 dot products with the doubled
+                            E2M1 values; fp32 accumulation across blocks (below) */
 } moe_expert_recipe;
+
+/*
+ * The Q8 recipe (MXFP4 weights), exactly; every ISA gives these bits.
+ *
+ * Activation rows. A row of k f32 values (k a multiple of 32, nb = k/32 blocks) is prepared
+ * once by prepare_act into act_row_bytes(k) bytes, any alignment (64 is faster):
+ *
+ *   offset 0                       q:    k int8 codes, zeros up to pad64(k)
+ *   offset pad64(k)                xs:   nb f32 block scales, zeros up to pad64(4·nb)
+ *   offset pad64(k) + pad64(4·nb)  corr: nb int32, corr_b = -MOE_Q8_WOFFSET · Σ_{j<32} q_j,
+ *                                        zeros up to pad64(4·nb)
+ *
+ * (pad64(n) rounds n up to a multiple of 64; moe_q8_* below have the offsets.) Per block of
+ * 32 values x_j, in f32:
+ *   - any x_j NaN or ±Inf: xs = NaN (0x7FC00000), q = 0, corr = 0 (every output that reads
+ *     the block is then NaN; nothing traps, nothing is skipped);
+ *   - else amax = max |x_j|, d = amax / 127 (one IEEE division, nearest even); d == 0 (an
+ *     all-zero block, or amax below 127·2^-150): xs = 0, q = 0;
+ *   - else xs = d, q_j = clamp(rne(x_j / d), -127, 127) (IEEE division, then round to nearest
+ *     even integer: the clamp only matters when d is subnormal).
+ * corr is what the SIMD kernels start each block's integer sum from: they multiply the
+ * unsigned weights w2 + MOE_Q8_WOFFSET (in [0, 24]) by the signed q (vpdpbusd /
+ * vpmaddubsw take u8 × s8), and Σ (w2 + 12)·q + corr = Σ w2·q exactly.
+ *
+ * Gate/up reads x rows prepared with k = H and writes h in f32 (the activation in f32, as the
+ * F32 recipe); the engine then prepares each h row with k = I (h must have exactly I values
+ * per row: prepare_act reads x[0..k)) and down reads those rows. So for this recipe x[i] and
+ * h[i] of the micro-kernels point at prepared rows, and gate/up's h output is float.
+ *
+ * Arithmetic, per output row n and token, with w2_j ∈ {0, ±1, ±2, ±3, ±4, ±6, ±8, ±12} the
+ * doubled E2M1 value of weight j (exact int8) and e_b the row's E8M0 scale byte of block b:
+ *   isum_b = Σ_{j<32} w2_j · q_j                   (int32: exact, so any order of addition)
+ *   S_b    = xs_b · 2^(e_b - 128)                  (one f32 multiply; 2^(e-128) is exact in
+ *                                                   f32 for every e ≤ 254: the weight scale
+ *                                                   2^(e-127) and the 1/2 of the doubled
+ *                                                   table folded into one power of two)
+ *   acc    = fma((float)isum_b, S_b, acc)          for b = 0, 1, ..., nb-1, acc = 0 first
+ *   out    = acc + bias (f32), then gate/up's activation, as for the other recipes.
+ * (float)isum is exact (|isum| ≤ 32·12·127 < 2^24) and no flush to zero is involved, so the
+ * result depends only on these IEEE operations in this order.
+ */
+#define MOE_Q8_WOFFSET 12
+
+static inline size_t moe_q8_pad64(size_t n) { return (n + 63) & ~(size_t)63; }
+/* Offsets in a prepared row of k values (k a multiple of 32). */
+static inline size_t moe_q8_scales_offset(size_t k) { return moe_q8_pad64(k); }
+static inline size_t moe_q8_corr_offset(size_t k)
+{
+    return moe_q8_pad64(k) + moe_q8_pad64(k / MOE_EXPERT_MXBLOCK * 4);
+}
 
 /* The activation of the gate/up epilogue (moe_activation of src/model/model.h). With
  * g and u the projections plus their biases, in f32:
@@ -65,17 +124,30 @@ typedef struct moe_act_params {
 
 /* One weight matrix [rows, cols] = [out, in] as the checkpoint holds it. Element (r, c) is at
  * data + (r * row_stride + c * col_stride) elements (gpt-oss stores its experts transposed
- * and gate/up interleaved: strides express that without a copy). data may be unaligned. */
+ * and gate/up interleaved: strides express that without a copy). data may be unaligned.
+ *
+ * MXFP4 (format MXFP4; cols = K, a multiple of 32): data holds the packed E2M1 codes, two per
+ * byte, low nibble = even column; row r's cols/2 bytes are contiguous from data + r *
+ * row_stride, with row_stride in BYTES, and col_stride must be 1. scale holds the E8M0 bytes
+ * [rows, cols/32]: the scale of row r, block b (columns 32b..32b+31) is at scale + r *
+ * scale_stride + b (bytes; scale_dtype F8_E8M0 or U8, block_rows 1, block_cols 32). Strides
+ * may be negative. gpt-oss's gate_up_proj_blocks [2I, H/32, 16] is then gate = (data: row 0,
+ * row_stride 2·H/2 = H) and up = (data + H/2, row_stride H), scales likewise (scale_stride
+ * 2·H/32, up from + H/32), biases with bias_stride 2 (up from element 1); DeepSeek-V4's
+ * w1/w3 [out, in/2] are plain rows (row_stride in/2, scale_stride in/32). */
 typedef struct moe_weight_src {
     const void *data;
-    moe_dtype dtype; /* BF16 weights (format BF16), or F8_E4M3 codes (format FP8_BLOCK) */
+    moe_dtype dtype; /* BF16 weights (format BF16), F8_E4M3 codes (format FP8_BLOCK), or the
+                        packed codes of format MXFP4: F4_E2M1 (U8 and I8, as checkpoints
+                        label them, are read the same) */
     int64_t rows, cols;
     int64_t row_stride, col_stride;
     /* FP8 block scales [ceil(rows/block_rows), ceil(cols/block_cols)], row-major; NULL else.
-     * block_cols must be 128 and block_rows a multiple of MOE_EXPERT_NR. */
+     * block_cols must be 128 and block_rows a multiple of MOE_EXPERT_NR. MXFP4: see above. */
     const void *scale;
     moe_dtype scale_dtype; /* F32, BF16 or F8_E8M0 (U8 is read as E8M0 bytes) */
     int block_rows, block_cols;
+    int64_t scale_stride; /* MXFP4: bytes between rows of scales; ignored by the FP8 format */
     /* Optional bias [rows] (gpt-oss), element r at bias + r * bias_stride; BF16, F16 or F32. */
     const void *bias;
     moe_dtype bias_dtype;
@@ -85,7 +157,9 @@ typedef struct moe_weight_src {
 /* Where unpack writes one matrix in the checkpoint layout: data row-major [rows, cols] of
  * dtype; scale row-major [ceil(rows/block_rows), ceil(cols/128)] of scale_dtype (FP8 only);
  * bias [rows] of bias_dtype, or NULL when not wanted. Converting to the source's own dtypes
- * is exact; unpack does not know them, so the caller names them. */
+ * is exact; unpack does not know them, so the caller names them. MXFP4: data row-major
+ * [rows, cols/2] bytes (dtype F4_E2M1, U8 or I8: the same bytes), scale row-major [rows,
+ * cols/32] E8M0 bytes (scale_dtype F8_E8M0 or U8, block_rows 1, block_cols 32). */
 typedef struct moe_weight_dst {
     void *data;
     moe_dtype dtype;
@@ -98,15 +172,17 @@ typedef struct moe_weight_dst {
 } moe_weight_dst;
 
 /* h[i][n] for the tile's NR intermediate rows (n < n_valid), i < m ≤ MR. x[i] points at token
- * row i (k activations of the recipe's type: float, or bf16 codes as uint16_t); h rows of the
- * recipe's type, h_stride elements apart. Reads exactly x[i][0..k) and the tile; writes
- * exactly h[i][0..n_valid). Any alignment. 1 ≤ n_valid ≤ NR. */
+ * row i (k activations of the recipe's type: float, bf16 codes as uint16_t, or the Q8
+ * recipe's prepared row of act_row_bytes(k) bytes); h rows of the recipe's type (float for
+ * F32 and Q8, bf16 codes for BF16), h_stride elements apart. Reads exactly x[i]'s row and the
+ * tile; writes exactly h[i][0..n_valid). Any alignment. 1 ≤ n_valid ≤ NR. */
 typedef void moe_expert_gateup_ukernel(size_t m, size_t k, const void *const *x, const void *tile,
                                        const moe_act_params *act, void *h, size_t h_stride,
                                        size_t n_valid);
 
 /* y[i][n] = down_n · h_i + bd_n for the tile's NR output rows (n < n_valid), i < m ≤ MR, in f32,
- * y rows y_stride floats apart; h[i] points at k activations of the recipe's type. */
+ * y rows y_stride floats apart; h[i] points at k activations of the recipe's type (Q8: a
+ * prepared row of k = I values). */
 typedef void moe_expert_down_ukernel(size_t m, size_t k, const void *const *h, const void *tile,
                                      float *y, size_t y_stride, size_t n_valid);
 
@@ -127,7 +203,9 @@ typedef struct moe_expert_kernels {
      * untouched on error: MOE_EINVAL (NULLs), MOE_EDTYPE, MOE_ESHAPE, MOE_EUNSUPPORTED (a
      * scale block the kernels do not take), MOE_EOVERFLOW (strides or K past the limits)
      * naming the projection and the field; MOE_EVALUE naming the projection, row and column
-     * of a NaN E4M3 code, or the block of a scale that is NaN, infinite, ≤ 0 or ≥ 2^120. */
+     * of a NaN E4M3 code, or the block of a scale that is NaN, infinite, ≤ 0 or ≥ 2^120;
+     * MXFP4: MOE_ESHAPE for K not a multiple of 32, MOE_EVALUE naming the row and block of
+     * an E8M0 scale 0xFF (NaN). */
     moe_status (*pack_gateup)(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
     moe_status (*pack_down)(const moe_weight_src *down, void *dst);
     /* Rebuild the checkpoint layout from packed bytes (for tests). MOE_EINVAL / MOE_EDTYPE for
@@ -137,15 +215,24 @@ typedef struct moe_expert_kernels {
     moe_status (*unpack_down)(const void *packed, const moe_weight_dst *down);
     moe_expert_gateup_ukernel *gateup;
     moe_expert_down_ukernel *down;
+    /* The activation rows of the Q8 recipe (above): bytes of one prepared row of k values (0
+     * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
+     * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any
+     * alignment; padding zeroed). Every set of the recipe writes the same bytes. Thread-safe,
+     * no allocation. NULL for the F32 and BF16 recipes, whose rows are the plain f32 / bf16
+     * arrays the engine writes itself. */
+    size_t (*act_row_bytes)(int64_t k);
+    void (*prepare_act)(size_t k, const float *x, void *dst);
 } moe_expert_kernels;
 
-/* Every kernel set compiled into this build, declared from the four enumerators (one per
+/* Every kernel set compiled into this build, declared from the five enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
 #include "kernels/expert_bf16_bf16.inc"
 #include "kernels/expert_fp8_f32.inc"
 #include "kernels/expert_fp8_bf16.inc"
+#include "kernels/expert_mxfp4_q8.inc"
 #undef MOE_KERNEL
 
 #endif

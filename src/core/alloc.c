@@ -2,19 +2,48 @@
 #include "core/alloc.h"
 #include "core/checked.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-void *moe_malloc(size_t size) { return malloc(size ? size : 1); }
+/* The test hook (alloc.h): allocations counted on this thread, and which one fails (0: none). */
+static _Thread_local uint64_t alloc_calls;
+static _Thread_local uint64_t alloc_fail_at;
+
+/* Counts one allocation; true when it is the one the hook fails. */
+static bool fail_this_one(void)
+{
+    alloc_calls++;
+    return alloc_fail_at != 0 && alloc_calls == alloc_fail_at;
+}
+
+void moe_alloc_fail_nth(uint64_t n)
+{
+    alloc_calls = 0;
+    alloc_fail_at = n;
+}
+
+uint64_t moe_alloc_calls(void) { return alloc_calls; }
+
+void *moe_malloc(size_t size)
+{
+    if (fail_this_one()) return NULL;
+    return malloc(size ? size : 1);
+}
 
 void *moe_calloc(size_t n, size_t size)
 {
     size_t total;
+    if (fail_this_one()) return NULL;
     if (moe_mul_overflow_size(n, size, &total)) return NULL;
     return calloc(total ? total : 1, 1);
 }
 
-void *moe_realloc(void *ptr, size_t size) { return realloc(ptr, size ? size : 1); }
+void *moe_realloc(void *ptr, size_t size)
+{
+    if (fail_this_one()) return NULL;
+    return realloc(ptr, size ? size : 1);
+}
 
 void moe_free(void *ptr) { free(ptr); }
 

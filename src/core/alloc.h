@@ -3,6 +3,7 @@
 #define MOE_CORE_ALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Like malloc/calloc/realloc/free. moe_calloc checks n * size for overflow. They do not set
  * the last-error message: callers report MOE_ENOMEM with what they were allocating. */
@@ -13,5 +14,23 @@ void moe_free(void *ptr);
 
 /* strdup through moe_malloc; NULL on failure. */
 char *moe_strdup(const char *s);
+
+/* ---- Test hook: a failing allocation ---------------------------------------------------
+ * Error paths are tested by failing one allocation at a time (tests/layer/test_alloc_failure.c
+ * walks every n an operation reaches). After moe_alloc_fail_nth(n) with n >= 1, the calling
+ * thread's n-th allocation from then on (moe_malloc, moe_calloc, moe_realloc and moe_strdup
+ * each count once) returns NULL, as if memory ran out (a failed realloc leaves its block
+ * as it was); every other allocation behaves normally. n = 0 disarms the hook.
+ *
+ * The state is thread-local, the one mutable state the library keeps besides capability
+ * detection: a test arming it affects no other thread, and it costs an allocation one
+ * thread-local increment. Allocations made by worker threads a call starts (OpenMP) are not
+ * counted, so tests run such calls with one thread. Callers outside the library's own tests
+ * have no reason to use it. */
+void moe_alloc_fail_nth(uint64_t n);
+
+/* The number of allocations the calling thread made since its last moe_alloc_fail_nth (so a
+ * test can tell whether the n-th was reached: calls >= n). */
+uint64_t moe_alloc_calls(void);
 
 #endif

@@ -389,6 +389,24 @@ void moe_ckpt_release(const moe_ckpt *ckpt, const moe_tensor *tensor)
         moe_st_release(ckpt->shards[i], tensor); /* a no-op for every shard but its own */
 }
 
+moe_status moe_ckpt_check_files(const moe_ckpt *ckpt, const moe_tensor *const *tensors, size_t n)
+{
+    if (!ckpt || (!tensors && n > 0))
+        return moe_error(MOE_EINVAL, "moe_ckpt_check_files: %s is NULL",
+                         ckpt ? "tensors" : "ckpt");
+    /* Shards outer, tensors inner: each shard is measured once however many tensors it holds,
+     * with no allocation; a layer names a few thousand tensors of a few hundred shards. */
+    for (size_t s = 0; s < ckpt->shard_count; s++) {
+        bool used = false;
+        for (size_t i = 0; i < n && !used; i++)
+            used = moe_st_holds(ckpt->shards[s], tensors[i]);
+        if (!used) continue;
+        moe_status st = moe_st_check_size(ckpt->shards[s]);
+        if (st != MOE_OK) return st;
+    }
+    return MOE_OK;
+}
+
 const moe_tensor *moe_ckpt_find(const moe_ckpt *ckpt, const char *name)
 {
     if (!ckpt || !name) return NULL;

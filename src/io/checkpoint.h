@@ -27,6 +27,11 @@ size_t moe_ckpt_shard_count(const moe_ckpt *ckpt);
  * no_mmap keep their bytes). NULL arguments and foreign tensors are ignored. */
 void moe_ckpt_release(const moe_ckpt *ckpt, const moe_tensor *tensor);
 
+/* moe_st_check_size on every shard that holds one of the N TENSORS (NULL entries and foreign
+ * tensors are skipped): MOE_ETRUNCATED naming the shard when one has shrunk since open. Call it
+ * before reading mapped tensor bytes long after open. */
+moe_status moe_ckpt_check_files(const moe_ckpt *ckpt, const moe_tensor *const *tensors, size_t n);
+
 /* Validates an index.json held in memory against nothing but itself (JSON shape, plain
  * shard names, string values): for fuzzing and tests. */
 moe_status moe_ckpt_check_index(const void *json, size_t len, const char *name);

@@ -29,6 +29,11 @@ moe_status moe_json_parse(const void *buf, size_t len, const char *file, const c
         *out = root;
         return MOE_OK;
     }
+    /* jansson writes a message for every problem it finds in the text; a failure with none
+     * is one of its own allocations failing (it reports some of those as syntax errors, so an
+     * allocation failure can still surface as MOE_EJSON). */
+    if (err.text[0] == '\0')
+        return moe_error(MOE_ENOMEM, "%s: %s: out of memory while parsing the JSON", file, what);
     char token[JSON_ERROR_TEXT_LENGTH];
     switch (json_error_code(&err)) {
     case json_error_duplicate_key:

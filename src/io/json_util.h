@@ -17,7 +17,8 @@
  * anything else after it rejected) with duplicate keys rejected. Messages start with
  * "FILE: WHAT: ". Statuses: a duplicate key is MOE_EDUPLICATE naming the key; an integer
  * beyond 64 bits MOE_EOVERFLOW; anything else that does not parse (including text that is
- * not UTF-8) MOE_EJSON, with jansson's line and column. *out must be json_decref'd. */
+ * not UTF-8) MOE_EJSON, with jansson's line and column; a failure jansson gives no message for
+ * (its allocation failed) MOE_ENOMEM. *out must be json_decref'd. */
 moe_status moe_json_parse(const void *buf, size_t len, const char *file, const char *what,
                           json_t **out);
 

@@ -332,7 +332,7 @@ moe_status moe_npy_parse(const void *buf, size_t len, moe_npy *out)
     if (!out || (!buf && len > 0))
         return moe_error(MOE_EINVAL, "moe_npy_parse: %s is NULL", out ? "buf" : "out");
     const unsigned char *p = buf;
-    npy_prefix pre;
+    npy_prefix pre = {0};
     npy_header h;
     moe_status st = parse_prefix(p, len, len, name, &pre);
     if (st == MOE_OK) st = parse_header((const char *)p + pre.header_off, pre.header_len, name, &h);
@@ -356,7 +356,7 @@ moe_status moe_npy_read(const char *path, moe_npy *out)
     unsigned char prefix[12];
     char *text = NULL;
     void *data = NULL;
-    npy_prefix pre;
+    npy_prefix pre = {0};
     npy_header h;
     size_t avail = total < sizeof prefix ? (size_t)total : sizeof prefix;
     st = moe_file_pread(fd, prefix, avail, 0, path);

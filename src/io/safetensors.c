@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -35,6 +36,7 @@ struct moe_st_file {
     char *strings; /* one arena for tensor names and metadata */
     void *map;     /* the whole file when mapped */
     size_t map_len;
+    int fd; /* kept open while mapped, to measure the file again (moe_st_check_size); else -1 */
     void *buf; /* the data area when read with no_mmap */
 };
 
@@ -435,6 +437,7 @@ static moe_st_file *new_file(const char *name)
 {
     moe_st_file *f = moe_calloc(1, sizeof *f);
     if (!f) return NULL;
+    f->fd = -1;
     f->path = moe_strdup(name);
     if (!f->path) {
         moe_free(f);
@@ -491,7 +494,7 @@ moe_status moe_st_open(const char *path, const moe_st_options *options, moe_st_f
     moe_st_file *f = NULL;
     void *header = NULL;
     unsigned char prefix[8];
-    uint64_t n;
+    uint64_t n = 0;
     if (size < 8) {
         st = too_short(path, size);
         goto fail;
@@ -513,7 +516,12 @@ moe_status moe_st_open(const char *path, const moe_st_options *options, moe_st_f
     if (st == MOE_OK) st = load_data(f, fd, size, n, options && options->no_mmap);
     if (st != MOE_OK) goto fail;
     moe_free(header);
-    close(fd);
+    /* A mapped file keeps its descriptor: fstat on it measures the very file that is mapped,
+     * even after the name was renamed over or removed. */
+    if (f->map)
+        f->fd = fd;
+    else
+        close(fd);
     *out = f;
     return MOE_OK;
 fail:
@@ -530,7 +538,7 @@ moe_status moe_st_open_memory(const void *buf, size_t len, const char *name, moe
     if (!name) name = "<memory>";
     if (len < 8) return too_short(name, len);
     const unsigned char *p = buf;
-    uint64_t n;
+    uint64_t n = 0;
     moe_status st = check_prefix(name, p, len, &n);
     if (st != MOE_OK) return st;
     moe_st_file *f = new_file(name);
@@ -549,6 +557,7 @@ void moe_st_close(moe_st_file *file)
 {
     if (!file) return;
     if (file->map) munmap(file->map, file->map_len);
+    if (file->fd >= 0) close(file->fd);
     moe_free(file->buf);
     moe_free(file->strings);
     moe_free(file->meta);
@@ -560,10 +569,7 @@ void moe_st_close(moe_st_file *file)
 
 void moe_st_release(const moe_st_file *file, const moe_tensor *tensor)
 {
-    if (!file || !tensor || !file->map || file->count == 0) return;
-    /* Integer comparison: the tensor may belong to another file's array. */
-    const uintptr_t t = (uintptr_t)tensor, first = (uintptr_t)file->tensors;
-    if (t < first || t >= first + file->count * sizeof *file->tensors) return;
+    if (!file || !file->map || !moe_st_holds(file, tensor)) return;
     const long page = sysconf(_SC_PAGESIZE);
     if (page <= 0 || tensor->nbytes == 0) return;
     /* Only whole pages inside the tensor: the pages at its ends may hold a neighbour's bytes. */
@@ -573,6 +579,32 @@ void moe_st_release(const moe_st_file *file, const moe_tensor *tensor)
     if (hi <= lo) return;
     /* Advice only: on failure the pages simply stay resident. */
     (void)madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED);
+}
+
+moe_status moe_st_check_size(const moe_st_file *file)
+{
+    if (!file || file->fd < 0) return MOE_OK;
+    struct stat sb;
+    if (fstat(file->fd, &sb) != 0) {
+        char text[128];
+        return moe_error(MOE_EIO, "%s: cannot measure the mapped file again: %s", file->path,
+                         moe_errno_text(errno, text, sizeof text));
+    }
+    if ((uint64_t)sb.st_size < (uint64_t)file->map_len)
+        return moe_error(MOE_ETRUNCATED,
+                         "%s: the file is now %llu bytes, shorter than the %zu bytes it had when "
+                         "it was opened: it changed after open, and its tensors are not read "
+                         "(the no_mmap option reads the files at open instead)",
+                         file->path, (unsigned long long)sb.st_size, file->map_len);
+    return MOE_OK;
+}
+
+bool moe_st_holds(const moe_st_file *file, const moe_tensor *tensor)
+{
+    if (!file || !tensor || file->count == 0) return false;
+    /* Integer comparison: the tensor may belong to another file's array. */
+    const uintptr_t t = (uintptr_t)tensor, first = (uintptr_t)file->tensors;
+    return t >= first && t < first + file->count * sizeof *file->tensors;
 }
 
 size_t moe_st_count(const moe_st_file *file) { return file ? file->count : 0; }

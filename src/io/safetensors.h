@@ -59,6 +59,17 @@ const moe_tensor *moe_st_find(const moe_st_file *file, const char *name); /* NUL
  * that is not FILE's. */
 void moe_st_release(const moe_st_file *file, const moe_tensor *tensor);
 
+/* Measures a mapped FILE again (fstat on the descriptor kept since open): a file that is now
+ * shorter than when it was opened is MOE_ETRUNCATED naming it and both sizes, because reading
+ * a mapped page past the new end raises SIGBUS. Call it right before reading tensor bytes long
+ * after open (a layer does, before packing). MOE_OK for a file read with no_mmap or opened
+ * from memory: their bytes were copied at open, or belong to the caller. A file that shrinks
+ * after this check can still SIGBUS a reader; docs/checkpoints.md says what to do. */
+moe_status moe_st_check_size(const moe_st_file *file);
+
+/* Whether TENSOR is one of FILE's (a pointer into its table). */
+bool moe_st_holds(const moe_st_file *file, const moe_tensor *tensor);
+
 /* The __metadata__ value for KEY, or NULL. */
 const char *moe_st_metadata(const moe_st_file *file, const char *key);
 

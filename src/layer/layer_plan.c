@@ -130,6 +130,22 @@ static moe_status find_tensors(moe_layer_plan *p)
     return st;
 }
 
+/* The files may have changed since open: a mapped file that shrank raises SIGBUS on the first
+ * read of a lost page, so every file holding one of the layer's tensors is measured again
+ * before anything reads them (docs/checkpoints.md, "Files that change after open"). */
+static moe_status check_files(const moe_layer_plan *p)
+{
+    const moe_ckpt *ck = moe_model_ckpt_of(p->model);
+    moe_status st = moe_ckpt_check_files(ck, p->router, MOE_LAYER_ROLES);
+    for (int id = 0; id < MOE_LG_COUNT_ && !st; id++) {
+        const moe_layer_group_plan *g = &p->groups[id];
+        st = moe_ckpt_check_files(ck, g->one, MOE_LAYER_ROLES);
+        if (!st && g->per_expert)
+            st = moe_ckpt_check_files(ck, g->per_expert[0], (size_t)g->n * MOE_LAYER_ROLES);
+    }
+    return st ? moe_error_context(st, "layer %d: ", p->index) : MOE_OK;
+}
+
 /* ---- Groups ----------------------------------------------------------------------------- */
 
 static moe_status check_format(const moe_layer_plan *p, const moe_layer_group_plan *g,
@@ -372,6 +388,7 @@ moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_laye
         if (plan->groups[id].present) st = plan_group(plan, (moe_layer_group_id)id);
     if (!st && plan->moe) st = plan_gate(plan);
     if (!st) st = plan_activations(plan);
+    if (!st) st = check_files(plan);
     if (st) moe_layer_plan_free(plan);
     return st;
 }

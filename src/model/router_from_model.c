@@ -79,20 +79,22 @@ static moe_status attach_tensors(const moe_model *model, int layer, moe_router_p
     size_t n = 0;
     moe_status st = moe_model_layer_tensors(moe_model_desc_of(model), layer, &specs, &n);
     if (st) return st;
+    const moe_ckpt *ckpt = moe_model_ckpt_of(model);
     for (size_t i = 0; i < n && !st; i++) {
         const moe_tensor_spec *s = &specs[i];
         if (s->group != MOE_GROUP_ROUTER) continue;
+        if (s->role != MOE_ROLE_CORRECTION_BIAS && s->role != MOE_ROLE_TID2EID) continue;
         const moe_tensor *t = NULL;
+        st = find_checked(model, s, &t);
+        /* The router reads the bytes now, long after open: the file may have shrunk since. */
+        if (!st) st = moe_ckpt_check_files(ckpt, &t, 1);
+        if (st || !t) continue;
         if (s->role == MOE_ROLE_CORRECTION_BIAS) {
-            if (!(st = find_checked(model, s, &t))) {
-                p->correction_bias = t->data;
-                p->correction_bias_dtype = t->dtype;
-            }
-        } else if (s->role == MOE_ROLE_TID2EID) {
-            if (!(st = find_checked(model, s, &t))) {
-                p->tid2eid = t->data;
-                p->tid2eid_dtype = t->dtype;
-            }
+            p->correction_bias = t->data;
+            p->correction_bias_dtype = t->dtype;
+        } else {
+            p->tid2eid = t->data;
+            p->tid2eid_dtype = t->dtype;
         }
     }
     moe_free(specs);

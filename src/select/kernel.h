@@ -39,6 +39,8 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 = 18,
     /* noaux_tc routing of whole rows (scores, groups, top-k, weights); kernels/route.h. */
     MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC = 19,
+    /* Expert MLP kernel sets for MXFP4 weights, Q8 recipe (kernels/expert.h). */
+    MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 = 20,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 

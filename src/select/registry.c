@@ -106,6 +106,10 @@ static const moe_kernel registry[] = {
      {.route_noaux_tc = ref}},
 #include "kernels/route_noaux_tc.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_mxfp4_q8.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -129,6 +133,7 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_EXPERT_BF16_BF16] = "expert_bf16_bf16",
     [MOE_KERNEL_FAMILY_EXPERT_FP8_F32] = "expert_fp8_f32",
     [MOE_KERNEL_FAMILY_EXPERT_FP8_BF16] = "expert_fp8_bf16",
+    [MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8] = "expert_mxfp4_q8",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)

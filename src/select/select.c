@@ -133,6 +133,7 @@ moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *a
 
 static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
 {
+    if (format == MOE_EXPERT_FMT_MXFP4) return MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
     if (format == MOE_EXPERT_FMT_BF16)
         return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_BF16_BF16
                                          : MOE_KERNEL_FAMILY_EXPERT_BF16_F32;
@@ -145,14 +146,44 @@ static bool is_expert_scale(moe_dtype d)
     return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F8_E8M0 || d == MOE_DTYPE_U8;
 }
 
+/* MXFP4: packed E2M1 codes (checkpoints label them U8 or I8), E8M0 scales, K multiples of the
+ * 32-block, and the Q8 recipe (F32, the default request, stands for "no preference"). */
+static moe_status check_mxfp4_problem(const moe_expert_problem *p)
+{
+    if (p->weight_dtype != MOE_DTYPE_F4_E2M1 && p->weight_dtype != MOE_DTYPE_U8 &&
+        p->weight_dtype != MOE_DTYPE_I8)
+        return moe_error(MOE_EDTYPE,
+                         "moe_select_experts: MXFP4 expert weights of dtype %s, not f4_e2m1 (or "
+                         "u8 / i8 packed codes)",
+                         moe_dtype_name(p->weight_dtype));
+    if (p->scale_dtype != MOE_DTYPE_F8_E8M0 && p->scale_dtype != MOE_DTYPE_U8)
+        return moe_error(MOE_EDTYPE,
+                         "moe_select_experts: MXFP4 scales of dtype %s, not f8_e8m0 (or u8)",
+                         moe_dtype_name(p->scale_dtype));
+    if (p->recipe == MOE_RECIPE_BF16)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "moe_select_experts: MXFP4 expert weights have no bf16 recipe (their "
+                         "recipe is q8)");
+    if (p->hidden >= 1 && p->intermediate >= 1 &&
+        (p->hidden % MOE_EXPERT_MXBLOCK != 0 || p->intermediate % MOE_EXPERT_MXBLOCK != 0))
+        return moe_error(MOE_ESHAPE,
+                         "moe_select_experts: MXFP4 hidden %lld and intermediate %lld must be "
+                         "multiples of 32 (the block along K)",
+                         (long long)p->hidden, (long long)p->intermediate);
+    return MOE_OK;
+}
+
 static moe_status check_expert_problem(const moe_expert_problem *p)
 {
-    const int mxfp4 = MOE_EXPERT_FMT_FP8_BLOCK + 1; /* moe_weight_format's next value */
-    if (p->format == mxfp4)
-        return moe_error(MOE_EUNSUPPORTED, "moe_select_experts: MXFP4 expert weights have no "
-                                           "kernel set yet");
-    if (p->format != MOE_EXPERT_FMT_BF16 && p->format != MOE_EXPERT_FMT_FP8_BLOCK)
+    if (p->format != MOE_EXPERT_FMT_BF16 && p->format != MOE_EXPERT_FMT_FP8_BLOCK &&
+        p->format != MOE_EXPERT_FMT_MXFP4)
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown weight format %d", p->format);
+    if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16 && p->recipe != MOE_RECIPE_Q8)
+        return moe_error(MOE_EINVAL, "moe_select_experts: unknown recipe %d", (int)p->recipe);
+    if (p->format != MOE_EXPERT_FMT_MXFP4 && p->recipe == MOE_RECIPE_Q8)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "moe_select_experts: the q8 recipe is for MXFP4 weights, not %s",
+                         p->format == MOE_EXPERT_FMT_BF16 ? "bf16" : "FP8 blocks");
     if (p->format == MOE_EXPERT_FMT_BF16 && p->weight_dtype != MOE_DTYPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
                          "moe_select_experts: bf16-format expert weights of dtype %s; the expert "
@@ -168,6 +199,10 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
                          "moe_select_experts: FP8 block scales of dtype %s, not f32, "
                          "bf16 or f8_e8m0",
                          moe_dtype_name(p->scale_dtype));
+    if (p->format == MOE_EXPERT_FMT_MXFP4) {
+        moe_status st = check_mxfp4_problem(p);
+        if (st) return st;
+    }
     if (p->hidden < 1 || p->intermediate < 1)
         return moe_error(MOE_EINVAL,
                          "moe_select_experts: hidden %lld and intermediate %lld must "
@@ -175,9 +210,25 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
                          (long long)p->hidden, (long long)p->intermediate);
     if (p->activation < 0 || p->activation > 2)
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown activation %d", p->activation);
-    if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16)
-        return moe_error(MOE_EINVAL, "moe_select_experts: unknown recipe %d", (int)p->recipe);
     return MOE_OK;
+}
+
+/* The recipe part of the reason: what the activations become, and what decided. (At most 126
+ * characters, so the whole reason fits moe_expert_choice.reason after the ladder's 191.) */
+#define Q8_RECIPE "recipe q8 (int8 activations per 32-block, exact int32 dot products): "
+
+static const char *recipe_reason(const moe_expert_kernels *set)
+{
+    if (set->recipe == MOE_RECIPE_BF16)
+        return "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested";
+    if (set->recipe == MOE_RECIPE_F32) return "recipe f32 (f32 activations, fp32 FMA)";
+    /* Q8, the only MXFP4 recipe: say which integer dot product runs it. */
+    switch (set->isa) {
+    case MOE_REQ_AVX512VNNI: return Q8_RECIPE "vpdpbusd, avx512_vnni allowed";
+    case MOE_REQ_AVX512: return Q8_RECIPE "vpmaddubsw zmm, avx512 allowed (no avx512_vnni)";
+    case MOE_REQ_AVX2: return Q8_RECIPE "vpmaddubsw ymm, avx2 allowed";
+    default: return Q8_RECIPE "portable C, no int8 dot product allowed; same bits";
+    }
 }
 
 moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_problem *problem,
@@ -203,10 +254,7 @@ moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_prob
                          (long long)problem->hidden, (long long)problem->intermediate);
     moe_expert_choice r = {
         .set = set, .kernel = kc.kernel, .recipe = set->recipe, .missing = kc.missing};
-    snprintf(r.reason, sizeof r.reason, "%s; recipe %s", kc.reason,
-             set->recipe == MOE_RECIPE_BF16
-                 ? "bf16 (activations rounded to bf16, vdpbf16ps), as requested"
-                 : "f32 (f32 activations, fp32 FMA)");
+    snprintf(r.reason, sizeof r.reason, "%s; %s", kc.reason, recipe_reason(set));
     *out = r;
     return MOE_OK;
 }

@@ -90,14 +90,18 @@ moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *a
 
 /* An expert MLP group's problem: what moe_select_experts looks at. */
 typedef struct moe_expert_problem {
-    int format;               /* moe_weight_format: MOE_EXPERT_FMT_BF16 or _FP8_BLOCK */
-    moe_dtype weight_dtype;   /* BF16 (format BF16), F8_E4M3 (FP8_BLOCK) */
-    moe_dtype scale_dtype;    /* FP8_BLOCK: F32, BF16, F8_E8M0 or U8; ignored otherwise */
-    int64_t hidden;           /* H ≥ 1 */
-    int64_t intermediate;     /* I ≥ 1 (shared experts: already × n_shared) */
-    int activation;           /* moe_activation: 0, 1 or 2 */
-    bool has_bias;            /* gpt-oss expert biases (every kernel set takes them) */
-    moe_expert_recipe recipe; /* requested: F32 (the default, 0) or BF16 */
+    int format;             /* moe_weight_format: MOE_EXPERT_FMT_BF16, _FP8_BLOCK or _MXFP4 */
+    moe_dtype weight_dtype; /* BF16 (format BF16), F8_E4M3 (FP8_BLOCK), F4_E2M1 (MXFP4; the
+                               U8 / I8 labels of packed codes are accepted) */
+    moe_dtype scale_dtype;  /* FP8_BLOCK: F32, BF16, F8_E8M0 or U8; MXFP4: F8_E8M0 or U8;
+                               ignored for BF16 */
+    int64_t hidden;         /* H ≥ 1 (MXFP4: a multiple of 32) */
+    int64_t intermediate;   /* I ≥ 1 (shared experts: already × n_shared; MXFP4: × 32) */
+    int activation;         /* moe_activation: 0, 1 or 2 */
+    bool has_bias;          /* gpt-oss expert biases (every kernel set takes them) */
+    /* requested: F32 (the default, 0) or BF16 for bf16 / FP8 weights. MXFP4 weights have one
+     * recipe, Q8: F32 (no preference) or Q8 select it, BF16 is refused. */
+    moe_expert_recipe recipe;
 } moe_expert_problem;
 
 /* The outcome: the kernel set (with its packing) and why. */
@@ -112,14 +116,19 @@ typedef struct moe_expert_choice {
 /*
  * The eligibility function of the expert GEMMs: a pure function of (allowed caps, problem)
  * returning the kernel set, whose pack functions define the packed layout, and the reason.
- * The recipe is the problem's (F32 unless BF16 is asked for: on the machines measured so
- * far vdpbf16ps does half the flops of fp32 FMA per cycle, and the F32 recipe gives the same
- * bits on every ISA); the ISA ladder of that (format, recipe) family then picks the set. A
- * BF16 request on a CPU without AVX512-BF16 gets the reference set, and the reason says so.
- * MOE_EINVAL for NULL arguments, shapes below 1, an unknown activation or recipe;
- * MOE_EUNSUPPORTED for a format with no kernel set (MXFP4) or bf16-format weights that are
- * not BF16 (F16, F32); MOE_EDTYPE for an FP8 weight or scale dtype the format cannot have;
- * MOE_EOVERFLOW when a tile of this shape does not fit in size_t. *out is untouched on error.
+ * bf16 and FP8 weights: the recipe is the problem's (F32 unless BF16 is asked for: on the
+ * machines measured so far vdpbf16ps does half the flops of fp32 FMA per cycle, and the F32
+ * recipe gives the same bits on every ISA). MXFP4 weights: the recipe is Q8, whatever the
+ * CPU: the int8 dot products are exact, so the VNNI (vpdpbusd), AVX-512 and AVX2
+ * (vpmaddubsw) sets and the portable reference give the same bits, and the reason names the
+ * instruction that runs it. The ISA ladder of the (format, recipe) family then picks the
+ * set; the recipe never depends on the batch. A BF16 request on a CPU without AVX512-BF16
+ * gets the reference set, and the reason says so.
+ * MOE_EINVAL for NULL arguments, shapes below 1, an unknown format, activation or recipe;
+ * MOE_EUNSUPPORTED for bf16-format weights that are not BF16 (F16, F32), a BF16 request for
+ * MXFP4 or a Q8 request for anything else; MOE_EDTYPE for a weight or scale dtype the format
+ * cannot have; MOE_ESHAPE for MXFP4 shapes that are not multiples of 32; MOE_EOVERFLOW when a
+ * tile of this shape does not fit in size_t. *out is untouched on error.
  */
 moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_problem *problem,
                               moe_expert_choice *out);

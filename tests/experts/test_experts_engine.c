@@ -132,20 +132,20 @@ static void t_down(size_t m, size_t k, const void *const *h, const void *tile, f
     }
 }
 
-static moe_expert_kernels test_set = {"test_plain_loops",
-                                      0,
-                                      MOE_RECIPE_F32,
-                                      0,
-                                      TMR,
-                                      TNR,
-                                      t_gateup_tile_bytes,
-                                      t_down_tile_bytes,
-                                      t_pack_gateup,
-                                      t_pack_down,
-                                      NULL,
-                                      NULL,
-                                      t_gateup,
-                                      t_down};
+static moe_expert_kernels test_set = {
+    .name = "test_plain_loops",
+    .format = 0,
+    .recipe = MOE_RECIPE_F32,
+    .isa = 0,
+    .mr = TMR,
+    .nr = TNR,
+    .gateup_tile_bytes = t_gateup_tile_bytes,
+    .down_tile_bytes = t_down_tile_bytes,
+    .pack_gateup = t_pack_gateup,
+    .pack_down = t_pack_down,
+    .gateup = t_gateup,
+    .down = t_down,
+};
 
 /* ---- Random MLP weights in checkpoint layout -------------------------------------------- */
 

@@ -11,6 +11,7 @@
 /* kernels/expert.h spells the weight formats and activations as ints; they are model.h's. */
 _Static_assert(MOE_EXPERT_FMT_BF16 == (int)MOE_WFMT_BF16, "format values");
 _Static_assert(MOE_EXPERT_FMT_FP8_BLOCK == (int)MOE_WFMT_FP8_BLOCK, "format values");
+_Static_assert(MOE_EXPERT_FMT_MXFP4 == (int)MOE_WFMT_MXFP4, "format values");
 _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_GPTOSS_GLU == 2,
                "activation kinds");
 
@@ -60,6 +61,82 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
     return fp8 ? "moe_expert_fp8_f32_8x16__ref" : "moe_expert_bf16_f32_8x16__ref";
 }
 
+/* MXFP4: gpt-oss-20b's expert shape, E8M0 scales, the codes as F4_E2M1. */
+static moe_expert_problem mxfp4_problem(moe_expert_recipe recipe)
+{
+    moe_expert_problem p = {
+        .format = MOE_EXPERT_FMT_MXFP4,
+        .weight_dtype = MOE_DTYPE_F4_E2M1,
+        .scale_dtype = MOE_DTYPE_F8_E8M0,
+        .hidden = 2880,
+        .intermediate = 2880,
+        .activation = 2,
+        .has_bias = true,
+        .recipe = recipe,
+    };
+    return p;
+}
+
+/* The MXFP4 set this build must choose, and the instruction the reason must name. */
+static const char *expected_mxfp4(const moe_cpu_caps *c, const char **insn)
+{
+    const bool avx2 = c->avx2, avx512 = avx2 && c->avx512, vnni = avx512 && c->avx512_vnni;
+    (void)avx2, (void)avx512, (void)vnni;
+#ifdef MOE_COMPILED_AVX512VNNI
+    *insn = "vpdpbusd, avx512_vnni allowed";
+    if (vnni) return "moe_expert_mxfp4_q8_32x16__avx512vnni";
+#endif
+#ifdef MOE_COMPILED_AVX512
+    *insn = "vpmaddubsw zmm, avx512 allowed";
+    if (avx512) return "moe_expert_mxfp4_q8_32x16__avx512";
+#endif
+#ifdef MOE_COMPILED_AVX2
+    *insn = "vpmaddubsw ymm, avx2 allowed";
+    if (avx2) return "moe_expert_mxfp4_q8_16x16__avx2";
+#endif
+    *insn = "portable C, no int8 dot product allowed";
+    return "moe_expert_mxfp4_q8_8x16__ref";
+}
+
+/* MXFP4 runs the Q8 recipe on every machine; the ISA ladder picks the set, the reason names
+ * the recipe and its instruction; activation, bias, the code and scale labels and an F32
+ * (default) or Q8 request change nothing. */
+static void test_mxfp4_ladder(const moe_cpu_caps *caps, size_t ncaps)
+{
+    for (size_t c = 0; c < ncaps; c++) {
+        moe_cpu_caps norm = moe_cpu_caps_normalize(caps[c]);
+        const char *insn = NULL;
+        const char *want = expected_mxfp4(&norm, &insn);
+        moe_expert_problem p = mxfp4_problem(MOE_RECIPE_Q8);
+        moe_expert_choice ch;
+        CHECK_STATUS(moe_select_experts(&caps[c], &p, &ch), MOE_OK);
+        CHECKF(!strcmp(ch.set->name, want), "caps %zu mxfp4: %s, want %s", c, ch.set->name, want);
+        CHECK(ch.kernel && ch.kernel->fn.expert_set == ch.set);
+        CHECK(ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8);
+        CHECK(ch.recipe == MOE_RECIPE_Q8 && ch.set->recipe == MOE_RECIPE_Q8);
+        CHECK(ch.set->format == MOE_EXPERT_FMT_MXFP4);
+        CHECK(ch.set->act_row_bytes && ch.set->prepare_act);
+        CHECKF(!strncmp(ch.reason, want, strlen(want)), "reason '%s'", ch.reason);
+        CHECKF(strstr(ch.reason, "; recipe q8 (int8 activations per 32-block") != NULL,
+               "reason '%s'", ch.reason);
+        CHECKF(strstr(ch.reason, insn) != NULL, "reason '%s' lacks '%s'", ch.reason, insn);
+        const moe_dtype codes[] = {MOE_DTYPE_F4_E2M1, MOE_DTYPE_U8, MOE_DTYPE_I8};
+        for (int v = 0; v < 6; v++) {
+            moe_expert_problem q = p;
+            q.recipe = v % 2 ? MOE_RECIPE_F32 : MOE_RECIPE_Q8;
+            q.activation = v % 3;
+            q.has_bias = v == 2;
+            q.weight_dtype = codes[v % 3];
+            q.scale_dtype = v >= 3 ? MOE_DTYPE_U8 : MOE_DTYPE_F8_E8M0;
+            q.hidden = v >= 4 ? 4096 : 2880;
+            q.intermediate = v >= 4 ? 2048 : 32;
+            moe_expert_choice ch2;
+            CHECK_STATUS(moe_select_experts(&caps[c], &q, &ch2), MOE_OK);
+            CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
+        }
+    }
+}
+
 static void test_ladder(void)
 {
     const moe_cpu_caps caps[] = {
@@ -105,6 +182,7 @@ static void test_ladder(void)
                     CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
                 }
             }
+    test_mxfp4_ladder(caps, sizeof caps / sizeof caps[0]);
 }
 
 /* The reasons' wording for the decisive feature, where this build has the better set. */
@@ -166,8 +244,6 @@ static void test_errors(void)
     CHECK(strstr(moe_last_error(), "out") != NULL);
 
     moe_expert_problem p = good;
-    p.format = MOE_WFMT_MXFP4;
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "MXFP4");
     p.format = 9;
     expect_error(&caps, &p, MOE_EINVAL, "format 9");
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
@@ -196,6 +272,32 @@ static void test_errors(void)
     p = good;
     p.hidden = (int64_t)1 << 41;
     expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
+
+    /* MXFP4: codes, scales, the 32-block, and the recipe. */
+    p = mxfp4_problem(MOE_RECIPE_Q8);
+    p.weight_dtype = MOE_DTYPE_BF16;
+    expect_error(&caps, &p, MOE_EDTYPE, "MXFP4 expert weights of dtype bf16");
+    p = mxfp4_problem(MOE_RECIPE_Q8);
+    p.scale_dtype = MOE_DTYPE_F32;
+    expect_error(&caps, &p, MOE_EDTYPE, "MXFP4 scales of dtype f32");
+    p = mxfp4_problem(MOE_RECIPE_BF16);
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "no bf16 recipe");
+    p = mxfp4_problem(MOE_RECIPE_Q8);
+    p.hidden = 2880 + 16;
+    expect_error(&caps, &p, MOE_ESHAPE, "hidden 2896 and intermediate 2880 must be multiples of 32");
+    p = mxfp4_problem(MOE_RECIPE_Q8);
+    p.intermediate = 100;
+    expect_error(&caps, &p, MOE_ESHAPE, "intermediate 100");
+    p.intermediate = 0;
+    expect_error(&caps, &p, MOE_EINVAL, "intermediate 0");
+    p = mxfp4_problem(MOE_RECIPE_Q8);
+    p.hidden = (int64_t)1 << 41;
+    expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
+    p = good;
+    p.recipe = MOE_RECIPE_Q8;
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "the q8 recipe is for MXFP4 weights, not FP8");
+    p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_Q8);
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "not bf16");
 
     /* Every accepted scale dtype, U8 (E8M0 bytes some writers label U8) included. */
     const moe_dtype scales[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F8_E8M0, MOE_DTYPE_U8};

@@ -40,7 +40,8 @@ static bool is_route(moe_kernel_family f)
 static bool is_expert(moe_kernel_family f)
 {
     return f == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 || f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 ||
-           f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
+           f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
+           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
 }
 
 static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
@@ -50,7 +51,7 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
         f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
     const bool bf16 =
         f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
-    const moe_expert_problem p = {
+    moe_expert_problem p = {
         .format = fp8 ? MOE_EXPERT_FMT_FP8_BLOCK : MOE_EXPERT_FMT_BF16,
         .weight_dtype = fp8 ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_BF16,
         .scale_dtype = MOE_DTYPE_F32,
@@ -58,6 +59,12 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
         .intermediate = 2048,
         .recipe = bf16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32,
     };
+    if (f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) {
+        p.format = MOE_EXPERT_FMT_MXFP4;
+        p.weight_dtype = MOE_DTYPE_F4_E2M1;
+        p.scale_dtype = MOE_DTYPE_F8_E8M0;
+        p.recipe = MOE_RECIPE_Q8;
+    }
     moe_expert_choice ec;
     moe_status st = moe_select_experts(caps, &p, &ec);
     if (st) return st;
@@ -149,7 +156,8 @@ static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
     case MOE_KERNEL_FAMILY_EXPERT_BF16_F32:
     case MOE_KERNEL_FAMILY_EXPERT_BF16_BF16:
     case MOE_KERNEL_FAMILY_EXPERT_FP8_F32:
-    case MOE_KERNEL_FAMILY_EXPERT_FP8_BF16: return a.expert_set == b.expert_set;
+    case MOE_KERNEL_FAMILY_EXPERT_FP8_BF16:
+    case MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8: return a.expert_set == b.expert_set;
     case MOE_KERNEL_FAMILY_GATE_XF32_WF32:
     case MOE_KERNEL_FAMILY_GATE_XF32_WBF16:
     case MOE_KERNEL_FAMILY_GATE_XF32_WF16:

@@ -1,0 +1,431 @@
+/* expert_mxfp4_q8_body.h — internal: the AVX-512 MXFP4 Q8 micro-kernels, shared by the avx512
+ * (vpmaddubsw) and avx512vnni (vpdpbusd) kernel sets. */
+#ifndef MOE_KERNELS_AVX512_EXPERT_MXFP4_Q8_BODY_H
+#define MOE_KERNELS_AVX512_EXPERT_MXFP4_Q8_BODY_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/avx512/math_avx512.h"
+#include "kernels/ref/expert_mxfp4_layout.h"
+
+/*
+ * Included by exactly one file per set, after defining MOE_MX_VNNI (1: vpdpbusd; 0:
+ * vpmaddubsw + vpmaddwd); everything here is static.
+ *
+ * Decode: a 64-byte chunk of a tile unit holds, per dword lane n, row n's codes of quad c in
+ * the low nibbles and of quad c + 4 in the high nibbles (kernels/ref/expert_mxfp4_layout.h).
+ * AND 0x0F, and shift-right-4 + AND, give the two index vectors; vpshufb through the 16-byte
+ * table of w2 + 12 (broadcast to the four 128-bit lanes) turns each into the unsigned
+ * operand of one vpdpbusd: 128 weights in 5 uops, nothing widened in memory.
+ *
+ * Dot: per block and token the integer sum starts at the row's correction (-12·Σq, stored by
+ * prepare_act) and takes, per chunk, the two quads against 4 broadcast activation bytes
+ * each: 8 vpdpbusd per 16 rows and block (non-VNNI: per chunk 2 vpmaddubsw summed in 16 bits
+ * (≤ 2·2·24·127 = 12192) and one vpmaddwd: 5 uops). The sum is the reference's exactly.
+ * Then, as the reference: S = wsh · xs (vmulps), acc = fma(cvt(isum), S, acc) in block order,
+ * with wsh = 2^(e - 128) from vscalefps (exact, subnormal for e < 2).
+ *
+ * Paths: up to DIRECT tokens keep everything in registers and decode each chunk in
+ * registers (decode is then 2 uops per token and 8-row... amortised over at most 4 tokens;
+ * it is memory that bounds m = 1..4). More tokens (prefill, up to MR = 32): each block of
+ * the tile is decoded once into a 1 KB stack buffer, the tokens run over it in groups of
+ * GROUP, their fp32 totals on the stack (touched once per block). Same operations per
+ * element in both paths, so same bits for every m.
+ *
+ * Prefetch: 8 KB ahead into L2, every 64 bytes consumed, into the next tile too; decode
+ * streams each tile once from memory.
+ */
+
+#define MX_NR MOE_MX_NR
+#define MX_BLK MOE_MX_BLOCK
+#define MX_MR 32
+#define MX_DIRECT 4
+#if MOE_MX_VNNI
+#define MX_GROUP 10
+#else
+#define MX_GROUP 8
+#endif
+#define MX_PF 8192
+#define MX_INLINE static inline __attribute__((always_inline))
+#define MX_UNROLL _Pragma("GCC unroll 16")
+
+MX_INLINE void mx_prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+
+MX_INLINE __m512i mx_lut(void)
+{
+    return _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
+
+/* The two quads (c, c + 4) of one chunk as unsigned operands. */
+MX_INLINE void mx_decode(const unsigned char *chunk, __m512i lut, __m512i *lo, __m512i *hi)
+{
+    const __m512i c = _mm512_loadu_si512(chunk), m = _mm512_set1_epi8(0x0F);
+    *lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(c, m));
+    *hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(c, 4), m));
+}
+
+/* acc + Σ over the two quads of w·x, per dword lane, exactly. */
+MX_INLINE __m512i mx_dot(__m512i acc, __m512i wlo, __m512i xlo, __m512i whi, __m512i xhi)
+{
+#if MOE_MX_VNNI
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, wlo, xlo), whi, xhi);
+#else
+    const __m512i t =
+        _mm512_add_epi16(_mm512_maddubs_epi16(wlo, xlo), _mm512_maddubs_epi16(whi, xhi));
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(t, _mm512_set1_epi16(1)));
+#endif
+}
+
+/* 2^(e - 128) for the 16 scale bytes at p, exactly. */
+MX_INLINE __m512 mx_half_scales(const unsigned char *p)
+{
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m512 ex = _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128)));
+    return _mm512_scalef_ps(_mm512_set1_ps(1.0f), ex);
+}
+
+MX_INLINE __m512i mx_bcast(const unsigned char *p)
+{
+    int v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+MX_INLINE float mx_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The epilogue: moe_xr_act (kernels/ref/expert_ref.h) on 16 lanes. */
+MX_INLINE __m512 mx_act(const moe_act_params *a, __m512 g, __m512 u)
+{
+    if (a->kind != 0) {
+        const __m512 lim = _mm512_set1_ps(a->limit), nlim = _mm512_set1_ps(-a->limit);
+        g = _mm512_min_ps(lim, g);
+        u = _mm512_min_ps(lim, u);
+        u = _mm512_max_ps(nlim, u);
+    }
+    if (a->kind == 2) {
+        __m512 s = moe_sigmoid_avx512(_mm512_mul_ps(_mm512_set1_ps(a->alpha), g));
+        return _mm512_mul_ps(_mm512_mul_ps(g, s), _mm512_add_ps(u, _mm512_set1_ps(1.0f)));
+    }
+    return _mm512_mul_ps(_mm512_mul_ps(g, moe_sigmoid_avx512(g)), u);
+}
+
+MX_INLINE __mmask16 mx_rows(size_t n_valid) { return (__mmask16)((1u << n_valid) - 1u); }
+
+/* A prepared row's parts (kernels/expert.h). */
+typedef struct mx_row {
+    const unsigned char *q, *xs, *corr;
+} mx_row;
+
+MX_INLINE mx_row mx_row_of(const void *p, size_t k)
+{
+    const unsigned char *r = p;
+    mx_row row = {r, r + moe_q8_scales_offset(k), r + moe_q8_corr_offset(k)};
+    return row;
+}
+
+/* acc = fma(cvt(isum), wsh · xs_b, acc). */
+MX_INLINE __m512 mx_scale_add(__m512i isum, __m512 wsh, const mx_row *r, size_t b, __m512 acc)
+{
+    const __m512 s = _mm512_mul_ps(wsh, _mm512_set1_ps(mx_f32(r->xs + 4 * b)));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
+}
+
+/* ---- Direct path: M ≤ MX_DIRECT tokens in registers ------------------------------------ */
+
+MX_INLINE void mx_gateup_direct(const size_t M, size_t k, const void *const *xv,
+                                const unsigned char *tile, const moe_act_params *act, float *h,
+                                size_t hs, size_t n_valid)
+{
+    mx_row r[MX_DIRECT];
+    __m512 ag[MX_DIRECT], au[MX_DIRECT];
+    MX_UNROLL
+    for (size_t t = 0; t < M; t++) {
+        r[t] = mx_row_of(xv[t], k);
+        ag[t] = au[t] = _mm512_setzero_ps();
+    }
+    const __m512i lut = mx_lut();
+    const size_t nb = k / MX_BLK;
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(2, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(2, s);
+        const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
+        mx_prefetch(line + MX_PF);
+        for (size_t i = 0; i < len; i++, b++) {
+            const unsigned char *ug = base + i * 2 * MOE_MX_UNIT, *uu = ug + MOE_MX_UNIT;
+            __m512i ig[MX_DIRECT], iu[MX_DIRECT];
+            MX_UNROLL
+            for (size_t t = 0; t < M; t++)
+                ig[t] = iu[t] = mx_bcast(r[t].corr + 4 * b);
+            MX_UNROLL
+            for (size_t c = 0; c < 4; c++) {
+                mx_prefetch(ug + 64 * c + MX_PF);
+                mx_prefetch(uu + 64 * c + MX_PF);
+                __m512i gl, gh, ul, uh;
+                mx_decode(ug + 64 * c, lut, &gl, &gh);
+                mx_decode(uu + 64 * c, lut, &ul, &uh);
+                MX_UNROLL
+                for (size_t t = 0; t < M; t++) {
+                    const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
+                    const __m512i xl = mx_bcast(q), xh = mx_bcast(q + 16);
+                    ig[t] = mx_dot(ig[t], gl, xl, gh, xh);
+                    iu[t] = mx_dot(iu[t], ul, xl, uh, xh);
+                }
+            }
+            const __m512 wg = mx_half_scales(line + 32 * i), wu = mx_half_scales(line + 32 * i + 16);
+            MX_UNROLL
+            for (size_t t = 0; t < M; t++) {
+                ag[t] = mx_scale_add(ig[t], wg, &r[t], b, ag[t]);
+                au[t] = mx_scale_add(iu[t], wu, &r[t], b, au[t]);
+            }
+        }
+    }
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = mx_rows(n_valid);
+    MX_UNROLL
+    for (size_t t = 0; t < M; t++) {
+        const __m512 v = mx_act(act, _mm512_add_ps(ag[t], bg), _mm512_add_ps(au[t], bu));
+        _mm512_mask_storeu_ps(h + t * hs, mask, v);
+    }
+}
+
+MX_INLINE void mx_down_direct(const size_t M, size_t k, const void *const *hv,
+                              const unsigned char *tile, float *y, size_t ys, size_t n_valid)
+{
+    mx_row r[MX_DIRECT];
+    __m512 acc[MX_DIRECT];
+    MX_UNROLL
+    for (size_t t = 0; t < M; t++) {
+        r[t] = mx_row_of(hv[t], k);
+        acc[t] = _mm512_setzero_ps();
+    }
+    const __m512i lut = mx_lut();
+    const size_t nb = k / MX_BLK;
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(1, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(1, s);
+        const unsigned char *line = base + len * MOE_MX_UNIT;
+        mx_prefetch(line + MX_PF);
+        for (size_t i = 0; i < len; i++, b++) {
+            const unsigned char *u = base + i * MOE_MX_UNIT;
+            __m512i is[MX_DIRECT];
+            MX_UNROLL
+            for (size_t t = 0; t < M; t++)
+                is[t] = mx_bcast(r[t].corr + 4 * b);
+            MX_UNROLL
+            for (size_t c = 0; c < 4; c++) {
+                mx_prefetch(u + 64 * c + MX_PF);
+                __m512i wl, wh;
+                mx_decode(u + 64 * c, lut, &wl, &wh);
+                MX_UNROLL
+                for (size_t t = 0; t < M; t++) {
+                    const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
+                    is[t] = mx_dot(is[t], wl, mx_bcast(q), wh, mx_bcast(q + 16));
+                }
+            }
+            const __m512 w = mx_half_scales(line + 16 * i);
+            MX_UNROLL
+            for (size_t t = 0; t < M; t++)
+                acc[t] = mx_scale_add(is[t], w, &r[t], b, acc[t]);
+        }
+    }
+    const __m512 bias = _mm512_loadu_ps(tile);
+    const __mmask16 mask = mx_rows(n_valid);
+    MX_UNROLL
+    for (size_t t = 0; t < M; t++)
+        _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(acc[t], bias));
+}
+
+/* ---- Buffered path: each block decoded once, tokens in groups over it ------------------- */
+
+/* The decoded block: for chunk c, [4c] gate quads c, [4c+1] gate quads c + 4, [4c+2] and
+ * [4c+3] the same for up (down: [2c], [2c+1]). */
+MX_INLINE void mx_decode_unit(const unsigned char *u, __m512i lut, __m512i *buf, size_t stride)
+{
+    MX_UNROLL
+    for (size_t c = 0; c < 4; c++) {
+        mx_prefetch(u + 64 * c + MX_PF);
+        mx_decode(u + 64 * c, lut, &buf[stride * c], &buf[stride * c + 1]);
+    }
+}
+
+/* One group of G tokens over a decoded gate/up block b, into the totals tot[2t], tot[2t+1]. */
+MX_INLINE void mx_gateup_group(const size_t G, const __m512i *buf, const mx_row *r, size_t b,
+                               __m512 wg, __m512 wu, float (*tot)[MX_NR])
+{
+    __m512i ig[MX_GROUP], iu[MX_GROUP];
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++)
+        ig[t] = iu[t] = mx_bcast(r[t].corr + 4 * b);
+    MX_UNROLL
+    for (size_t c = 0; c < 4; c++) {
+        const __m512i gl = buf[4 * c], gh = buf[4 * c + 1], ul = buf[4 * c + 2],
+                      uh = buf[4 * c + 3];
+        MX_UNROLL
+        for (size_t t = 0; t < G; t++) {
+            const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
+            const __m512i xl = mx_bcast(q), xh = mx_bcast(q + 16);
+            ig[t] = mx_dot(ig[t], gl, xl, gh, xh);
+            iu[t] = mx_dot(iu[t], ul, xl, uh, xh);
+        }
+    }
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++) {
+        _mm512_store_ps(tot[2 * t], mx_scale_add(ig[t], wg, &r[t], b, _mm512_load_ps(tot[2 * t])));
+        _mm512_store_ps(tot[2 * t + 1],
+                        mx_scale_add(iu[t], wu, &r[t], b, _mm512_load_ps(tot[2 * t + 1])));
+    }
+}
+
+MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_row *r, size_t b,
+                             __m512 w, float (*tot)[MX_NR])
+{
+    __m512i is[MX_GROUP];
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++)
+        is[t] = mx_bcast(r[t].corr + 4 * b);
+    MX_UNROLL
+    for (size_t c = 0; c < 4; c++) {
+        const __m512i wl = buf[2 * c], wh = buf[2 * c + 1];
+        MX_UNROLL
+        for (size_t t = 0; t < G; t++) {
+            const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
+            is[t] = mx_dot(is[t], wl, mx_bcast(q), wh, mx_bcast(q + 16));
+        }
+    }
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++)
+        _mm512_store_ps(tot[t], mx_scale_add(is[t], w, &r[t], b, _mm512_load_ps(tot[t])));
+}
+
+/* One instantiation per group size, so every loop over a group's tokens unrolls. */
+#if MX_GROUP > 8
+#define MX_GROUP_MORE(body, ...)                                                                   \
+    case 8: body(8, __VA_ARGS__); break;                                                           \
+    case 9: body(9, __VA_ARGS__); break;
+#else
+#define MX_GROUP_MORE(body, ...)
+#endif
+#define MX_GROUP_DISPATCH(body, g, ...)                                                            \
+    do {                                                                                           \
+        switch (g) {                                                                               \
+        case 1: body(1, __VA_ARGS__); break;                                                       \
+        case 2: body(2, __VA_ARGS__); break;                                                       \
+        case 3: body(3, __VA_ARGS__); break;                                                       \
+        case 4: body(4, __VA_ARGS__); break;                                                       \
+        case 5: body(5, __VA_ARGS__); break;                                                       \
+        case 6: body(6, __VA_ARGS__); break;                                                       \
+        case 7: body(7, __VA_ARGS__); break;                                                       \
+            MX_GROUP_MORE(body, __VA_ARGS__)                                                       \
+        default: body(MX_GROUP, __VA_ARGS__); break;                                               \
+        }                                                                                          \
+    } while (0)
+
+static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
+                               const unsigned char *tile, const moe_act_params *act, float *h,
+                               size_t hs, size_t n_valid)
+{
+    __m512i buf[16] __attribute__((aligned(64)));
+    float tot[2 * MX_MR][MX_NR] __attribute__((aligned(64)));
+    mx_row r[MX_MR];
+    for (size_t t = 0; t < m; t++) {
+        r[t] = mx_row_of(xv[t], k);
+        _mm512_store_ps(tot[2 * t], _mm512_setzero_ps());
+        _mm512_store_ps(tot[2 * t + 1], _mm512_setzero_ps());
+    }
+    const __m512i lut = mx_lut();
+    const size_t nb = k / MX_BLK;
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(2, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(2, s);
+        const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
+        mx_prefetch(line + MX_PF);
+        for (size_t i = 0; i < len; i++, b++) {
+            const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
+            mx_decode_unit(ug, lut, buf, 4);
+            mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
+            const __m512 wg = mx_half_scales(line + 32 * i), wu = mx_half_scales(line + 32 * i + 16);
+            for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
+                const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
+                MX_GROUP_DISPATCH(mx_gateup_group, g, buf, r + t0, b, wg, wu, tot + 2 * t0);
+            }
+        }
+    }
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = mx_rows(n_valid);
+    for (size_t t = 0; t < m; t++) {
+        const __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * t]), bg);
+        const __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * t + 1]), bu);
+        _mm512_mask_storeu_ps(h + t * hs, mask, mx_act(act, g, u));
+    }
+}
+
+static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
+                             float *y, size_t ys, size_t n_valid)
+{
+    __m512i buf[8] __attribute__((aligned(64)));
+    float tot[MX_MR][MX_NR] __attribute__((aligned(64)));
+    mx_row r[MX_MR];
+    for (size_t t = 0; t < m; t++) {
+        r[t] = mx_row_of(hv[t], k);
+        _mm512_store_ps(tot[t], _mm512_setzero_ps());
+    }
+    const __m512i lut = mx_lut();
+    const size_t nb = k / MX_BLK;
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(1, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(1, s);
+        const unsigned char *line = base + len * MOE_MX_UNIT;
+        mx_prefetch(line + MX_PF);
+        for (size_t i = 0; i < len; i++, b++) {
+            mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
+            const __m512 w = mx_half_scales(line + 16 * i);
+            for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
+                const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
+                MX_GROUP_DISPATCH(mx_down_group, g, buf, r + t0, b, w, tot + t0);
+            }
+        }
+    }
+    const __m512 bias = _mm512_loadu_ps(tile);
+    const __mmask16 mask = mx_rows(n_valid);
+    for (size_t t = 0; t < m; t++)
+        _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
+}
+
+/* ---- Entry points ------------------------------------------------------------------------ */
+
+#define MX_DIRECT_DISPATCH(body, m, ...)                                                           \
+    do {                                                                                           \
+        switch (m) {                                                                               \
+        case 1: body(1, __VA_ARGS__); break;                                                       \
+        case 2: body(2, __VA_ARGS__); break;                                                       \
+        case 3: body(3, __VA_ARGS__); break;                                                       \
+        default: body(MX_DIRECT, __VA_ARGS__); break;                                              \
+        }                                                                                          \
+    } while (0)
+
+static void mx_gateup(size_t m, size_t k, const void *const *x, const void *tile,
+                      const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    if (m > MX_DIRECT)
+        mx_gateup_buffered(m, k, x, tile, act, h, h_stride, n_valid);
+    else
+        MX_DIRECT_DISPATCH(mx_gateup_direct, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void mx_down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                    size_t y_stride, size_t n_valid)
+{
+    if (m > MX_DIRECT)
+        mx_down_buffered(m, k, h, tile, y, y_stride, n_valid);
+    else
+        MX_DIRECT_DISPATCH(mx_down_direct, m, k, h, tile, y, y_stride, n_valid);
+}
+
+#endif

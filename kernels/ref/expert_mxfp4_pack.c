@@ -1,0 +1,411 @@
+/* expert_mxfp4_pack.c — MXFP4 expert tiles: sizes, packing with validation, unpacking; Q8 rows. */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dtype/dtype.h"
+#include "kernels/ref/expert_mxfp4_layout.h"
+
+/*
+ * Portable C shared by every MXFP4 kernel set: the layout belongs to the format, not to the
+ * ISA (kernels/ref/expert_mxfp4_layout.h). Packing checks everything first and writes after,
+ * so a rejected source leaves dst untouched; messages name the projection ("gate", "up",
+ * "down"), and the engine prepends the tensor. The codes move a byte at a time (two nibbles),
+ * so packing costs about a nanosecond per byte rather than per weight.
+ */
+
+#define NR MOE_MX_NR
+#define BLK MOE_MX_BLOCK
+
+static const char *const proj_names[2][2] = {{"down", "down"}, {"gate", "up"}};
+
+/* ---- Sizes --------------------------------------------------------------------------- */
+
+static size_t tile_bytes(int64_t k, int np)
+{
+    if (k < 1 || k > MOE_MX_MAX_K || k % BLK != 0) return 0;
+    const size_t nb = (size_t)(k / BLK), S = moe_mx_step_blocks(np);
+    const size_t full = nb / S, rest = nb % S;
+    size_t bytes = moe_mx_bias_bytes(np) + full * MOE_MX_STEP_BYTES;
+    if (rest) bytes += rest * (size_t)np * MOE_MX_UNIT + MOE_MX_LINE;
+    return bytes;
+}
+
+size_t moe_mx_gateup_bytes(int64_t k) { return tile_bytes(k, 2); }
+size_t moe_mx_down_bytes(int64_t k) { return tile_bytes(k, 1); }
+
+/* ---- Reading the sources ------------------------------------------------------------- */
+
+static bool is_code_dtype(moe_dtype d)
+{
+    return d == MOE_DTYPE_F4_E2M1 || d == MOE_DTYPE_U8 || d == MOE_DTYPE_I8;
+}
+
+static bool is_scale_dtype(moe_dtype d) { return d == MOE_DTYPE_F8_E8M0 || d == MOE_DTYPE_U8; }
+
+static bool is_bias_dtype(moe_dtype d)
+{
+    return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F16;
+}
+
+static size_t dtype_bytes(moe_dtype d) { return moe_dtype_bits(d) / 8; }
+
+/* Row r's packed bytes; offsets were checked to fit in int64 by check_span. */
+static const unsigned char *row_bytes(const moe_weight_src *s, int64_t r)
+{
+    return (const unsigned char *)s->data + r * s->row_stride;
+}
+
+static const unsigned char *row_scales(const moe_weight_src *s, int64_t r)
+{
+    return (const unsigned char *)s->scale + r * s->scale_stride;
+}
+
+static float load_float(const unsigned char *p, moe_dtype d)
+{
+    if (d == MOE_DTYPE_F32) {
+        float f;
+        memcpy(&f, p, sizeof f);
+        return f;
+    }
+    uint16_t c;
+    memcpy(&c, p, sizeof c);
+    return d == MOE_DTYPE_BF16 ? moe_bf16_to_f32(c) : moe_f16_to_f32(c);
+}
+
+static void store_float(unsigned char *p, moe_dtype d, float v)
+{
+    if (d == MOE_DTYPE_F32) {
+        memcpy(p, &v, sizeof v);
+        return;
+    }
+    uint16_t c = d == MOE_DTYPE_BF16 ? moe_f32_to_bf16(v) : moe_f32_to_f16(v);
+    memcpy(p, &c, sizeof c);
+}
+
+static float bias_at(const moe_weight_src *s, int64_t r)
+{
+    if (!s->bias || r >= s->rows) return 0.0f;
+    const size_t es = dtype_bytes(s->bias_dtype);
+    return load_float((const unsigned char *)s->bias + r * s->bias_stride * (int64_t)es,
+                      s->bias_dtype);
+}
+
+/* ---- Validation ---------------------------------------------------------------------- */
+
+static int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
+
+/* |offset| of the farthest byte, (rows - 1)·|stride|·es + (span - 1), must fit in int64. */
+static moe_status check_span(int64_t rows, int64_t stride, int64_t span, size_t es,
+                             const char *what, const char *part)
+{
+    int64_t a, b;
+    if (stride == INT64_MIN || __builtin_mul_overflow(abs64(stride), rows - 1, &a) ||
+        __builtin_mul_overflow(a, (int64_t)es, &b) || __builtin_add_overflow(b, span, &a))
+        return moe_error(MOE_EOVERFLOW, "%s: the %s stride %lld over %lld rows overflows 64 bits",
+                         what, part, (long long)stride, (long long)rows);
+    return MOE_OK;
+}
+
+static moe_status check_bias(const moe_weight_src *s, const char *what)
+{
+    if (!s->bias) return MOE_OK;
+    if (!is_bias_dtype(s->bias_dtype))
+        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
+                         moe_dtype_name(s->bias_dtype));
+    return check_span(s->rows, s->bias_stride, 1, dtype_bytes(s->bias_dtype), what, "bias");
+}
+
+static moe_status check_src(const moe_weight_src *s, const char *what)
+{
+    if (!s) return moe_error(MOE_EINVAL, "%s: the weight source is NULL", what);
+    if (!s->data) return moe_error(MOE_EINVAL, "%s: the weight data is NULL", what);
+    if (s->rows < 1 || s->cols < 1)
+        return moe_error(MOE_ESHAPE, "%s: shape [%lld, %lld] has no elements", what,
+                         (long long)s->rows, (long long)s->cols);
+    if (s->cols > MOE_MX_MAX_K)
+        return moe_error(MOE_EOVERFLOW, "%s: %lld columns exceed the kernels' limit of 2^40", what,
+                         (long long)s->cols);
+    if (s->cols % BLK != 0)
+        return moe_error(MOE_ESHAPE, "%s: %lld columns are not a multiple of the MXFP4 block (32)",
+                         what, (long long)s->cols);
+    if (!is_code_dtype(s->dtype))
+        return moe_error(MOE_EDTYPE,
+                         "%s: weight dtype %s; the MXFP4 expert kernels read packed E2M1 codes "
+                         "(f4_e2m1, u8 or i8)",
+                         what, moe_dtype_name(s->dtype));
+    if (s->col_stride != 1)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "%s: col_stride %lld; packed MXFP4 rows must be contiguous (1)", what,
+                         (long long)s->col_stride);
+    if (!s->scale) return moe_error(MOE_EINVAL, "%s: the MXFP4 scales are NULL", what);
+    if (!is_scale_dtype(s->scale_dtype))
+        return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f8_e8m0 (or u8)", what,
+                         moe_dtype_name(s->scale_dtype));
+    if (s->block_rows != 1 || s->block_cols != BLK)
+        return moe_error(MOE_EUNSUPPORTED, "%s: scale block [%d, %d]; MXFP4 scales are [1, 32]",
+                         what, s->block_rows, s->block_cols);
+    moe_status st = check_span(s->rows, s->row_stride, s->cols / 2, 1, what, "weight row");
+    if (!st) st = check_span(s->rows, s->scale_stride, s->cols / BLK, 1, what, "scale row");
+    if (!st) st = check_bias(s, what);
+    return st;
+}
+
+/* No scale is 0xFF: E8M0's NaN, which the kernels' exact power of two cannot carry. */
+static moe_status check_scales(const moe_weight_src *s, const char *what)
+{
+    const int64_t nb = s->cols / BLK;
+    for (int64_t r = 0; r < s->rows; r++) {
+        const unsigned char *sc = row_scales(s, r);
+        for (int64_t b = 0; b < nb; b++)
+            if (sc[b] == 0xFF)
+                return moe_error(MOE_EVALUE,
+                                 "%s: E8M0 scale 0xFF (NaN) at row %lld, block %lld (columns "
+                                 "%lld..%lld)",
+                                 what, (long long)r, (long long)b, (long long)(b * BLK),
+                                 (long long)(b * BLK + BLK - 1));
+    }
+    return MOE_OK;
+}
+
+static moe_status check_all(const moe_weight_src *const *src, int np)
+{
+    for (int p = 0; p < np; p++) {
+        moe_status st = check_src(src[p], proj_names[np - 1][p]);
+        if (st) return st;
+    }
+    if (np == 2 && (src[0]->rows != src[1]->rows || src[0]->cols != src[1]->cols))
+        return moe_error(MOE_ESHAPE, "gate [%lld, %lld] and up [%lld, %lld] differ in shape",
+                         (long long)src[0]->rows, (long long)src[0]->cols, (long long)src[1]->rows,
+                         (long long)src[1]->cols);
+    for (int p = 0; p < np; p++) {
+        moe_status st = check_scales(src[p], proj_names[np - 1][p]);
+        if (st) return st;
+    }
+    return MOE_OK;
+}
+
+/* ---- Packing ------------------------------------------------------------------------- */
+
+/* The 16 source bytes of row n's block b (zeros past the edge: codes +0). */
+static void block_bytes(const moe_weight_src *s, int64_t r, int64_t b, unsigned char out[16])
+{
+    if (r >= s->rows) {
+        memset(out, 0, 16);
+        return;
+    }
+    memcpy(out, row_bytes(s, r) + b * (BLK / 2), 16);
+}
+
+/* One unit: 16 rows of block b, the checkpoint's adjacent nibble pairs regrouped into quads
+ * (kernels/ref/expert_mxfp4_layout.h). */
+static void pack_unit(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *unit)
+{
+    for (int n = 0; n < NR; n++) {
+        unsigned char src[16], code[BLK];
+        block_bytes(s, r0 + n, b, src);
+        for (int i = 0; i < 16; i++) {
+            code[2 * i] = src[i] & 0x0F;
+            code[2 * i + 1] = src[i] >> 4;
+        }
+        for (size_t k = 0; k < 16; k++)
+            unit[moe_mx_code_byte((size_t)n, k)] = (unsigned char)(code[k] | code[k + 16] << 4);
+    }
+}
+
+static void pack_scales(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *line)
+{
+    for (int n = 0; n < NR; n++)
+        line[n] = r0 + n < s->rows ? row_scales(s, r0 + n)[b] : MOE_MX_PAD_SCALE;
+}
+
+static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsigned char *tile)
+{
+    const size_t nb = (size_t)(src[0]->cols / BLK), S = moe_mx_step_blocks(np);
+    float bias[2 * NR];
+    for (int p = 0; p < np; p++)
+        for (int n = 0; n < NR; n++)
+            bias[p * NR + n] = bias_at(src[p], r0 + n);
+    memcpy(tile, bias, moe_mx_bias_bytes(np));
+    for (size_t s = 0; s * S < nb; s++) {
+        const size_t len = moe_mx_step_len(np, nb, s);
+        unsigned char *line = tile + moe_mx_step_at(np, s) + len * (size_t)np * MOE_MX_UNIT;
+        memset(line, 0, MOE_MX_LINE);
+        for (size_t i = 0; i < len; i++)
+            for (int p = 0; p < np; p++) {
+                const size_t b = s * S + i;
+                pack_unit(src[p], r0, (int64_t)b, tile + moe_mx_unit_at(np, b, p));
+                pack_scales(src[p], r0, (int64_t)b, tile + moe_mx_scales_at(np, nb, b, p));
+            }
+    }
+}
+
+static moe_status pack(const moe_weight_src *const *src, int np, void *dst)
+{
+    if (!dst) return moe_error(MOE_EINVAL, "%s: the destination is NULL", proj_names[np - 1][0]);
+    moe_status st = check_all(src, np);
+    if (st) return st;
+    const int64_t rows = src[0]->rows;
+    const size_t tb = tile_bytes(src[0]->cols, np);
+    for (int64_t t = 0; t < (rows + NR - 1) / NR; t++)
+        pack_tile(src, np, t * NR, (unsigned char *)dst + (size_t)t * tb);
+    return MOE_OK;
+}
+
+moe_status moe_mx_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
+{
+    const moe_weight_src *src[2] = {gate, up};
+    return pack(src, 2, dst);
+}
+
+moe_status moe_mx_pack_down(const moe_weight_src *down, void *dst)
+{
+    return pack(&down, 1, dst);
+}
+
+/* ---- Unpacking ----------------------------------------------------------------------- */
+
+static moe_status check_dst(const moe_weight_dst *d, const char *what)
+{
+    if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
+    if (d->rows < 1 || d->cols < 1 || d->cols > MOE_MX_MAX_K || d->cols % BLK != 0)
+        return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
+                         (long long)d->cols);
+    if (!is_code_dtype(d->dtype))
+        return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds E2M1 codes",
+                         what, moe_dtype_name(d->dtype));
+    if (d->bias && !is_bias_dtype(d->bias_dtype))
+        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
+                         moe_dtype_name(d->bias_dtype));
+    if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);
+    if (!is_scale_dtype(d->scale_dtype))
+        return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f8_e8m0 (or u8)", what,
+                         moe_dtype_name(d->scale_dtype));
+    if (d->block_rows != 1 || d->block_cols != BLK)
+        return moe_error(MOE_EUNSUPPORTED, "%s: scale block [%d, %d]", what, d->block_rows,
+                         d->block_cols);
+    return MOE_OK;
+}
+
+static void unpack_one(const unsigned char *packed, int np, int p, const moe_weight_dst *d)
+{
+    const size_t nb = (size_t)(d->cols / BLK), tb = tile_bytes(d->cols, np);
+    unsigned char *out = d->data, *sc = d->scale;
+    for (int64_t r = 0; r < d->rows; r++) {
+        const unsigned char *tile = packed + (size_t)(r / NR) * tb;
+        const size_t n = (size_t)(r % NR);
+        unsigned char *orow = out + (size_t)r * (nb * 16);
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *unit = tile + moe_mx_unit_at(np, b, p);
+            for (size_t i = 0; i < 16; i++) {
+                unsigned char c[2];
+                for (size_t j = 0; j < 2; j++) {
+                    const size_t k = 2 * i + j;
+                    unsigned char byte = unit[moe_mx_code_byte(n, k)];
+                    c[j] = moe_mx_code_high(k) ? byte >> 4 : byte & 0x0F;
+                }
+                orow[b * 16 + i] = (unsigned char)(c[0] | c[1] << 4);
+            }
+            sc[(size_t)r * nb + b] = tile[moe_mx_scales_at(np, nb, b, p) + n];
+        }
+        if (d->bias) {
+            float v;
+            memcpy(&v, tile + ((size_t)p * NR + n) * sizeof v, sizeof v);
+            store_float((unsigned char *)d->bias + (size_t)r * dtype_bytes(d->bias_dtype),
+                        d->bias_dtype, v);
+        }
+    }
+}
+
+static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, int np)
+{
+    if (!packed) return moe_error(MOE_EINVAL, "unpack: the packed bytes are NULL");
+    for (int p = 0; p < np; p++) {
+        moe_status st = check_dst(dst[p], proj_names[np - 1][p]);
+        if (st) return st;
+    }
+    if (np == 2 && (dst[0]->rows != dst[1]->rows || dst[0]->cols != dst[1]->cols))
+        return moe_error(MOE_ESHAPE, "unpack: gate and up destinations differ in shape");
+    for (int p = 0; p < np; p++)
+        unpack_one(packed, np, p, dst[p]);
+    return MOE_OK;
+}
+
+moe_status moe_mx_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                const moe_weight_dst *up)
+{
+    const moe_weight_dst *dst[2] = {gate, up};
+    return unpack(packed, dst, 2);
+}
+
+moe_status moe_mx_unpack_down(const void *packed, const moe_weight_dst *down)
+{
+    return unpack(packed, &down, 1);
+}
+
+/* ---- Q8 activation rows (kernels/expert.h, "The Q8 recipe") -------------------------- */
+
+size_t moe_q8_row_bytes(int64_t k)
+{
+    if (k < 1 || k > MOE_MX_MAX_K || k % BLK != 0) return 0;
+    return moe_q8_corr_offset((size_t)k) + moe_q8_pad64((size_t)k / BLK * 4);
+}
+
+/* Round to the nearest integer, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 lands where the
+ * float spacing is 1, so the addition rounds (math_ref.h uses the same shifter). Written with
+ * volatile-free plain arithmetic: C11 without -ffast-math keeps both operations. */
+static float round_even(float v)
+{
+    const float shifter = 12582912.0f;
+    return (v + shifter) - shifter;
+}
+
+static bool finite_block(const float *x)
+{
+    bool ok = true;
+    for (int j = 0; j < BLK; j++)
+        ok &= isfinite(x[j]) != 0;
+    return ok;
+}
+
+/* One block: its scale, codes and correction. */
+static void prepare_block(const float *x, int8_t *q, float *xs, int32_t *corr)
+{
+    memset(q, 0, BLK);
+    *corr = 0;
+    if (!finite_block(x)) {
+        *xs = NAN;
+        return;
+    }
+    float amax = 0.0f;
+    for (int j = 0; j < BLK; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    const float d = amax / 127.0f;
+    *xs = d;
+    if (d == 0.0f) return;
+    int32_t sum = 0;
+    for (int j = 0; j < BLK; j++) {
+        float v = round_even(x[j] / d);
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        q[j] = (int8_t)v;
+        sum += q[j];
+    }
+    *corr = -MOE_Q8_WOFFSET * sum;
+}
+
+void moe_q8_prepare_ref(size_t k, const float *x, void *dst)
+{
+    unsigned char *row = dst;
+    const size_t nb = k / BLK, so = moe_q8_scales_offset(k), co = moe_q8_corr_offset(k);
+    memset(row, 0, moe_q8_row_bytes((int64_t)k));
+    for (size_t b = 0; b < nb; b++) {
+        int8_t q[BLK];
+        float xs;
+        int32_t corr;
+        prepare_block(x + b * BLK, q, &xs, &corr);
+        memcpy(row + b * BLK, q, BLK);
+        memcpy(row + so + b * sizeof xs, &xs, sizeof xs);
+        memcpy(row + co + b * sizeof corr, &corr, sizeof corr);
+    }
+}

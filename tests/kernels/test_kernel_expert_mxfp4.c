@@ -1,0 +1,951 @@
+/* test_kernel_expert_mxfp4.c — every MXFP4 expert kernel set this CPU may run: Q8 rows, packing
+ * round trips, the micro-kernels against float64 references from the checkpoint layout and
+ * their own reference bit for bit, same token same bits at every m, edge scales, guards, and
+ * the checks packing makes at the door. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "moe.h"
+#include "kernels/expert.h"
+#include "select/kernel.h"
+#include "test.h"
+
+/* ---- The kernel sets, from the enumerator ---------------------------------------------- */
+
+typedef struct xset {
+    const char *name;
+    uint32_t isa;
+    const moe_expert_kernels *set, *ref;
+} xset;
+
+static const xset sets[] = {
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref},
+#include "kernels/expert_mxfp4_q8.inc"
+#undef MOE_KERNEL
+};
+#define NSETS (sizeof sets / sizeof sets[0])
+#define NR MOE_EXPERT_NR
+#define BLK 32
+#define MAX_MR 64
+
+/* ---- Random numbers and independent decoders (ldexp of the fields, in double) ---------- */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static double unit(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+static double gauss(void) { return (unit() + unit() + unit() + unit() - 2.0) * 1.7320508075688772; }
+
+/* E2M1: sign, 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is subnormal (m · 0.5). */
+static double e2m1(unsigned code)
+{
+    unsigned s = code >> 3 & 1, e = code >> 1 & 3, m = code & 1;
+    double mag = e == 0 ? ldexp((double)m, -1) : ldexp(1.0 + ldexp((double)m, -1), (int)e - 1);
+    return s ? -mag : mag;
+}
+
+static double e8m0(unsigned e) { return ldexp(1.0, (int)e - 127); }
+
+static double dec_bf16(uint16_t c)
+{
+    uint32_t u = (uint32_t)c << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float f32_of(const unsigned char *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/* ---- Guarded buffers ----------------------------------------------------------------- */
+
+/* bytes placed to end right before a PROT_NONE page: any read or write past them faults. */
+typedef struct guarded {
+    uint8_t *map, *p;
+    size_t len;
+} guarded;
+
+static void *guarded_alloc(guarded *g, size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t data = (bytes + page - 1) / page * page;
+    g->len = data + page;
+    void *m = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    g->map = m;
+    REQUIRE(mprotect(g->map + data, page, PROT_NONE) == 0);
+    g->p = g->map + data - bytes;
+    return g->p;
+}
+
+static void guarded_free(guarded *g)
+{
+    if (g->map) munmap(g->map, g->len);
+    g->map = NULL;
+}
+
+/* ---- One projection in the checkpoint layout ------------------------------------------- */
+
+/* Which E8M0 scales a matrix gets. */
+enum { SC_TYPICAL, SC_LOW, SC_HIGH };
+
+typedef struct mat {
+    int64_t rows, cols;
+    uint8_t *codes;  /* [rows, cols/2]: low nibble = even column */
+    uint8_t *scales; /* [rows, cols/32] E8M0 */
+    moe_dtype bias_dtype;
+    uint16_t *bias16; /* bf16 bias codes, or NULL */
+    float *bias32;    /* f32 bias, or NULL */
+    double *wd, *bd;  /* every element's and bias's exact value */
+} mat;
+
+static uint8_t random_scale(int kind)
+{
+    if (kind == SC_LOW) return (uint8_t)(rnd() % 2);         /* 2^-127, 2^-126 */
+    if (kind == SC_HIGH) return (uint8_t)(0xFD + rnd() % 2); /* 2^126, 2^127 */
+    return (uint8_t)(120 + rnd() % 4);                       /* 2^-7 .. 2^-4 */
+}
+
+static void mat_init(mat *m, int64_t rows, int64_t cols, int scales, moe_dtype bdt)
+{
+    memset(m, 0, sizeof *m);
+    m->rows = rows;
+    m->cols = cols;
+    const size_t nc = (size_t)(rows * cols / 2), ns = (size_t)(rows * cols / BLK);
+    m->codes = malloc(nc);
+    m->scales = malloc(ns);
+    m->wd = malloc((size_t)(rows * cols) * sizeof(double));
+    m->bd = calloc((size_t)rows, sizeof(double));
+    REQUIRE(m->codes && m->scales && m->wd && m->bd);
+    for (size_t i = 0; i < nc; i++)
+        m->codes[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < ns; i++)
+        m->scales[i] = random_scale(scales);
+    m->bias_dtype = bdt;
+    if (bdt == MOE_DTYPE_BF16) m->bias16 = malloc((size_t)rows * 2);
+    if (bdt == MOE_DTYPE_F32) m->bias32 = malloc((size_t)rows * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        float v = (float)(0.5 * gauss());
+        if (m->bias16) m->bias16[r] = to_bf16(v), m->bd[r] = dec_bf16(m->bias16[r]);
+        if (m->bias32) m->bias32[r] = v, m->bd[r] = v;
+        for (int64_t c = 0; c < cols; c++) {
+            uint8_t byte = m->codes[(size_t)(r * cols + c) / 2];
+            unsigned code = c % 2 ? byte >> 4 : byte & 15u;
+            m->wd[r * cols + c] = e2m1(code) * e8m0(m->scales[(size_t)(r * cols / BLK + c / BLK)]);
+        }
+    }
+}
+
+static void mat_free(mat *m)
+{
+    free(m->codes);
+    free(m->scales);
+    free(m->bias16);
+    free(m->bias32);
+    free(m->wd);
+    free(m->bd);
+}
+
+static moe_weight_src mat_src(const mat *m)
+{
+    moe_weight_src s = {
+        .data = m->codes,
+        .dtype = MOE_DTYPE_F4_E2M1,
+        .rows = m->rows,
+        .cols = m->cols,
+        .row_stride = m->cols / 2,
+        .col_stride = 1,
+        .scale = m->scales,
+        .scale_dtype = MOE_DTYPE_F8_E8M0,
+        .block_rows = 1,
+        .block_cols = BLK,
+        .scale_stride = m->cols / BLK,
+        .bias = m->bias16 ? (const void *)m->bias16 : (const void *)m->bias32,
+        .bias_dtype = m->bias_dtype,
+        .bias_stride = 1,
+    };
+    return s;
+}
+
+/* ---- Q8 rows: the layout of kernels/expert.h, checked against its own definition -------- */
+
+static size_t pad64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* Activation j of a prepared row, dequantised: q_j · xs_b. */
+static double q8_value(const unsigned char *row, size_t k, size_t j)
+{
+    const int8_t q = (int8_t)row[j];
+    return q * (double)f32_of(row + pad64(k) + j / BLK * 4);
+}
+
+/* Round to nearest even in double (the values are far below 2^52). */
+static double rne(double v)
+{
+    double f = floor(v), d = v - f;
+    if (d > 0.5 || (d == 0.5 && fmod(f, 2.0) != 0.0)) f += 1.0;
+    return f;
+}
+
+/* The row prepare_act must write for x, computed in double: xs = amax / 127 rounded once to
+ * f32 (a double quotient of floats rounds to the f32 quotient), q = rne(x / xs) with x / xs
+ * rounded to f32 first, clamped; NaN scale for a non-finite block. */
+static void q8_expected(size_t k, const float *x, unsigned char *row)
+{
+    memset(row, 0, pad64(k) + 2 * pad64(k / BLK * 4));
+    for (size_t b = 0; b < k / BLK; b++) {
+        const float *xb = x + b * BLK;
+        double amax = 0;
+        bool finite = true;
+        for (int j = 0; j < BLK; j++) {
+            finite = finite && isfinite(xb[j]);
+            amax = fabs((double)xb[j]) > amax ? fabs((double)xb[j]) : amax;
+        }
+        float xs = finite ? (float)(amax / 127.0) : NAN;
+        int32_t sum = 0;
+        if (finite && xs != 0.0f)
+            for (int j = 0; j < BLK; j++) {
+                double v = rne((double)(float)((double)xb[j] / xs));
+                v = v > 127 ? 127 : v < -127 ? -127 : v;
+                row[b * BLK + (size_t)j] = (unsigned char)(int8_t)v;
+                sum += (int8_t)v;
+            }
+        memcpy(row + pad64(k) + b * 4, &xs, 4);
+        int32_t corr = -MOE_Q8_WOFFSET * sum;
+        memcpy(row + pad64(k) + pad64(k / BLK * 4) + b * 4, &corr, 4);
+    }
+}
+
+/* Byte for byte: the poisoned blocks' scale is the default NaN (0x7FC00000) of the contract. */
+static bool same_row(const unsigned char *a, const unsigned char *b, size_t bytes)
+{
+    return memcmp(a, b, bytes) == 0;
+}
+
+/* ---- Token rows ------------------------------------------------------------------------ */
+
+#define NTOK (MAX_MR + 2)
+
+typedef struct tokens {
+    int n;
+    size_t k, bytes;
+    guarded g[NTOK];
+    const void *row[NTOK]; /* prepared rows, each ending at a PROT_NONE page */
+    float *x[NTOK];        /* the f32 values */
+    double *xq[NTOK];      /* the dequantised values the kernels read */
+} tokens;
+
+/* n rows of k values ~ sigma · N(0, 1), prepared by ks. */
+static void tokens_init(tokens *t, const moe_expert_kernels *ks, int n, size_t k, double sigma)
+{
+    t->n = n;
+    t->k = k;
+    t->bytes = ks->act_row_bytes((int64_t)k);
+    REQUIRE(t->bytes == pad64(k) + 2 * pad64(k / BLK * 4));
+    unsigned char *want = malloc(t->bytes);
+    REQUIRE(want);
+    for (int i = 0; i < n; i++) {
+        t->x[i] = malloc(k * sizeof(float));
+        t->xq[i] = malloc(k * sizeof(double));
+        REQUIRE(t->x[i] && t->xq[i]);
+        for (size_t c = 0; c < k; c++)
+            t->x[i][c] = (float)(sigma * gauss());
+        unsigned char *row = guarded_alloc(&t->g[i], t->bytes);
+        memset(row, 0xEE, t->bytes);
+        ks->prepare_act(k, t->x[i], row);
+        q8_expected(k, t->x[i], want);
+        CHECKF(same_row(row, want, t->bytes), "%s: prepare_act row %d (k=%zu) differs", ks->name,
+               i, k);
+        for (size_t c = 0; c < k; c++)
+            t->xq[i][c] = q8_value(row, k, c);
+        t->row[i] = row;
+    }
+    free(want);
+}
+
+static void tokens_free(tokens *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        guarded_free(&t->g[i]);
+        free(t->x[i]);
+        free(t->xq[i]);
+    }
+}
+
+/* ---- The float64 reference ------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double sigmoid_d(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+static double act_d(const moe_act_params *a, double g, double u)
+{
+    if (a->kind != 0) {
+        g = g < a->limit ? g : a->limit;
+        u = u < a->limit ? u : a->limit;
+        u = u > -a->limit ? u : -a->limit;
+    }
+    if (a->kind == 2) return g * sigmoid_d((double)a->alpha * g) * (u + 1.0);
+    return g * sigmoid_d(g) * u;
+}
+
+static double dot_d(const mat *m, int64_t r, const double *x)
+{
+    const double *w = m->wd + r * m->cols;
+    double s = 0;
+    for (int64_t c = 0; c < m->cols; c++)
+        s += w[c] * x[c];
+    return s + m->bd[r];
+}
+
+static double dot_f(const mat *m, int64_t r, const float *x)
+{
+    const double *w = m->wd + r * m->cols;
+    double s = 0;
+    for (int64_t c = 0; c < m->cols; c++)
+        s += w[c] * x[c];
+    return s + m->bd[r];
+}
+
+/* Relative Frobenius error of got against want. */
+static double rel_err(const double *got, const double *want, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- Running a kernel over all tiles with guard checks --------------------------------- */
+
+#define PAD 5         /* floats between the last valid column and the next row */
+#define GUARD_ROWS 2  /* whole sentinel rows after the last row written */
+#define SENTINEL 0xA5 /* byte pattern nothing writes */
+
+typedef struct outbuf {
+    unsigned char *p;
+    size_t stride, rows, bytes; /* floats per row, rows incl. guards */
+} outbuf;
+
+static void out_init(outbuf *o, size_t n, size_t m)
+{
+    o->stride = n + PAD;
+    o->rows = m + GUARD_ROWS;
+    o->bytes = o->rows * o->stride * 4;
+    o->p = malloc(o->bytes);
+    REQUIRE(o->p);
+    memset(o->p, SENTINEL, o->bytes);
+}
+
+static bool out_guards_ok(const outbuf *o, size_t m, size_t n)
+{
+    for (size_t r = 0; r < o->rows; r++)
+        for (size_t b = 0; b < o->stride * 4; b++) {
+            bool inside = r < m && b < n * 4;
+            if (!inside && o->p[r * o->stride * 4 + b] != SENTINEL) return false;
+        }
+    return true;
+}
+
+typedef struct runner {
+    const void *packed;
+    size_t tb, k, n;
+    bool gateup;
+    const moe_act_params *act;
+} runner;
+
+static void run(const runner *r, const moe_expert_kernels *ks, size_t m, const void *const *rows,
+                outbuf *o)
+{
+    for (size_t t = 0; t * NR < r->n; t++) {
+        size_t nv = r->n - t * NR < NR ? r->n - t * NR : NR;
+        const unsigned char *tile = (const unsigned char *)r->packed + t * r->tb;
+        float *out = (float *)o->p + t * NR;
+        if (r->gateup)
+            ks->gateup(m, r->k, rows, tile, r->act, out, o->stride, nv);
+        else
+            ks->down(m, r->k, rows, tile, out, o->stride, nv);
+    }
+}
+
+/* Packs a (and b: gate/up) into a guarded buffer and checks unpack(pack(w)) == w. */
+static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat *b, guarded *g,
+                          size_t *tb)
+{
+    const bool pair = b != NULL;
+    *tb = pair ? ks->gateup_tile_bytes(a->cols) : ks->down_tile_bytes(a->cols);
+    REQUIRE(*tb > 0 && *tb % 64 == 0);
+    const size_t ntiles = (size_t)(a->rows + NR - 1) / NR;
+    void *dst = guarded_alloc(g, ntiles * *tb);
+    moe_weight_src sa = mat_src(a), sb = pair ? mat_src(b) : sa;
+    CHECK_STATUS(pair ? ks->pack_gateup(&sa, &sb, dst) : ks->pack_down(&sa, dst), MOE_OK);
+    const mat *src[2] = {a, b};
+    moe_weight_dst d[2];
+    for (int p = 0; p < (pair ? 2 : 1); p++) {
+        const mat *m = src[p];
+        d[p] = (moe_weight_dst){
+            .data = malloc((size_t)(m->rows * m->cols / 2)),
+            .dtype = MOE_DTYPE_U8,
+            .rows = m->rows,
+            .cols = m->cols,
+            .scale = malloc((size_t)(m->rows * m->cols / BLK)),
+            .scale_dtype = MOE_DTYPE_F8_E8M0,
+            .block_rows = 1,
+            .block_cols = BLK,
+            .bias = m->bias_dtype != MOE_DTYPE_INVALID ? malloc((size_t)m->rows * 4) : NULL,
+            .bias_dtype = m->bias_dtype,
+        };
+        REQUIRE(d[p].data && d[p].scale);
+    }
+    CHECK_STATUS(pair ? ks->unpack_gateup(dst, &d[0], &d[1]) : ks->unpack_down(dst, &d[0]),
+                 MOE_OK);
+    for (int p = 0; p < (pair ? 2 : 1); p++) {
+        const mat *m = src[p];
+        CHECKF(!memcmp(d[p].data, m->codes, (size_t)(m->rows * m->cols / 2)),
+               "%s: unpacked codes differ (%lld x %lld)", ks->name, (long long)m->rows,
+               (long long)m->cols);
+        CHECKF(!memcmp(d[p].scale, m->scales, (size_t)(m->rows * m->cols / BLK)),
+               "%s: unpacked scales differ", ks->name);
+        if (m->bias16) CHECK(!memcmp(d[p].bias, m->bias16, (size_t)m->rows * 2));
+        if (m->bias32) CHECK(!memcmp(d[p].bias, m->bias32, (size_t)m->rows * 4));
+        free(d[p].data);
+        free(d[p].scale);
+        free(d[p].bias);
+    }
+    return dst;
+}
+
+/* Every token alone; then every m (the edges of each path on large shapes and for the slow
+ * reference), tokens rotated so each sits at several positions, equal to alone bit for bit;
+ * then the same bits as the set's reference. got receives the tokens' outputs. */
+#define LARGE 40000
+
+static void check_kernel(const xset *xs, const runner *r, const runner *rref, const tokens *tok,
+                         const char *what, double *got)
+{
+    const moe_expert_kernels *ks = xs->set;
+    const size_t mr = (size_t)ks->mr, n = r->n;
+    const bool large = r->k * r->n > LARGE, slow = ks->isa == MOE_REQ_SCALAR;
+    outbuf alone[NTOK];
+    for (int t = 0; t < tok->n; t++) {
+        out_init(&alone[t], n, 1);
+        run(r, ks, 1, &tok->row[t], &alone[t]);
+        CHECKF(out_guards_ok(&alone[t], 1, n), "%s %s: m=1 wrote outside its outputs", xs->name,
+               what);
+        for (size_t c = 0; c < n; c++)
+            got[(size_t)t * n + c] = f32_of(alone[t].p + c * 4);
+    }
+    for (size_t m = 2; m <= mr && m <= (size_t)tok->n; m++) {
+        const bool edge = m <= 3 || m == 7 || m == 8 || m == 9 || m == 12 || m == 13 ||
+                          m == mr / 2 || m + 1 >= mr;
+        if ((large || slow) && !edge) continue;
+        for (size_t rot = 0; rot < (large || slow ? 1u : 2u); rot++) {
+            const void *rows[MAX_MR];
+            int ids[MAX_MR];
+            for (size_t i = 0; i < m; i++) {
+                ids[i] = (int)((i + m + rot * 3) % (size_t)tok->n);
+                rows[i] = tok->row[ids[i]];
+            }
+            outbuf o;
+            out_init(&o, n, m);
+            run(r, ks, m, rows, &o);
+            CHECKF(out_guards_ok(&o, m, n), "%s %s: m=%zu wrote outside its outputs", xs->name,
+                   what, m);
+            for (size_t i = 0; i < m; i++)
+                CHECKF(!memcmp(o.p + i * o.stride * 4, alone[ids[i]].p, n * 4),
+                       "%s %s k=%zu n=%zu: token %d at position %zu of m=%zu differs from alone",
+                       xs->name, what, r->k, n, ids[i], i, m);
+            free(o.p);
+        }
+    }
+    if (xs->ref != ks)
+        for (int t = 0; t < tok->n && t < 3; t++) {
+            outbuf o;
+            out_init(&o, n, 1);
+            run(rref, xs->ref, 1, &tok->row[t], &o);
+            CHECKF(!memcmp(o.p, alone[t].p, n * 4), "%s %s k=%zu n=%zu: token %d differs from %s",
+                   xs->name, what, r->k, n, t, xs->ref->name);
+            free(o.p);
+        }
+    for (int t = 0; t < tok->n; t++)
+        free(alone[t].p);
+}
+
+/* ---- One case: a kernel set, a shape, an activation, a bias, scales --------------------- */
+
+/* Against the exact activations the Q8 recipe must stay within DESIGN.md's 2e-2 overall: the
+ * cases' relative errors pooled (weighted by their outputs), as a block output pools many
+ * rows. One small case alone (a single block of one row) may stray a little above it by
+ * chance, so each case is only held to 5e-2. */
+static double pool_sq, pool_n;
+
+static void pool_add(double err, size_t n)
+{
+    pool_sq += err * err * (double)n;
+    pool_n += (double)n;
+}
+
+typedef struct kcase {
+    int64_t k, n;
+    int kind;
+    moe_dtype bias;
+    int scales;
+} kcase;
+
+static int ntokens(const xset *xs, const kcase *c)
+{
+    if (xs->set->isa == MOE_REQ_SCALAR && c->k * c->n > LARGE) return 3;
+    return xs->set->mr + 2 < NTOK ? xs->set->mr + 2 : NTOK;
+}
+
+/* The activations' scale for a case: the edge scales need inputs that keep the products
+ * normal (2^-127 weights against 2^100 activations, 2^127 against 2^-100). */
+static double sigma_of(const kcase *c)
+{
+    return c->scales == SC_LOW ? 0x1p100 : c->scales == SC_HIGH ? 0x1p-100 : 1.0;
+}
+
+static void case_gateup(const xset *xs, const kcase *c)
+{
+    mat g, u;
+    mat_init(&g, c->n, c->k, c->scales, c->bias);
+    mat_init(&u, c->n, c->k, c->scales, c->bias);
+    guarded gp, gr;
+    size_t tb, rtb;
+    const void *packed = pack_checked(xs->set, &g, &u, &gp, &tb);
+    const void *rpacked = pack_checked(xs->ref, &g, &u, &gr, &rtb);
+    tokens tok;
+    tokens_init(&tok, xs->set, ntokens(xs, c), (size_t)c->k, sigma_of(c));
+    const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
+    double *gq = malloc(total * sizeof(double)), *uq = malloc(total * sizeof(double));
+    double *gx = malloc(total * sizeof(double)), *ux = malloc(total * sizeof(double));
+    double *wantq = malloc(total * sizeof(double)), *wantx = malloc(total * sizeof(double));
+    double *got = malloc(total * sizeof(double)), *mag = malloc(total * sizeof(double));
+    REQUIRE(gq && uq && gx && ux && wantq && wantx && got && mag);
+    for (int t = 0; t < tok.n; t++)
+        for (size_t r = 0; r < n; r++) {
+            const size_t i = (size_t)t * n + r;
+            gq[i] = dot_d(&g, (int64_t)r, tok.xq[t]);
+            uq[i] = dot_d(&u, (int64_t)r, tok.xq[t]);
+            gx[i] = dot_f(&g, (int64_t)r, tok.x[t]);
+            ux[i] = dot_f(&u, (int64_t)r, tok.x[t]);
+            mag[i] = fabs(uq[i]);
+        }
+    /* A limit that clips: the median |up|, so about half of the projections exceed it. */
+    qsort(mag, total, sizeof(double), cmp_double);
+    moe_act_params act = {.kind = c->kind, .limit = (float)mag[total / 2], .alpha = 1.702f};
+    size_t clipped = 0;
+    for (size_t i = 0; i < total; i++) {
+        wantq[i] = act_d(&act, gq[i], uq[i]);
+        wantx[i] = act_d(&act, gx[i], ux[i]);
+        clipped += fabs(uq[i]) > act.limit;
+    }
+    if (c->kind != 0)
+        CHECKF(clipped >= total / 4, "limit %g clips only %zu of %zu", act.limit, clipped, total);
+    runner r = {packed, tb, (size_t)c->k, n, true, &act};
+    runner rr = {rpacked, rtb, (size_t)c->k, n, true, &act};
+    char what[64];
+    snprintf(what, sizeof what, "gate/up act %d scales %d", c->kind, c->scales);
+    check_kernel(xs, &r, &rr, &tok, what, got);
+    const double eq = rel_err(got, wantq, total), ex = rel_err(got, wantx, total);
+    CHECKF(eq <= 1e-5, "%s %s k=%lld n=%lld: error %.3g vs the dequantised activations", xs->name,
+           what, (long long)c->k, (long long)c->n, eq);
+    CHECKF(ex <= 5e-2, "%s %s k=%lld n=%lld: error %.3g vs the f32 activations", xs->name, what,
+           (long long)c->k, (long long)c->n, ex);
+    pool_add(ex, total);
+    free(gq), free(uq), free(gx), free(ux), free(wantq), free(wantx), free(got), free(mag);
+    tokens_free(&tok);
+    guarded_free(&gp);
+    guarded_free(&gr);
+    mat_free(&g);
+    mat_free(&u);
+}
+
+static void case_down(const xset *xs, const kcase *c)
+{
+    mat d;
+    mat_init(&d, c->n, c->k, c->scales, c->bias);
+    guarded gp, gr;
+    size_t tb, rtb;
+    const void *packed = pack_checked(xs->set, &d, NULL, &gp, &tb);
+    const void *rpacked = pack_checked(xs->ref, &d, NULL, &gr, &rtb);
+    tokens tok;
+    tokens_init(&tok, xs->set, ntokens(xs, c), (size_t)c->k, 0.3 * sigma_of(c));
+    const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
+    double *wantq = malloc(total * sizeof(double)), *wantx = malloc(total * sizeof(double));
+    double *got = malloc(total * sizeof(double));
+    REQUIRE(wantq && wantx && got);
+    for (int t = 0; t < tok.n; t++)
+        for (size_t r = 0; r < n; r++) {
+            wantq[(size_t)t * n + r] = dot_d(&d, (int64_t)r, tok.xq[t]);
+            wantx[(size_t)t * n + r] = dot_f(&d, (int64_t)r, tok.x[t]);
+        }
+    runner r = {packed, tb, (size_t)c->k, n, false, NULL};
+    runner rr = {rpacked, rtb, (size_t)c->k, n, false, NULL};
+    char what[64];
+    snprintf(what, sizeof what, "down scales %d", c->scales);
+    check_kernel(xs, &r, &rr, &tok, what, got);
+    const double eq = rel_err(got, wantq, total), ex = rel_err(got, wantx, total);
+    CHECKF(eq <= 1e-5, "%s %s k=%lld n=%lld: error %.3g vs the dequantised activations", xs->name,
+           what, (long long)c->k, (long long)c->n, eq);
+    CHECKF(ex <= 5e-2, "%s %s k=%lld n=%lld: error %.3g vs the f32 activations", xs->name, what,
+           (long long)c->k, (long long)c->n, ex);
+    pool_add(ex, total);
+    free(wantq), free(wantx), free(got);
+    tokens_free(&tok);
+    guarded_free(&gp);
+    guarded_free(&gr);
+    mat_free(&d);
+}
+
+/* K ∈ {32, 64, 96, 2880, 4096} (one block, a full and a short step for gate/up and down, the
+ * gpt-oss and DeepSeek-V4 widths) and N ∈ {1, 15, 16, 17, 2880} (below, at, above the tile,
+ * and many tiles); activations, biases and scale ranges rotate. */
+static const kcase cases[] = {
+    {32, 1, 0, MOE_DTYPE_INVALID, SC_TYPICAL},  {64, 15, 1, MOE_DTYPE_BF16, SC_TYPICAL},
+    {96, 16, 2, MOE_DTYPE_F32, SC_TYPICAL},     {160, 17, 2, MOE_DTYPE_BF16, SC_TYPICAL},
+    {2880, 17, 2, MOE_DTYPE_BF16, SC_TYPICAL},  {4096, 16, 1, MOE_DTYPE_INVALID, SC_TYPICAL},
+    {64, 2880, 0, MOE_DTYPE_F32, SC_TYPICAL},   {96, 33, 1, MOE_DTYPE_INVALID, SC_LOW},
+    {224, 17, 2, MOE_DTYPE_BF16, SC_HIGH},      {32, 2880, 2, MOE_DTYPE_BF16, SC_TYPICAL},
+};
+
+static void test_sets(const moe_cpu_info *info)
+{
+    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
+    for (size_t s = 0; s < NSETS; s++) {
+        const xset *xs = &sets[s];
+        if ((xs->isa & ~allowed) != 0) {
+            char need[96];
+            moe_cpu_mask_format(xs->isa & ~allowed, need, sizeof need);
+            fprintf(stderr, "skip %s: needs %s\n", xs->name, need);
+            continue;
+        }
+        CHECK(xs->set->mr >= 1 && xs->set->mr <= MAX_MR && xs->set->nr == NR);
+        CHECK(!strcmp(xs->set->name, xs->name) && xs->set->isa == xs->isa);
+        CHECK(xs->set->format == MOE_EXPERT_FMT_MXFP4 && xs->set->recipe == MOE_RECIPE_Q8);
+        pool_sq = pool_n = 0;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            case_gateup(xs, &cases[c]);
+            case_down(xs, &cases[c]);
+        }
+        const double pooled = sqrt(pool_sq / pool_n);
+        CHECKF(pooled <= 2e-2, "%s: pooled error %.3g vs the f32 activations", xs->name, pooled);
+        fprintf(stderr, "%s: pooled error %.3g vs the f32 activations\n", xs->name, pooled);
+    }
+}
+
+/* ---- Q8 rows at the edges ----------------------------------------------------------------- */
+
+static void test_prepare_edges(void)
+{
+    const size_t k = 160; /* 5 blocks */
+    float x[160];
+    for (size_t s = 0; s < NSETS; s++) {
+        const moe_expert_kernels *ks = sets[s].set;
+        CHECK(ks->act_row_bytes(0) == 0 && ks->act_row_bytes(-32) == 0);
+        CHECK(ks->act_row_bytes(33) == 0 && ks->act_row_bytes((int64_t)1 << 41) == 0);
+        CHECK(ks->act_row_bytes(32) == 64 * 3 && ks->act_row_bytes(2880) == 2880 + 2 * 384);
+        for (size_t i = 0; i < k; i++)
+            x[i] = (float)gauss();
+        for (int j = 0; j < BLK; j++)
+            x[j] = 0.0f; /* block 0: all zero */
+        x[BLK + 3] = NAN;              /* block 1: a NaN */
+        x[2 * BLK + 31] = -INFINITY;   /* block 2: an infinity */
+        for (int j = 0; j < BLK; j++) /* block 3: subnormal, d = amax/127 subnormal */
+            x[3 * BLK + j] = (float)(ldexp(1.0, -140) * (j - 15.5));
+        x[4 * BLK + 7] = 1e30f; /* block 4: one large value, the rest rounds to 0 */
+        guarded g;
+        unsigned char *row = guarded_alloc(&g, ks->act_row_bytes((int64_t)k));
+        unsigned char want[192 + 128];
+        REQUIRE(ks->act_row_bytes((int64_t)k) == sizeof want);
+        ks->prepare_act(k, x, row);
+        q8_expected(k, x, want);
+        CHECKF(same_row(row, want, sizeof want), "%s: prepare_act at the edges", ks->name);
+        const float *xs = (const float *)(row + 192);
+        CHECK(xs[0] == 0.0f && isnan(xs[1]) && isnan(xs[2]) && xs[3] > 0.0f && xs[3] < 0x1p-126f);
+        bool zeros = true;
+        for (int j = 0; j < 3 * BLK; j++)
+            zeros = zeros && row[j] == 0;
+        CHECK(zeros);
+        CHECK((int8_t)row[4 * BLK + 7] == 127 && row[4 * BLK + 8] == 0);
+        /* The subnormal block clamps: q never leaves [-127, 127]. */
+        bool in_range = true;
+        for (int j = 0; j < BLK; j++)
+            in_range = in_range && (int8_t)row[3 * BLK + j] >= -127;
+        CHECK(in_range);
+        guarded_free(&g);
+    }
+}
+
+/* A NaN or Inf in the activations makes the outputs that read its block NaN, on every set. */
+static void test_nonfinite(const moe_cpu_info *info)
+{
+    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
+    mat d;
+    mat_init(&d, 16, 64, SC_TYPICAL, MOE_DTYPE_INVALID);
+    float x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)gauss();
+    x[40] = INFINITY;
+    for (size_t s = 0; s < NSETS; s++) {
+        const moe_expert_kernels *ks = sets[s].set;
+        if ((sets[s].isa & ~allowed) != 0) continue;
+        unsigned char *packed = aligned_alloc(64, ks->down_tile_bytes(64));
+        unsigned char *row = malloc(ks->act_row_bytes(64));
+        REQUIRE(packed && row);
+        moe_weight_src src = mat_src(&d);
+        CHECK_STATUS(ks->pack_down(&src, packed), MOE_OK);
+        ks->prepare_act(64, x, row);
+        float y[16];
+        const void *rows[1] = {row};
+        ks->down(1, 64, rows, packed, y, 16, 16);
+        bool all_nan = true;
+        for (int n = 0; n < 16; n++)
+            all_nan = all_nan && isnan(y[n]);
+        CHECKF(all_nan, "%s: an infinite activation did not give NaN", ks->name);
+        free(packed);
+        free(row);
+    }
+    mat_free(&d);
+}
+
+/* ---- Packing at the door ---------------------------------------------------------------- */
+
+static void expect_reject(const moe_expert_kernels *ks, const moe_weight_src *g,
+                          const moe_weight_src *u, moe_status want, const char *needle)
+{
+    unsigned char dst[8192];
+    memset(dst, 0x3C, sizeof dst);
+    moe_status st = u ? ks->pack_gateup(g, u, dst) : ks->pack_down(g, dst);
+    CHECK_STATUS(st, want);
+    CHECKF(strstr(moe_last_error(), needle) != NULL, "message '%s' lacks '%s'", moe_last_error(),
+           needle);
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof dst; i++)
+        untouched = untouched && dst[i] == 0x3C;
+    CHECKF(untouched, "%s: dst written on error (%s)", ks->name, needle);
+}
+
+static void test_pack_errors(void)
+{
+    const moe_expert_kernels *ks = &moe_expert_mxfp4_q8_8x16__ref;
+    mat g, u;
+    mat_init(&g, 20, 96, SC_TYPICAL, MOE_DTYPE_INVALID);
+    mat_init(&u, 20, 96, SC_TYPICAL, MOE_DTYPE_INVALID);
+    moe_weight_src sg = mat_src(&g), su = mat_src(&u);
+
+    u.scales[7 * 3 + 2] = 0xFF;
+    expect_reject(ks, &sg, &su, MOE_EVALUE, "up: E8M0 scale 0xFF (NaN) at row 7, block 2");
+    u.scales[7 * 3 + 2] = 0xFE; /* 2^127 is carried */
+    g.scales[0] = 0x00;         /* 2^-127 too */
+    guarded gd;
+    void *dst = guarded_alloc(&gd, ks->gateup_tile_bytes(96) * 2);
+    CHECK_STATUS(ks->pack_gateup(&sg, &su, dst), MOE_OK);
+    guarded_free(&gd);
+    CHECK_STATUS(ks->pack_gateup(&sg, &su, NULL), MOE_EINVAL);
+
+    moe_weight_src t = su;
+    t.rows = 19;
+    expect_reject(ks, &sg, &t, MOE_ESHAPE, "differ in shape");
+    t = su;
+    t.cols = 80;
+    expect_reject(ks, &t, NULL, MOE_ESHAPE, "80 columns are not a multiple of the MXFP4 block");
+    t = su;
+    t.col_stride = 2;
+    expect_reject(ks, &sg, &t, MOE_EUNSUPPORTED, "up: col_stride 2");
+    t = su;
+    t.block_cols = 16;
+    expect_reject(ks, &sg, &t, MOE_EUNSUPPORTED, "scale block [1, 16]");
+    t = su;
+    t.block_rows = 16;
+    expect_reject(ks, &sg, &t, MOE_EUNSUPPORTED, "scale block");
+    t = su;
+    t.scale = NULL;
+    expect_reject(ks, &sg, &t, MOE_EINVAL, "up: the MXFP4 scales are NULL");
+    t = su;
+    t.scale_dtype = MOE_DTYPE_F32;
+    expect_reject(ks, &sg, &t, MOE_EDTYPE, "scale dtype f32");
+    t = su;
+    t.dtype = MOE_DTYPE_BF16;
+    expect_reject(ks, &sg, &t, MOE_EDTYPE, "weight dtype bf16");
+    t = su;
+    t.bias = u.codes;
+    t.bias_dtype = MOE_DTYPE_I32;
+    expect_reject(ks, &sg, &t, MOE_EDTYPE, "bias dtype i32");
+    t = su;
+    t.rows = 0;
+    expect_reject(ks, &t, NULL, MOE_ESHAPE, "down: shape [0, 96]");
+    t = su;
+    t.data = NULL;
+    expect_reject(ks, &t, NULL, MOE_EINVAL, "down: the weight data is NULL");
+    t = su;
+    t.row_stride = INT64_MAX / 4;
+    expect_reject(ks, &t, NULL, MOE_EOVERFLOW, "stride");
+    t = su;
+    t.scale_stride = INT64_MIN;
+    expect_reject(ks, &t, NULL, MOE_EOVERFLOW, "scale row stride");
+    t = su;
+    t.cols = (int64_t)1 << 41;
+    expect_reject(ks, &t, NULL, MOE_EOVERFLOW, "limit of 2^40");
+    expect_reject(ks, NULL, NULL, MOE_EINVAL, "NULL");
+    /* The labels checkpoints give packed codes and E8M0 bytes are accepted. */
+    t = su;
+    t.dtype = MOE_DTYPE_I8;
+    t.scale_dtype = MOE_DTYPE_U8;
+    dst = guarded_alloc(&gd, ks->down_tile_bytes(96) * 2);
+    CHECK_STATUS(ks->pack_down(&t, dst), MOE_OK);
+    guarded_free(&gd);
+
+    for (size_t i = 0; i < NSETS; i++) {
+        const moe_expert_kernels *x = sets[i].set;
+        CHECK(x->gateup_tile_bytes(0) == 0 && x->down_tile_bytes(-32) == 0);
+        CHECK(x->gateup_tile_bytes(48) == 0 && x->down_tile_bytes(33) == 0);
+        CHECK(x->gateup_tile_bytes((int64_t)1 << 41) == 0);
+        /* 4.25 bits per weight: full steps of 1088 bytes, plus the biases. */
+        CHECK(x->gateup_tile_bytes(64) == 128 + 1088 && x->down_tile_bytes(128) == 64 + 1088);
+        CHECK(x->gateup_tile_bytes(96) == 128 + 1088 + 512 + 64);
+        CHECK(x->down_tile_bytes(96) == 64 + 3 * 256 + 64);
+        CHECK(x->gateup_tile_bytes(2880) == 128 + 45 * 1088);
+    }
+    /* Unpack checks its destination. */
+    unsigned char pk[4096] = {0}, out[16 * 48], sc[48];
+    moe_weight_dst dd = {.data = out,
+                         .dtype = MOE_DTYPE_BF16,
+                         .rows = 16,
+                         .cols = 96,
+                         .scale = sc,
+                         .scale_dtype = MOE_DTYPE_F8_E8M0,
+                         .block_rows = 1,
+                         .block_cols = 32};
+    CHECK_STATUS(ks->unpack_down(pk, &dd), MOE_EDTYPE);
+    dd.dtype = MOE_DTYPE_F4_E2M1;
+    dd.cols = 100;
+    CHECK_STATUS(ks->unpack_down(pk, &dd), MOE_ESHAPE);
+    dd.cols = 96;
+    dd.scale = NULL;
+    CHECK_STATUS(ks->unpack_down(pk, &dd), MOE_EINVAL);
+    mat_free(&g);
+    mat_free(&u);
+}
+
+/* gpt-oss: gate_up_proj_blocks [2I, H/32, 16] with gate in the even rows, scales and biases
+ * likewise; strides pick them out, and the packed bytes equal those of contiguous copies.
+ * Negative strides reach the same rows backwards. */
+static void test_strided(void)
+{
+    const int64_t H = 96, I = 37;
+    const moe_expert_kernels *ks = &moe_expert_mxfp4_q8_8x16__ref;
+    mat g, u;
+    mat_init(&g, I, H, SC_TYPICAL, MOE_DTYPE_BF16);
+    mat_init(&u, I, H, SC_TYPICAL, MOE_DTYPE_BF16);
+    const size_t rb = (size_t)H / 2, sb = (size_t)H / BLK;
+    uint8_t *blocks = malloc((size_t)(2 * I) * rb), *scales = malloc((size_t)(2 * I) * sb);
+    uint16_t *bias = malloc((size_t)(2 * I) * 2);
+    REQUIRE(blocks && scales && bias);
+    for (int64_t i = 0; i < I; i++) {
+        memcpy(blocks + (size_t)(2 * i) * rb, g.codes + (size_t)i * rb, rb);
+        memcpy(blocks + (size_t)(2 * i + 1) * rb, u.codes + (size_t)i * rb, rb);
+        memcpy(scales + (size_t)(2 * i) * sb, g.scales + (size_t)i * sb, sb);
+        memcpy(scales + (size_t)(2 * i + 1) * sb, u.scales + (size_t)i * sb, sb);
+        bias[2 * i] = g.bias16[i];
+        bias[2 * i + 1] = u.bias16[i];
+    }
+    moe_weight_src sg = mat_src(&g), su = mat_src(&u);
+    moe_weight_src tg = sg, tu = su;
+    tg.data = blocks;
+    tu.data = blocks + rb;
+    tg.row_stride = tu.row_stride = (int64_t)(2 * rb);
+    tg.dtype = tu.dtype = MOE_DTYPE_U8;
+    tg.scale = scales;
+    tu.scale = scales + sb;
+    tg.scale_stride = tu.scale_stride = (int64_t)(2 * sb);
+    tg.scale_dtype = tu.scale_dtype = MOE_DTYPE_U8;
+    tg.bias = bias;
+    tu.bias = bias + 1;
+    tg.bias_stride = tu.bias_stride = 2;
+    const size_t bytes = ks->gateup_tile_bytes(H) * (size_t)((I + NR - 1) / NR);
+    unsigned char *p1 = malloc(bytes), *p2 = malloc(bytes);
+    REQUIRE(p1 && p2);
+    CHECK_STATUS(ks->pack_gateup(&sg, &su, p1), MOE_OK);
+    memset(p2, 0x77, bytes);
+    CHECK_STATUS(ks->pack_gateup(&tg, &tu, p2), MOE_OK);
+    CHECKF(!memcmp(p1, p2, bytes), "interleaved gate/up packs differently");
+    /* Rows backwards: row r at the last row minus r. */
+    mat rv;
+    mat_init(&rv, I, H, SC_TYPICAL, MOE_DTYPE_INVALID);
+    moe_weight_src sr = mat_src(&rv), nr = sr;
+    uint8_t *rev = malloc((size_t)I * rb), *rsc = malloc((size_t)I * sb);
+    REQUIRE(rev && rsc);
+    for (int64_t i = 0; i < I; i++) {
+        memcpy(rev + (size_t)(I - 1 - i) * rb, rv.codes + (size_t)i * rb, rb);
+        memcpy(rsc + (size_t)(I - 1 - i) * sb, rv.scales + (size_t)i * sb, sb);
+    }
+    nr.data = rev + (size_t)(I - 1) * rb;
+    nr.row_stride = -(int64_t)rb;
+    nr.scale = rsc + (size_t)(I - 1) * sb;
+    nr.scale_stride = -(int64_t)sb;
+    const size_t db = ks->down_tile_bytes(H) * (size_t)((I + NR - 1) / NR);
+    REQUIRE(db <= bytes);
+    CHECK_STATUS(ks->pack_down(&sr, p1), MOE_OK);
+    CHECK_STATUS(ks->pack_down(&nr, p2), MOE_OK);
+    CHECKF(!memcmp(p1, p2, db), "negative strides pack differently");
+    free(blocks), free(scales), free(bias), free(p1), free(p2), free(rev), free(rsc);
+    mat_free(&g);
+    mat_free(&u);
+    mat_free(&rv);
+}
+
+/* The enumerator is what the registry holds for the family. */
+static void test_registry(void)
+{
+    for (size_t s = 0; s < NSETS; s++) {
+        const moe_kernel *k = moe_kernel_find(sets[s].name);
+        CHECKF(k != NULL, "%s is not registered", sets[s].name);
+        if (!k) continue;
+        CHECK(k->family == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 && k->isa == sets[s].isa);
+        CHECK(k->fn.expert_set == sets[s].set && k->ref.expert_set == sets[s].ref);
+        CHECK(sets[s].ref->isa == MOE_REQ_SCALAR && sets[s].set->act_row_bytes &&
+              sets[s].set->prepare_act);
+    }
+}
+
+int main(void)
+{
+    moe_cpu_info info;
+    REQUIRE(moe_cpu_query(&info) == MOE_OK);
+    test_registry();
+    test_prepare_edges();
+    test_pack_errors();
+    test_strided();
+    test_nonfinite(&info);
+    test_sets(&info);
+    return TEST_END();
+}
