@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3
 
-.PHONY: all deps configure build test run bench clean
+.PHONY: all deps configure build test run bench bench-kernels clean
 
 all: build
 
@@ -27,6 +27,9 @@ run: build
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+bench-kernels: build
+	@scripts/bench.sh $(BUILD) kernels
 
 clean:
 	rm -rf $(BUILD)

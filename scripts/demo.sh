@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh — `make run`: generate a small DeepSeek-V3-style checkpoint, inspect it, run its MoE layer.
+# demo.sh — `make run`: generate a small DeepSeek-V3-style checkpoint, inspect it, run its MoE layer, bench it.
 set -euo pipefail
 moe=${1:-build/moe}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/moe-demo.XXXXXX")
@@ -63,3 +63,7 @@ quiet "$moe" run --model "$ckpt" --hidden "$dir/x1.npy" --out "$dir/y1.npy" --re
 echo
 echo "prefill, 128 tokens per forward:"
 quiet "$moe" run --model "$ckpt" --hidden "$dir/x128.npy" --out "$dir/y128.npy" --repeat 9
+echo
+
+# One screen of `moe bench` on the same layer: every result against this machine's floors.
+run "$moe" bench --model "$ckpt" --tokens 1,4,16,128 --threads 1 --time-ms 200

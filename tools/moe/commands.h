@@ -10,5 +10,6 @@ int moe_cmd_inspect(int argc, char **argv);
 int moe_cmd_gen(int argc, char **argv);
 int moe_cmd_route(int argc, char **argv);
 int moe_cmd_run(int argc, char **argv);
+int moe_cmd_bench(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"gen", moe_cmd_gen, "write a synthetic checkpoint in a family's real layout"},
     {"route", moe_cmd_route, "route router logits (.npy) with a config's routing method"},
     {"run", moe_cmd_run, "run one layer's MoE block on hidden states (.npy)"},
+    {"bench", moe_cmd_bench, "one MoE layer at real shapes against this machine's floors"},
 };
 
 static void usage(FILE *out)

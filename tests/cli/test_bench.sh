@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# test_bench.sh — `moe bench`: usage errors, --list, and the JSON and SVG of a tiny run (no timing checked).
+set -euo pipefail
+
+moe=${1:?usage: bash tests/cli/test_bench.sh path/to/moe}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+checks=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+check() { # check DESCRIPTION COMMAND...
+  local what=$1
+  shift
+  checks=$((checks + 1))
+  "$@" || fail "$what"
+}
+
+# Usage errors: exit 2, one line on stderr naming the option, nothing on stdout.
+usage() { # usage WHAT NEEDLE ARGS...
+  local what=$1 needle=$2 rc=0
+  shift 2
+  "$moe" bench "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  check "$what: exit 2 (got $rc)" test "$rc" -eq 2
+  check "$what: one line on stderr" test "$(wc -l <"$tmp/err")" -eq 1
+  check "$what: stderr names '$needle'" grep -qF -- "$needle" "$tmp/err"
+  check "$what: nothing on stdout" test ! -s "$tmp/out"
+}
+usage "no source" "--preset" 
+usage "both sources" "exactly one" --preset gpt-oss-20b --model /nonexistent
+usage "unknown preset" "no-such" --preset no-such
+usage "format not offered" "mxfp4" --preset qwen3-30b-a3b --format mxfp4
+usage "zero tokens" "--tokens" --preset qwen3-30b-a3b --tokens 0
+usage "bad list" "--tokens" --preset qwen3-30b-a3b --tokens 1,,2
+usage "threads 0" "--threads" --preset qwen3-30b-a3b --threads 0
+usage "layer with preset" "--layer" --preset qwen3-30b-a3b --layer 1
+usage "unknown option" "--bogus" --preset qwen3-30b-a3b --bogus
+
+# --list: every preset the docs promise, with its real shape.
+"$moe" bench --list >"$tmp/list"
+for p in "deepseek-v3 .*7168 +2048 +256 +8 +1" "kimi-k2 .*7168 +2048 +384 +8 +1" \
+  "deepseek-v4-flash .*4096 +2048 +256 +6 +1" "qwen3-30b-a3b .*2048 +768 +128 +8 +0" \
+  "mixtral-8x7b .*4096 +14336 +8 +2 +0" "gpt-oss-20b .*2880 +2880 +32 +4 +0" \
+  "gpt-oss-120b .*2880 +2880 +128 +4 +0"; do
+  check "--list has /$p/" grep -qE "^$p\$" "$tmp/list"
+done
+
+# A missing model is exit 1 naming the folder.
+rc=0
+"$moe" bench --model "$tmp/none" --tokens 1 --threads 1 >"$tmp/out" 2>"$tmp/err" || rc=$?
+check "missing model: exit 1 (got $rc)" test "$rc" -eq 1
+check "missing model: names the folder" grep -qF "$tmp/none" "$tmp/err"
+
+# A tiny run: the JSON has every field per case, values consistent with each other.
+"$moe" gen --family qwen3_moe --layers 1 --hidden 256 --experts 8 --topk 2 --intermediate 128 \
+  --out "$tmp/q" >/dev/null
+"$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1,2 --time-ms 1 --json --plot "$tmp/r.svg" \
+  >"$tmp/r.json" 2>"$tmp/err"
+check "json run: nothing on stderr" test ! -s "$tmp/err"
+check "json and svg are consistent" python3 - "$tmp/r.json" "$tmp/r.svg" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+doc = json.load(open(sys.argv[1]))
+f = doc["floors"]
+assert f["read_gbps_1_thread"] > 0 and f["threads"] == 2, f
+cases = doc["cases"]
+assert [(c["threads"], c["tokens"]) for c in cases] == [(1, 1), (1, 3), (2, 1), (2, 3)], cases
+for c in cases:
+    for k in ("preset", "format", "tokens", "threads", "ms_per_forward", "weight_bytes_read",
+              "flops", "bandwidth_gbps", "floor_ms", "efficiency", "recipe"):
+        assert k in c, k
+    assert c["format"] == "bf16" and c["recipe"] == "f32", c
+    # 8 experts of 3 x 256 x 128 bf16 weights; a forward hits 2..min(8, 2T) of them
+    assert 2 <= c["experts_hit"] <= min(8, 2 * c["tokens"]), c
+    assert c["flops"] == 2 * c["tokens"] * (8 * 256 + 2 * 3 * 256 * 128), c
+    assert c["weight_bytes_read"] >= c["experts_hit"] * 3 * 256 * 128 * 2, c
+    s = c["ms_per_forward"] / 1e3
+    assert abs(c["bandwidth_gbps"] - c["weight_bytes_read"] / s / 1e9) < 1e-6 * c["bandwidth_gbps"] + 1e-9
+    mem = c["weight_bytes_read"] / (f["read_gbps_1_thread" if c["threads"] == 1 else "read_gbps_all_threads"] * 1e9) * 1e3
+    assert c["floor_ms"] >= mem * (1 - 1e-6), c
+    assert abs(c["efficiency"] - c["floor_ms"] / c["ms_per_forward"]) < 1e-6 * c["efficiency"], c
+svg = ET.parse(sys.argv[2]).getroot()
+circles = svg.findall("{http://www.w3.org/2000/svg}circle")
+assert len(circles) == len(cases), len(circles)
+PY
+
+echo "test_bench: $checks checks, $failures failed"
+[ "$failures" -eq 0 ]

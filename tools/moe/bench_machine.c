@@ -1,0 +1,81 @@
+/* bench_machine.c — floors measured in the same run (bench/bench_util.h) and memory probes. */
+#include "bench_machine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_util.h"
+
+double bench_clock_ns(void) { return bench_now_ns(); }
+
+bool bench_floors_measure(bench_floors *f, int threads)
+{
+    memset(f, 0, sizeof *f);
+    f->threads = threads < 1 ? 1 : threads;
+    bench_buffer *b = malloc(sizeof *b);
+    if (!b || bench_buffer_init(b)) {
+        free(b);
+        return false;
+    }
+    f->flush = b;
+    const int slots = f->threads > 1 ? 2 : 1; /* slot 1 = slot 0 on one thread */
+    for (int s = 0; s < slots; s++)
+        f->read_gbs[s] = bench_stream_read(b, s ? f->threads : 1, 7);
+    f->read_gbs[1] = f->read_gbs[slots - 1];
+    for (int i = 0; i < BENCH_INSN_COUNT_ && f->n_insns < BENCH_MAX_INSNS; i++) {
+        if (!bench_insn_supported((bench_insn)i)) continue;
+        const int k = f->n_insns++;
+        f->insn[k] = bench_insn_name((bench_insn)i);
+        for (int s = 0; s < slots; s++)
+            f->peak_gflops[k][s] = bench_peak_gflops((bench_insn)i, s ? f->threads : 1, 5);
+        f->peak_gflops[k][1] = f->peak_gflops[k][slots - 1];
+    }
+    return true;
+}
+
+void bench_floors_free(bench_floors *f)
+{
+    if (f->flush) bench_buffer_free(f->flush);
+    free(f->flush);
+    f->flush = NULL;
+}
+
+int bench_floors_insn(const bench_floors *f, const char *insn)
+{
+    for (int i = 0; i < f->n_insns; i++)
+        if (!strcmp(f->insn[i], insn)) return i;
+    return -1;
+}
+
+void bench_evict(const bench_floors *f, int threads) { bench_flush(f->flush, threads); }
+
+/* The number after KEY in FILE (a "Key:   123 kB" line), times 1024; 0 if absent. */
+static uint64_t kb_field(const char *file, const char *key)
+{
+    FILE *fp = fopen(file, "r");
+    if (!fp) return 0;
+    char line[256];
+    uint64_t v = 0;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, fp))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = strtoull(line + n + 1, NULL, 10) * 1024;
+            break;
+        }
+    fclose(fp);
+    return v;
+}
+
+uint64_t bench_mem_available(void) { return kb_field("/proc/meminfo", "MemAvailable"); }
+uint64_t bench_rss_now(void) { return kb_field("/proc/self/status", "VmRSS"); }
+uint64_t bench_rss_peak(void) { return kb_field("/proc/self/status", "VmHWM"); }
+
+void bench_rss_peak_reset(void)
+{
+    /* "5" resets the peak resident set size (Linux 4.0+; proc(5), clear_refs). */
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    if (!fp) return;
+    fputs("5", fp);
+    fclose(fp);
+}

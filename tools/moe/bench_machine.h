@@ -1,0 +1,47 @@
+/* bench_machine.h — the machine's floors for `moe bench`: read bandwidth, instruction peaks, memory. */
+#ifndef MOE_TOOLS_BENCH_MACHINE_H
+#define MOE_TOOLS_BENCH_MACHINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define BENCH_MAX_INSNS 8
+
+/* Floors measured in this run, at 1 thread and at `threads` (all cores). */
+typedef struct bench_floors {
+    int threads;
+    double read_gbs[2];                  /* [0]: 1 thread, [1]: all threads */
+    int n_insns;                         /* the instructions this CPU has */
+    const char *insn[BENCH_MAX_INSNS];   /* e.g. "vfmadd231ps zmm" */
+    double peak_gflops[BENCH_MAX_INSNS][2];
+    void *flush;                         /* the eviction buffer (bench_util.h) */
+} bench_floors;
+
+/* Measures every floor (a few seconds); false when out of memory. */
+bool bench_floors_measure(bench_floors *f, int threads);
+void bench_floors_free(bench_floors *f);
+
+/* Index of INSN in f->insn, or -1 when this CPU lacks it. */
+int bench_floors_insn(const bench_floors *f, const char *insn);
+/* The floor for THREADS (1 or f->threads): slot 0 or 1. */
+static inline int bench_floors_slot(const bench_floors *f, int threads)
+{
+    return threads > 1 && f->threads > 1;
+}
+
+/* Reads a buffer twice the last-level cache with THREADS threads, so the next forward's
+ * weights come from memory, as in a model whose other layers evicted them. */
+void bench_evict(const bench_floors *f, int threads);
+
+/* Nanoseconds of a monotonic clock. */
+double bench_clock_ns(void);
+
+/* /proc/meminfo MemAvailable in bytes (0 if unknown). */
+uint64_t bench_mem_available(void);
+/* This process's resident bytes now (VmRSS), and the peak since the last
+ * bench_rss_peak_reset (VmHWM); 0 if unknown. */
+uint64_t bench_rss_now(void);
+uint64_t bench_rss_peak(void);
+void bench_rss_peak_reset(void);
+
+#endif

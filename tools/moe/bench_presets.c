@@ -1,0 +1,59 @@
+/* bench_presets.c — real MoE layer shapes of released models, and scaling them to memory. */
+#include "bench_presets.h"
+
+#include <string.h>
+
+/* Shapes from each model's config.json on Hugging Face (docs/models.md lists the sources). */
+static const bench_preset presets[] = {
+    {"deepseek-v3", "deepseek_v3", {"fp8", "bf16"}, 7168, 2048, 256, 8, 8, 4, 1},
+    {"kimi-k2", "kimi_k2", {"fp8", "bf16"}, 7168, 2048, 384, 8, 1, 1, 1},
+    {"deepseek-v4-flash", "deepseek_v4", {"mxfp4", "fp8"}, 4096, 2048, 256, 6, 0, 0, 1},
+    {"qwen3-30b-a3b", "qwen3_moe", {"bf16", "fp8"}, 2048, 768, 128, 8, 0, 0, 0},
+    {"mixtral-8x7b", "mixtral", {"bf16", "fp8"}, 4096, 14336, 8, 2, 0, 0, 0},
+    {"gpt-oss-20b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 32, 4, 0, 0, 0},
+    {"gpt-oss-120b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 128, 4, 0, 0, 0},
+};
+
+const bench_preset *bench_preset_at(size_t i)
+{
+    return i < sizeof presets / sizeof presets[0] ? &presets[i] : NULL;
+}
+
+const bench_preset *bench_preset_find(const char *name)
+{
+    for (size_t i = 0; bench_preset_at(i); i++)
+        if (!strcmp(presets[i].name, name)) return &presets[i];
+    return NULL;
+}
+
+int bench_preset_has_format(const bench_preset *p, const char *format)
+{
+    return !strcmp(p->formats[0], format) || !strcmp(p->formats[1], format);
+}
+
+uint64_t bench_expert_bytes(const bench_preset *p, const char *format)
+{
+    const uint64_t h = (uint64_t)p->hidden, i = (uint64_t)p->inter, w = 3 * h * i;
+    if (!strcmp(format, "fp8")) {
+        const uint64_t hb = (h + 127) / 128, ib = (i + 127) / 128;
+        return w + 4 * 3 * hb * ib; /* E4M3 codes + f32 128x128 block scales */
+    }
+    if (!strcmp(format, "mxfp4")) return w / 2 + w / 32 + 2 * (2 * i + h); /* + bf16 biases */
+    return 2 * w;
+}
+
+int64_t bench_resident_experts(const bench_preset *p, const char *format, uint64_t budget)
+{
+    const uint64_t per = bench_expert_bytes(p, format);
+    uint64_t shared = (uint64_t)p->shared * per;
+    if (budget <= shared) return 0;
+    int64_t n = (int64_t)((budget - shared) / per);
+    if (n >= p->experts) return p->experts;
+    if (p->groups > 1) {
+        /* Keep every group the same size, and enough in the groups routing keeps. */
+        n -= n % p->groups;
+        const int64_t least = p->groups * ((p->topk + p->topk_group - 1) / p->topk_group);
+        if (n < least) return 0;
+    }
+    return n >= p->topk ? n : 0;
+}

@@ -1,0 +1,207 @@
+/* bench_report.c — `moe bench` output: floors, per-layer lines, the table, JSON and the roofline SVG. */
+#include "bench_report.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+void bench_report_floors(FILE *out, const bench_floors *f)
+{
+    fprintf(out, "machine floors (this run; medians):\n");
+    fprintf(out, "  read bandwidth        1 thread %7.2f GB/s   ", f->read_gbs[0]);
+    if (f->threads > 1) fprintf(out, "  %d threads %7.2f GB/s", f->threads, f->read_gbs[1]);
+    fputc('\n', out);
+    for (int i = 0; i < f->n_insns; i++) {
+        fprintf(out, "  %-20s  1 thread %7.1f GFLOP/s", f->insn[i], f->peak_gflops[i][0]);
+        if (f->threads > 1) fprintf(out, "  %d threads %7.1f GFLOP/s", f->threads, f->peak_gflops[i][1]);
+        fputc('\n', out);
+    }
+}
+
+void bench_report_layer(FILE *out, const bench_layer_info *l)
+{
+    fprintf(out,
+            "\n%s %s: hidden %lld, expert intermediate %lld, top-%lld, %lld of %lld experts "
+            "resident; %d thread%s\n",
+            l->preset, l->format, (long long)l->hidden, (long long)l->inter, (long long)l->topk,
+            (long long)l->resident, (long long)l->experts, l->threads, l->threads == 1 ? "" : "s");
+    fprintf(out, "  experts: %s, recipe %s; compute floor: %s\n", l->kernel, l->recipe,
+            l->insn[0] ? l->insn : "none (scalar reference kernels)");
+    fprintf(out,
+            "  created in %.0f ms: %.1f MB packed, %.2f GB/s; peak resident growth %.1f MB "
+            "(limit 1.15 x packed + 64 MB = %.1f MB: %s)\n",
+            l->create_ms, l->packed_bytes / 1e6, l->pack_gbs, l->rss_growth / 1e6,
+            l->rss_limit / 1e6, l->rss_growth <= l->rss_limit ? "within" : "OVER");
+}
+
+void bench_report_header(FILE *out)
+{
+    fprintf(out, "  %6s %10s %9s %5s %10s %8s %9s %10s %6s %5s\n", "tokens", "ms", "tok/s", "hit",
+            "weights MB", "GB/s", "GFLOP/s", "floor ms", "effic", "bound");
+}
+
+void bench_report_row(FILE *out, const bench_result *r)
+{
+    const double s = r->ms / 1e3;
+    fprintf(out, "  %6zu %10.3f %9.1f %5d %10.1f %8.2f %9.1f %10.3f %6.2f %5s\n", r->tokens,
+            r->ms, (double)r->tokens / s, r->hit, r->weight_bytes / 1e6,
+            r->weight_bytes / s / 1e9, r->flops / s / 1e9, r->floor_ms, r->efficiency,
+            r->compute_bound ? "flops" : "mem");
+}
+
+static json_t *floors_json(const bench_floors *f)
+{
+    json_t *o = json_object(), *peaks = json_object();
+    json_object_set_new(o, "threads", json_integer(f->threads));
+    json_object_set_new(o, "read_gbps_1_thread", json_real(f->read_gbs[0]));
+    json_object_set_new(o, "read_gbps_all_threads", json_real(f->read_gbs[1]));
+    for (int i = 0; i < f->n_insns; i++) {
+        json_t *p = json_object();
+        json_object_set_new(p, "gflops_1_thread", json_real(f->peak_gflops[i][0]));
+        json_object_set_new(p, "gflops_all_threads", json_real(f->peak_gflops[i][1]));
+        json_object_set_new(peaks, f->insn[i], p);
+    }
+    json_object_set_new(o, "peaks", peaks);
+    return o;
+}
+
+static json_t *result_json(const bench_result *r)
+{
+    const bench_layer_info *l = r->layer;
+    const double s = r->ms / 1e3;
+    json_t *o = json_object();
+    json_object_set_new(o, "preset", json_string(l->preset));
+    json_object_set_new(o, "format", json_string(l->format));
+    json_object_set_new(o, "recipe", json_string(l->recipe));
+    json_object_set_new(o, "kernel", json_string(l->kernel));
+    json_object_set_new(o, "resident_experts", json_integer(l->resident));
+    json_object_set_new(o, "tokens", json_integer((json_int_t)r->tokens));
+    json_object_set_new(o, "threads", json_integer(l->threads));
+    json_object_set_new(o, "ms_per_forward", json_real(r->ms));
+    json_object_set_new(o, "experts_hit", json_integer(r->hit));
+    json_object_set_new(o, "weight_bytes_read", json_integer((json_int_t)r->weight_bytes));
+    json_object_set_new(o, "flops", json_integer((json_int_t)r->flops));
+    json_object_set_new(o, "bandwidth_gbps", json_real(r->weight_bytes / s / 1e9));
+    json_object_set_new(o, "gflops", json_real(r->flops / s / 1e9));
+    json_object_set_new(o, "floor_ms", json_real(r->floor_ms));
+    json_object_set_new(o, "efficiency", json_real(r->efficiency));
+    json_object_set_new(o, "bound", json_string(r->compute_bound ? "compute" : "memory"));
+    json_object_set_new(o, "create_ms", json_real(l->create_ms));
+    json_object_set_new(o, "packed_bytes", json_integer((json_int_t)l->packed_bytes));
+    json_object_set_new(o, "pack_gbps", json_real(l->pack_gbs));
+    json_object_set_new(o, "create_peak_rss_growth_bytes", json_integer((json_int_t)l->rss_growth));
+    return o;
+}
+
+bool bench_report_json(FILE *out, const bench_floors *f, const bench_result *r, size_t n)
+{
+    json_t *doc = json_object(), *cases = json_array();
+    if (!doc || !cases) {
+        json_decref(doc);
+        json_decref(cases);
+        return false;
+    }
+    json_object_set_new(doc, "floors", floors_json(f));
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(cases, result_json(&r[i]));
+    json_object_set_new(doc, "cases", cases);
+    const int rc = json_dumpf(doc, out, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(doc);
+    return rc == 0 && fputc('\n', out) != EOF;
+}
+
+/* ---- The roofline ----------------------------------------------------------------------
+ * x: arithmetic intensity (flops per weight byte read), y: GFLOP/s, both log10. */
+
+#define SVG_W 900.0
+#define SVG_H 560.0
+#define PLOT_X0 80.0
+#define PLOT_X1 700.0
+#define PLOT_Y0 40.0
+#define PLOT_Y1 500.0
+
+typedef struct axes {
+    double lx0, lx1, ly0, ly1; /* log10 ranges */
+} axes;
+
+static double px(const axes *a, double x)
+{
+    return PLOT_X0 + (log10(x) - a->lx0) / (a->lx1 - a->lx0) * (PLOT_X1 - PLOT_X0);
+}
+
+static double py(const axes *a, double y)
+{
+    return PLOT_Y1 - (log10(y) - a->ly0) / (a->ly1 - a->ly0) * (PLOT_Y1 - PLOT_Y0);
+}
+
+static const char *colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+
+/* The ceiling min(read · x, peak) for one thread slot, as a polyline. */
+static void ceiling(FILE *o, const axes *a, double read, double peak, const char *colour,
+                    const char *dash, const char *label)
+{
+    const double xr = peak / read; /* the ridge point */
+    const double x0 = pow(10, a->lx0), x1 = pow(10, a->lx1);
+    fprintf(o, "<polyline fill='none' stroke='%s' stroke-width='1.5'%s points='", colour, dash);
+    fprintf(o, "%.1f,%.1f ", px(a, x0), py(a, read * x0));
+    if (xr > x0 && xr < x1) fprintf(o, "%.1f,%.1f ", px(a, xr), py(a, peak));
+    fprintf(o, "%.1f,%.1f'/>\n", px(a, x1), py(a, xr < x1 ? peak : read * x1));
+    fprintf(o, "<text x='%.1f' y='%.1f' font-size='11' fill='%s'>%s</text>\n", PLOT_X1 + 6,
+            py(a, xr < x1 ? peak : read * x1) + 4, colour, label);
+}
+
+bool bench_report_svg(const char *path, const bench_floors *f, const bench_result *r, size_t n)
+{
+    FILE *o = fopen(path, "w");
+    if (!o) return false;
+    double ymax = 1, ymin = 1e9;
+    for (int i = 0; i < f->n_insns; i++)
+        if (f->peak_gflops[i][1] > ymax) ymax = f->peak_gflops[i][1];
+    for (size_t i = 0; i < n; i++) {
+        const double g = r[i].flops / r[i].ms / 1e6;
+        if (g > 0 && g < ymin) ymin = g;
+    }
+    if (ymin > f->read_gbs[0] * 0.5) ymin = f->read_gbs[0] * 0.5;
+    const axes a = {-1, 4, floor(log10(ymin)), ceil(log10(ymax * 1.5))};
+    fprintf(o, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
+            SVG_W, SVG_H);
+    fprintf(o, "<text x='%.0f' y='24' font-size='15'>moe bench roofline: GFLOP/s against "
+               "flops per weight byte</text>\n", PLOT_X0);
+    for (int d = (int)a.lx0; d <= (int)a.lx1; d++) /* decades */
+        fprintf(o, "<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#ddd'/><text x='%.1f' "
+                   "y='%.0f' font-size='11' text-anchor='middle'>%g</text>\n",
+                px(&a, pow(10, d)), PLOT_Y0, px(&a, pow(10, d)), PLOT_Y1, px(&a, pow(10, d)),
+                PLOT_Y1 + 16, pow(10, d));
+    for (int d = (int)a.ly0; d <= (int)a.ly1; d++)
+        fprintf(o, "<line x1='%.0f' y1='%.1f' x2='%.0f' y2='%.1f' stroke='#ddd'/><text x='%.0f' "
+                   "y='%.1f' font-size='11' text-anchor='end'>%g</text>\n",
+                PLOT_X0, py(&a, pow(10, d)), PLOT_X1, py(&a, pow(10, d)), PLOT_X0 - 6,
+                py(&a, pow(10, d)) + 4, pow(10, d));
+    fprintf(o, "<text x='%.0f' y='%.0f' font-size='12' text-anchor='middle'>flops per weight "
+               "byte (log)</text>\n<text x='18' y='%.0f' font-size='12' transform='rotate(-90 18 "
+               "%.0f)' text-anchor='middle'>GFLOP/s (log)</text>\n",
+            (PLOT_X0 + PLOT_X1) / 2, SVG_H - 20, (PLOT_Y0 + PLOT_Y1) / 2, (PLOT_Y0 + PLOT_Y1) / 2);
+    for (int i = 0; i < f->n_insns; i++)
+        for (int s = 0; s < 2; s++) {
+            char label[96];
+            snprintf(label, sizeof label, "%s, %d thr", f->insn[i], s ? f->threads : 1);
+            ceiling(o, &a, f->read_gbs[s], f->peak_gflops[i][s], colours[i % 6],
+                    s ? "" : " stroke-dasharray='5,4'", label);
+        }
+    for (size_t i = 0; i < n; i++) {
+        const double x = r[i].flops / r[i].weight_bytes, g = r[i].flops / r[i].ms / 1e6;
+        if (!(x > 0) || !(g > 0)) continue;
+        const bool all = r[i].layer->threads > 1;
+        fprintf(o, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s' fill-opacity='0.8'><title>%s %s "
+                   "T=%zu, %d thr: %.3f ms, efficiency %.2f</title></circle>\n<text x='%.1f' "
+                   "y='%.1f' font-size='9'>%zu</text>\n",
+                px(&a, x), py(&a, g), all ? "#000" : "#888", r[i].layer->preset,
+                r[i].layer->format, r[i].tokens, r[i].layer->threads, r[i].ms, r[i].efficiency,
+                px(&a, x) + 5, py(&a, g) - 4, r[i].tokens);
+    }
+    fprintf(o, "<text x='%.0f' y='%.0f' font-size='11'>points: tokens per forward (grey 1 thread, "
+               "black %d threads); dashed ceilings 1 thread</text>\n</svg>\n",
+            PLOT_X0, SVG_H - 4, f->threads);
+    return fclose(o) == 0;
+}

@@ -1,0 +1,39 @@
+/* bench_report.h — `moe bench` results: the table, the JSON and the roofline SVG. */
+#ifndef MOE_TOOLS_BENCH_REPORT_H
+#define MOE_TOOLS_BENCH_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bench_machine.h"
+
+/* One layer as created for a run of cases. */
+typedef struct bench_layer_info {
+    char preset[64], format[16], recipe[16], kernel[96], insn[32];
+    int64_t hidden, inter, experts, resident, topk;
+    int threads;
+    double create_ms, packed_bytes, pack_gbs, rss_growth, rss_limit;
+} bench_layer_info;
+
+/* One (layer, tokens) case. */
+typedef struct bench_result {
+    const bench_layer_info *layer;
+    size_t tokens;
+    int repeats, hit;
+    double ms, weight_bytes, flops;
+    double floor_ms, efficiency; /* floor = max(bytes / read, flops / peak) */
+    bool compute_bound;
+} bench_result;
+
+void bench_report_floors(FILE *out, const bench_floors *f);
+void bench_report_layer(FILE *out, const bench_layer_info *l);
+void bench_report_header(FILE *out);
+void bench_report_row(FILE *out, const bench_result *r);
+/* The whole run as one JSON document; false when out of memory or on a write error. */
+bool bench_report_json(FILE *out, const bench_floors *f, const bench_result *r, size_t n);
+/* The roofline: both ceilings per thread count, each case a point. False on an I/O error. */
+bool bench_report_svg(const char *path, const bench_floors *f, const bench_result *r, size_t n);
+
+#endif

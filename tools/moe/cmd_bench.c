@@ -1,0 +1,690 @@
+/* cmd_bench.c — `moe bench`: one MoE layer at real shapes against the machine's own floors. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_machine.h"
+#include "bench_presets.h"
+#include "bench_report.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "layer/layer_internal.h"
+#include "model/model.h"
+#include "model/model_handle.h"
+
+#define PROG "moe bench"
+#define MAX_LIST 16
+#define MAX_TOKENS 65536
+#define MAX_RESULTS 512
+
+static void help(void)
+{
+    printf("usage: moe bench --preset NAME [--format F] [options]\n"
+           "       moe bench --model DIR [--layer N] [options]\n"
+           "       moe bench --list\n"
+           "\n"
+           "Measures one MoE layer (router gate, routing, routed and shared experts, combine)\n"
+           "on this machine, and each result against the machine's own floor, measured in the\n"
+           "same run: floor = max(weight bytes read / read bandwidth, flops / peak of the\n"
+           "instruction the experts' recipe runs on); efficiency = floor / measured time.\n"
+           "Before each timed forward a buffer twice the last-level cache is read, so the\n"
+           "weights come from memory as in a model whose other layers evicted them.\n"
+           "\n"
+           "options:\n"
+           "  --preset NAME      a released model's MoE layer with synthetic weights in its\n"
+           "                     own format (--list shows them); the number of resident\n"
+           "                     experts is scaled down to fit memory, and printed\n"
+           "  --format F         bf16, fp8 or mxfp4 where the preset has it (default: the\n"
+           "                     format the model ships in)\n"
+           "  --model DIR        a checkpoint instead of a preset\n"
+           "  --layer N          with --model: the layer (default: the first MoE layer)\n"
+           "  --tokens LIST      tokens per forward (default 1,2,4,8,16,32,64,128,512,2048)\n"
+           "  --threads LIST     thread counts (default: 1 and the number of cores)\n"
+           "  --memory-gb X      the most weights to keep resident, GB (default: a quarter of\n"
+           "                     MemAvailable, at most 4)\n"
+           "  --time-ms MS       timed forwards per case run until MS have passed (at least\n"
+           "                     3; default 1000)\n"
+           "  --dir DIR          keep generated checkpoints in DIR and reuse them (default: a\n"
+           "                     temporary folder, removed at the end)\n"
+           "  --json             print the results as JSON on stdout instead of the table\n"
+           "  --plot FILE.svg    draw the roofline: the ceilings and every case as a point\n"
+           "  --help             this text\n"
+           "\n"
+           "A progress bar goes to stderr while weights are generated and packed (only on a\n"
+           "terminal). Exit status: 0 done, 1 failed (one line on stderr), 2 usage error.\n");
+}
+
+typedef struct bench_args {
+    const char *preset, *format, *model, *dir, *plot;
+    int64_t layer;
+    size_t tokens[MAX_LIST];
+    int n_tokens;
+    int threads[MAX_LIST];
+    int n_threads;
+    double memory_gb, time_ms;
+    bool json, list;
+} bench_args;
+
+/* ---- Options ------------------------------------------------------------------------- */
+
+static bool parse_list(cli_args *a, const char *opt, const char *text, int64_t max, int64_t *out,
+                       int *n)
+{
+    *n = 0;
+    for (const char *p = text;; p++) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[32];
+        if (*n == MAX_LIST) return cli_usage_error(a, "%s: at most %d values", opt, MAX_LIST), false;
+        if (len == 0 || len >= sizeof item)
+            return cli_usage_error(a, "%s: '%s' is not a comma-separated list of numbers", opt,
+                                   text),
+                   false;
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (!cli_int(a, opt, item, 1, max, &out[(*n)++])) return false;
+        if (!end) return true;
+        p = end;
+    }
+}
+
+static int parse_args(bench_args *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    static const size_t tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048};
+    memcpy(o->tokens, tokens, sizeof tokens);
+    o->n_tokens = (int)(sizeof tokens / sizeof tokens[0]);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads[0] = 1;
+    o->n_threads = 1;
+    if (cores > 1) o->threads[o->n_threads++] = (int)cores;
+    o->layer = -1;
+    o->time_ms = 1000;
+    cli_args a;
+    cli_args_init(&a, PROG, argc, argv);
+    const char *v, *tok = NULL, *thr = NULL, *layer = NULL, *mem = NULL, *ms = NULL;
+    while (cli_peek(&a) && !a.bad) {
+        if (cli_flag(&a, "--help")) {
+            help();
+            return -1;
+        } else if (cli_flag(&a, "--list")) {
+            o->list = true;
+        } else if (cli_flag(&a, "--json")) {
+            o->json = true;
+        } else if (cli_option(&a, "--preset", &v)) {
+            o->preset = v;
+        } else if (cli_option(&a, "--format", &v)) {
+            o->format = v;
+        } else if (cli_option(&a, "--model", &v)) {
+            o->model = v;
+        } else if (cli_option(&a, "--layer", &v)) {
+            layer = v;
+        } else if (cli_option(&a, "--tokens", &v)) {
+            tok = v;
+        } else if (cli_option(&a, "--threads", &v)) {
+            thr = v;
+        } else if (cli_option(&a, "--memory-gb", &v)) {
+            mem = v;
+        } else if (cli_option(&a, "--time-ms", &v)) {
+            ms = v;
+        } else if (cli_option(&a, "--dir", &v)) {
+            o->dir = v;
+        } else if (cli_option(&a, "--plot", &v)) {
+            o->plot = v;
+        } else {
+            return cli_usage_error(&a, "unknown option '%s' (moe bench --help lists them)",
+                                   cli_peek(&a));
+        }
+    }
+    if (a.bad) return 2;
+    int64_t list[MAX_LIST], x;
+    if (tok) {
+        if (!parse_list(&a, "--tokens", tok, MAX_TOKENS, list, &o->n_tokens)) return 2;
+        for (int i = 0; i < o->n_tokens; i++)
+            o->tokens[i] = (size_t)list[i];
+    }
+    if (thr) {
+        if (!parse_list(&a, "--threads", thr, 4096, list, &o->n_threads)) return 2;
+        for (int i = 0; i < o->n_threads; i++)
+            o->threads[i] = (int)list[i];
+    }
+    if (layer && !cli_int(&a, "--layer", layer, 0, 1 << 20, &o->layer)) return 2;
+    if (mem) {
+        if (!cli_int(&a, "--memory-gb", mem, 1, 1 << 20, &x)) return 2;
+        o->memory_gb = (double)x;
+    }
+    if (ms) {
+        if (!cli_int(&a, "--time-ms", ms, 1, 3600000, &x)) return 2;
+        o->time_ms = (double)x;
+    }
+    if (o->list) return 0;
+    if (!o->preset == !o->model)
+        return cli_usage_error(&a, "give exactly one of --preset NAME and --model DIR");
+    if (o->model && (o->format || o->dir))
+        return cli_usage_error(&a, "%s applies to --preset only", o->format ? "--format" : "--dir");
+    if (o->preset && layer) return cli_usage_error(&a, "--layer applies to --model only");
+    if (o->preset) {
+        const bench_preset *p = bench_preset_find(o->preset);
+        if (!p)
+            return cli_usage_error(&a, "unknown preset '%s' (moe bench --list shows them)",
+                                   o->preset);
+        if (o->format && !bench_preset_has_format(p, o->format))
+            return cli_usage_error(&a, "preset %s has no format '%s' (it has %s and %s)",
+                                   p->name, o->format, p->formats[0], p->formats[1]);
+    }
+    return 0;
+}
+
+static void list_presets(void)
+{
+    printf("%-18s %-12s %-11s %7s %7s %8s %5s %7s\n", "preset", "family", "formats", "hidden",
+           "inter", "experts", "top-k", "shared");
+    for (size_t i = 0; bench_preset_at(i); i++) {
+        const bench_preset *p = bench_preset_at(i);
+        char formats[32];
+        snprintf(formats, sizeof formats, "%s,%s", p->formats[0], p->formats[1]);
+        printf("%-18s %-12s %-11s %7" PRId64 " %7" PRId64 " %8" PRId64 " %5" PRId64 " %7" PRId64
+               "\n",
+               p->name, p->family, formats, p->hidden, p->inter, p->experts, p->topk, p->shared);
+    }
+}
+
+static void nap_100ms(void)
+{
+    const struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- Progress on stderr (a terminal only) ------------------------------------------- */
+
+static void progress(const char *what, double done, double total)
+{
+    if (!isatty(STDERR_FILENO)) return;
+    const double f = total > 0 ? (done > total ? 1 : done / total) : 0;
+    char bar[31];
+    const int fill = (int)(f * 30);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    fprintf(stderr, "\r%-40.40s [%s] %3.0f%%", what, bar, f * 100);
+}
+
+static void progress_done(void)
+{
+    if (isatty(STDERR_FILENO)) fprintf(stderr, "\r%78s\r", "");
+}
+
+/* ---- Generating a preset's checkpoint ---------------------------------------------- */
+
+extern char **environ;
+
+/* Bytes of the regular files directly in DIR. */
+static double dir_bytes(const char *dir)
+{
+    static const char *names[] = {"model.safetensors", "config.json"};
+    double total = 0;
+    for (size_t i = 0; i < 2; i++) {
+        char path[8192];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (stat(path, &sb) == 0) total += (double)sb.st_size;
+    }
+    return total;
+}
+
+/* Runs `moe gen` (this binary) for preset P into DIR, its stdout discarded, with a progress
+ * bar from the size of the file it writes. */
+static int generate(const bench_preset *p, const char *format, int64_t resident, const char *dir,
+                    double expected)
+{
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return cli_fail(PROG, 1, "cannot find the moe binary: %s", strerror(errno));
+    self[n] = 0;
+    char hidden[24], inter[24], experts[24], topk[24], groups[24], tg[24], shared[24];
+    snprintf(hidden, sizeof hidden, "%" PRId64, p->hidden);
+    snprintf(inter, sizeof inter, "%" PRId64, p->inter);
+    snprintf(experts, sizeof experts, "%" PRId64, resident);
+    snprintf(topk, sizeof topk, "%" PRId64, p->topk);
+    snprintf(groups, sizeof groups, "%" PRId64, p->groups);
+    snprintf(tg, sizeof tg, "%" PRId64, p->topk_group);
+    snprintf(shared, sizeof shared, "%" PRId64, p->shared);
+    char *argv[40] = {self,    "gen",     "--family",       (char *)p->family, "--dtype",
+                      (char *)format, "--layers", "1",      "--hidden",        hidden,
+                      "--intermediate", inter, "--experts", experts,          "--topk",
+                      topk,    "--seed",  "1",              "--out",           (char *)dir};
+    int k = 20;
+    if (p->groups) argv[k++] = "--groups", argv[k++] = groups;
+    if (p->groups > 1 || !strcmp(p->family, "kimi_k2"))
+        argv[k++] = "--topk-group", argv[k++] = tg;
+    if (p->shared) argv[k++] = "--shared", argv[k++] = shared;
+    argv[k] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    const int rc = posix_spawn(&pid, self, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return cli_fail(PROG, 1, "cannot start %s gen: %s", self, strerror(rc));
+    int status = 0;
+    char what[64];
+    snprintf(what, sizeof what, "generating %s %s", p->name, format);
+    for (;;) {
+        const pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) return cli_fail(PROG, 1, "waiting for moe gen: %s", strerror(errno));
+        progress(what, dir_bytes(dir), expected);
+        nap_100ms();
+    }
+    progress_done();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return cli_fail(PROG, 1, "moe gen failed for preset %s (%s)", p->name, format);
+    return 0;
+}
+
+/* ---- Creating a layer, with the memory it takes ------------------------------------ */
+
+typedef struct pack_watch {
+    atomic_bool stop;
+    double base, expected;
+    const char *what;
+} pack_watch;
+
+static void *watch_packing(void *arg)
+{
+    pack_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        progress(w->what, (double)bench_rss_now() - w->base, w->expected);
+        nap_100ms();
+    }
+    return NULL;
+}
+
+static const char *recipe_name(int recipe)
+{
+    switch (recipe) {
+    case MOE_RECIPE_F32: return "f32";
+    case MOE_RECIPE_BF16: return "bf16";
+    case MOE_RECIPE_Q8: return "q8";
+    default: return "?";
+    }
+}
+
+/* The instruction whose peak bounds the routed experts' kernel set (bench/bench_util.h names). */
+static const char *recipe_insn(const moe_layer_group_plan *g)
+{
+    const char *isa = moe_kernel_isa_token(g->ks->isa);
+    if (!isa || !strcmp(isa, "scalar")) return "";
+    const bool zmm = !strncmp(isa, "avx512", 6);
+    switch (g->recipe) {
+    case MOE_RECIPE_BF16: return "vdpbf16ps zmm";
+    case MOE_RECIPE_Q8:
+        if (!strcmp(isa, "avx512vnni")) return "vpdpbusd zmm";
+        return zmm ? "vpmaddubsw zmm" : "vpmaddubsw ymm";
+    default: return zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
+    }
+}
+
+static int create_layer(const moe_model *model, int index, int threads, double expected,
+                        bench_layer_info *info, moe_layer **out)
+{
+    moe_layer_options lo = {.size = sizeof lo, .threads = threads};
+    pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
+    atomic_init(&w.stop, false);
+    pthread_t th;
+    const bool watching = isatty(STDERR_FILENO) && pthread_create(&th, NULL, watch_packing, &w) == 0;
+    bench_rss_peak_reset();
+    const double base = (double)bench_rss_now(), t0 = bench_clock_ns();
+    const moe_status st = moe_layer_create(model, index, &lo, out);
+    const double ns = bench_clock_ns() - t0, peak = (double)bench_rss_peak();
+    if (watching) {
+        atomic_store(&w.stop, true);
+        pthread_join(th, NULL);
+        progress_done();
+    }
+    if (st) return cli_fail(PROG, 1, "%s", moe_last_error());
+    const moe_layer_plan *p = &(*out)->plan;
+    const moe_layer_group_plan *routed = &p->groups[MOE_LG_ROUTED];
+    double packed = (double)p->gate_bytes;
+    for (int g = 0; g < MOE_LG_COUNT_; g++)
+        if (p->groups[g].present) packed += (double)p->groups[g].group.packed_bytes;
+    info->threads = threads;
+    info->create_ms = ns / 1e6;
+    info->packed_bytes = packed;
+    info->pack_gbs = packed / ns;
+    info->rss_growth = peak > base ? peak - base : 0;
+    info->rss_limit = 1.15 * packed + 64e6;
+    snprintf(info->recipe, sizeof info->recipe, "%s", recipe_name(routed->recipe));
+    snprintf(info->kernel, sizeof info->kernel, "%s", routed->ks->name);
+    snprintf(info->insn, sizeof info->insn, "%s", recipe_insn(routed));
+    return 0;
+}
+
+/* ---- Timing forwards ---------------------------------------------------------------- */
+
+typedef struct buffers {
+    float *x, *out;
+    int32_t *ids, *token_ids;
+    void *ws_raw, *ws;
+    size_t ws_size, max_t;
+} buffers;
+
+static void buffers_free(buffers *b)
+{
+    free(b->x);
+    free(b->out);
+    free(b->ids);
+    free(b->token_ids);
+    free(b->ws_raw);
+    memset(b, 0, sizeof *b);
+}
+
+static int buffers_alloc(const moe_layer *layer, size_t max_t, size_t h, size_t k, int64_t vocab,
+                         buffers *b)
+{
+    memset(b, 0, sizeof *b);
+    b->max_t = max_t;
+    b->x = malloc(max_t * h * sizeof *b->x);
+    b->out = malloc(max_t * h * sizeof *b->out);
+    b->ids = malloc(max_t * k * sizeof *b->ids);
+    b->token_ids = malloc(max_t * sizeof *b->token_ids);
+    b->ws_size = moe_layer_workspace_size(layer, max_t);
+    b->ws_raw = b->ws_size ? malloc(b->ws_size + 64) : NULL;
+    if (!b->x || !b->out || !b->ids || !b->token_ids || !b->ws_raw) {
+        buffers_free(b);
+        return cli_fail(PROG, 1, "out of memory for %zu tokens of hidden size %zu", max_t, h);
+    }
+    b->ws = (void *)(((uintptr_t)b->ws_raw + 63) & ~(uintptr_t)63);
+    memset(b->ws, 0, b->ws_size); /* no page faults inside a timed forward */
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < max_t * h; i += 2) { /* N(0, 1) by Box–Muller */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const double u1 = ((double)(s >> 11) + 1) * 0x1p-53;
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const double u2 = (double)(s >> 11) * 0x1p-53, r = sqrt(-2 * log(u1));
+        b->x[i] = (float)(r * cos(6.283185307179586 * u2));
+        if (i + 1 < max_t * h) b->x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+    for (size_t i = 0; i < max_t; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        b->token_ids[i] = vocab > 0 ? (int32_t)((s >> 33) % (uint64_t)vocab) : 0;
+    }
+    return 0;
+}
+
+static int forward(const moe_layer *layer, const buffers *b, size_t t, size_t h, double *ns)
+{
+    moe_forward_args a = {.size = sizeof a,
+                          .n_tokens = t,
+                          .hidden_size = h,
+                          .hidden = b->x,
+                          .hidden_dtype = MOE_DTYPE_F32,
+                          .token_ids = b->token_ids,
+                          .token_id_dtype = MOE_DTYPE_I32,
+                          .out = b->out,
+                          .ids_out = b->ids,
+                          .workspace = b->ws,
+                          .workspace_size = b->ws_size};
+    const double t0 = bench_clock_ns();
+    if (moe_layer_forward(layer, &a) != MOE_OK) return cli_fail(PROG, 1, "%s", moe_last_error());
+    *ns = bench_clock_ns() - t0;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Weight bytes a forward of T tokens read (distinct routed experts hit × their packed bytes,
+ * the shared experts and the gate) and its flops (2 per multiply-add). */
+static void forward_work(const moe_layer *layer, const int32_t *ids, size_t t, bench_result *r)
+{
+    const moe_layer_plan *p = &layer->plan;
+    const moe_layer_group_plan *routed = &p->groups[MOE_LG_ROUTED];
+    const moe_layer_group_plan *shared = &p->groups[MOE_LG_SHARED];
+    const int e = routed->group.n_experts, k = p->ld->routing.top_k;
+    unsigned char seen[4096] = {0};
+    r->hit = 0;
+    for (size_t i = 0; i < t * (size_t)k; i++)
+        if (ids[i] >= 0 && ids[i] < e && ids[i] < 4096 && !seen[ids[i]]) {
+            seen[ids[i]] = 1;
+            r->hit++;
+        }
+    const double h = (double)routed->group.hidden, in = (double)routed->group.inter;
+    r->weight_bytes = (double)p->gate_bytes + (double)r->hit * (double)routed->group.expert_stride;
+    r->flops = 2.0 * (double)t * ((double)e * h + (double)k * 3.0 * h * in);
+    if (shared->present) {
+        r->weight_bytes += (double)shared->group.packed_bytes;
+        r->flops += 2.0 * (double)t * 3.0 * (double)shared->group.hidden * (double)shared->group.inter;
+    }
+}
+
+static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t h,
+                      const bench_args *o, const bench_floors *f, const bench_layer_info *info,
+                      bench_result *r)
+{
+    double ns[64], warm;
+    if (forward(layer, b, t, h, &warm)) return 1; /* code, page tables, the thread team */
+    int n = 0;
+    double total = 0;
+    while (n < 64 && (n < 3 || total < o->time_ms * 1e6)) {
+        bench_evict(f, info->threads);
+        if (forward(layer, b, t, h, &ns[n])) return 1;
+        total += ns[n++];
+    }
+    qsort(ns, (size_t)n, sizeof ns[0], cmp_double);
+    memset(r, 0, sizeof *r);
+    r->layer = info;
+    r->tokens = t;
+    r->repeats = n;
+    r->ms = (n % 2 ? ns[n / 2] : (ns[n / 2 - 1] + ns[n / 2]) / 2) / 1e6;
+    forward_work(layer, b->ids, t, r);
+    const int slot = bench_floors_slot(f, info->threads), insn = bench_floors_insn(f, info->insn);
+    const double mem_ms = r->weight_bytes / f->read_gbs[slot] / 1e6;
+    const double flop_ms = insn >= 0 ? r->flops / f->peak_gflops[insn][slot] / 1e6 : 0;
+    r->compute_bound = flop_ms > mem_ms;
+    r->floor_ms = r->compute_bound ? flop_ms : mem_ms;
+    r->efficiency = r->floor_ms / r->ms;
+    return 0;
+}
+
+/* ---- A layer: every thread count and token count ---------------------------------- */
+
+typedef struct results {
+    bench_result r[MAX_RESULTS];
+    bench_layer_info info[MAX_LIST];
+    size_t n, n_info;
+} results;
+
+static int bench_layer(const moe_model *model, int index, const bench_args *o,
+                       const bench_floors *f, const bench_layer_info *base, double expected,
+                       results *res)
+{
+    const moe_model_desc *d = moe_model_desc_of(model);
+    const moe_layer_desc *ld = &d->layers[index];
+    size_t max_t = 1;
+    for (int i = 0; i < o->n_tokens; i++)
+        if (o->tokens[i] > max_t) max_t = o->tokens[i];
+    for (int i = 0; i < o->n_threads && res->n_info < MAX_LIST; i++) {
+        bench_layer_info *info = &res->info[res->n_info++];
+        *info = *base;
+        moe_layer *layer = NULL;
+        if (create_layer(model, index, o->threads[i], expected, info, &layer)) return 1;
+        if (!o->json) {
+            bench_report_layer(stdout, info);
+            bench_report_header(stdout);
+        }
+        buffers b;
+        if (buffers_alloc(layer, max_t, (size_t)d->hidden, (size_t)ld->routing.top_k,
+                          d->vocab_size, &b)) {
+            moe_layer_destroy(layer);
+            return 1;
+        }
+        int rc = 0;
+        for (int j = 0; j < o->n_tokens && !rc && res->n < MAX_RESULTS; j++) {
+            bench_result *r = &res->r[res->n];
+            rc = run_tokens(layer, &b, o->tokens[j], (size_t)d->hidden, o, f, info, r);
+            if (!rc) res->n++;
+            if (!rc && !o->json) {
+                bench_report_row(stdout, r);
+                fflush(stdout);
+            }
+        }
+        buffers_free(&b);
+        moe_layer_destroy(layer);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int first_routed_layer(const moe_model_desc *d)
+{
+    for (int i = 0; i < d->n_layers; i++)
+        if (d->layers[i].kind == MOE_LAYER_MOE) return i;
+    for (int i = 0; i < d->n_layers; i++)
+        if (d->layers[i].kind == MOE_LAYER_HASH) return i;
+    return -1;
+}
+
+/* Opens DIR and benches its layer (o->layer, else the first routed one). */
+static int bench_model(const char *dir, const bench_args *o, const bench_floors *f,
+                       bench_layer_info *base, double expected, results *res)
+{
+    moe_model *model = NULL;
+    if (moe_model_open(dir, NULL, &model)) return cli_fail(PROG, 1, "%s", moe_last_error());
+    const moe_model_desc *d = moe_model_desc_of(model);
+    int index = o->layer >= 0 ? (int)o->layer : first_routed_layer(d);
+    int rc = 0;
+    if (index < 0 || index >= d->n_layers || d->layers[index].kind == MOE_LAYER_DENSE)
+        rc = cli_fail(PROG, 1, "%s: layer %d is not a MoE layer (the model has %d layers)", dir,
+                      index, d->n_layers);
+    if (!rc) {
+        const moe_layer_desc *ld = &d->layers[index];
+        if (!base->preset[0]) {
+            snprintf(base->preset, sizeof base->preset, "%s layer %d", d->model_type, index);
+            snprintf(base->format, sizeof base->format, "%s",
+                     moe_weight_format_name(ld->experts.format));
+            base->experts = base->resident = ld->routing.n_experts;
+        }
+        base->hidden = d->hidden;
+        base->inter = ld->experts.intermediate;
+        base->topk = ld->routing.top_k;
+        rc = bench_layer(model, index, o, f, base, expected, res);
+    }
+    moe_model_close(model);
+    return rc;
+}
+
+/* Removes what a temporary run generated. */
+static void remove_generated(const char *dir)
+{
+    static const char *names[] = {"model.safetensors", "config.json"};
+    char path[8192];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static int bench_preset_run(const bench_args *o, const bench_floors *f, results *res)
+{
+    const bench_preset *p = bench_preset_find(o->preset); /* parse_args checked both */
+    const char *format = o->format ? o->format : p->formats[0];
+    double budget = o->memory_gb * 1e9;
+    if (budget <= 0) {
+        budget = (double)bench_mem_available() / 4;
+        if (budget > 4e9) budget = 4e9;
+    }
+    const int64_t resident = bench_resident_experts(p, format, (uint64_t)budget);
+    if (resident <= 0)
+        return cli_fail(PROG, 1, "preset %s %s: not even top-%" PRId64 " experts fit in %.2f GB",
+                        p->name, format, p->topk, budget / 1e9);
+    const double expected =
+        (double)(resident + p->shared) * (double)bench_expert_bytes(p, format);
+    bench_layer_info base;
+    memset(&base, 0, sizeof base);
+    snprintf(base.preset, sizeof base.preset, "%s", p->name);
+    snprintf(base.format, sizeof base.format, "%s", format);
+    base.experts = p->experts;
+    base.resident = resident;
+    char dir[4096], tmpl[] = "/tmp/moe-bench.XXXXXX";
+    const char *root = o->dir;
+    if (root) {
+        mkdir(root, 0777);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        if (tmp && *tmp) {
+            snprintf(dir, sizeof dir, "%s/moe-bench.XXXXXX", tmp);
+            root = mkdtemp(dir);
+        } else {
+            root = mkdtemp(tmpl);
+        }
+        if (!root) return cli_fail(PROG, 1, "cannot create a temporary folder: %s", strerror(errno));
+    }
+    char where[4096 + 128];
+    snprintf(where, sizeof where, "%s/%s-%s-%" PRId64, root, p->name, format, resident);
+    char cfg[sizeof where + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", where);
+    struct stat sb;
+    int rc = 0;
+    if (stat(cfg, &sb) != 0) rc = generate(p, format, resident, where, expected);
+    if (!rc) rc = bench_model(where, o, f, &base, expected, res);
+    if (!o->dir) {
+        remove_generated(where);
+        rmdir(root);
+    }
+    return rc;
+}
+
+int moe_cmd_bench(int argc, char **argv)
+{
+    bench_args o;
+    int rc = parse_args(&o, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc; /* -1: --help was printed */
+    if (o.list) {
+        list_presets();
+        return 0;
+    }
+    int max_threads = 1;
+    for (int i = 0; i < o.n_threads; i++)
+        if (o.threads[i] > max_threads) max_threads = o.threads[i];
+    results *res = calloc(1, sizeof *res);
+    bench_floors f;
+    if (!res || !bench_floors_measure(&f, max_threads)) {
+        free(res);
+        return cli_fail(PROG, 1, "out of memory for the bandwidth buffer");
+    }
+    if (!o.json) bench_report_floors(stdout, &f);
+    if (o.preset) {
+        rc = bench_preset_run(&o, &f, res);
+    } else {
+        bench_layer_info base;
+        memset(&base, 0, sizeof base);
+        rc = bench_model(o.model, &o, &f, &base, 0, res);
+    }
+    if (!rc && o.json && !bench_report_json(stdout, &f, res->r, res->n))
+        rc = cli_fail(PROG, 1, "cannot write the JSON report");
+    if (!rc && o.plot && !bench_report_svg(o.plot, &f, res->r, res->n))
+        rc = cli_fail(PROG, 1, "cannot write %s: %s", o.plot, strerror(errno));
+    if (!rc && !o.json)
+        printf("\nfloor: max(weight bytes / read bandwidth, flops / instruction peak) at the "
+               "same thread count; effic = floor / ms; bound: which term is the floor. hit: "
+               "routed experts with at least one token.\n");
+    bench_floors_free(&f);
+    free(res);
+    return rc;
+}
