@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <omp.h>
+
 #include "bench_util.h"
 #include "kernels/expert.h"
 #include "select/kernel.h"
@@ -26,17 +28,20 @@
  *           (vfmadd231ps zmm or ymm, vdpbf16ps zmm) from a register-only loop of the same run.
  *
  * MXFP4 (Q8 recipe), after the above, for two expert shapes: gpt-oss-20b (H = I = 2880) and
- * DeepSeek-V4-Flash (H = 4096, I = 2048). Decode as above (experts past twice the LLC, m = 1),
- * its figure over the packed bytes (4.25 bits per weight); each token's x row is prepared
- * once, and the h rows between the phases are prepared inside the timing (prepare_act is part
- * of the recipe's cost). Prefill: 512 tokens of one expert as above; GOP/s at 2 ops per
- * multiply-add, beside the 1-thread vpdpbusd zmm peak (64 multiply-adds per instruction) or,
- * for the sets without VNNI, vpmaddubsw's (ymm: 32, zmm: 64 multiply-adds).
+ * DeepSeek-V4-Flash (H = 4096, I = 2048), on --threads N threads (each its share of every
+ * phase's tiles). Decode at T = 1, 4, 16 tokens per expert as above (experts past twice the
+ * LLC), over the packed bytes (4.25 bits per weight) and as a fraction of the four-stream
+ * read floor of bench_util.h measured before each pass; each token's x row is prepared once,
+ * the h rows between the phases inside the timing (prepare_act is part of the recipe's cost).
+ * Prefill at T = 128, 512 tokens of one expert as above; GOP/s at 2 ops per multiply-add, as
+ * a fraction of the peak of the set's instruction: vpdpbusd zmm (64 multiply-adds per
+ * instruction), or for the sets without VNNI vpmaddubsw (ymm: 32, zmm: 64).
  *
- * Times are CLOCK_THREAD_CPUTIME_ID (the machine is shared: CPU time of this thread is what the
- * kernel cost), medians of several passes. Usage: bench_expert_kernels [--ref] [--quick]
- * [--mxfp4] (only the MXFP4 part).
- */
+ * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
+ * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
+ * thread is what the kernel cost), wall time on more, medians of several passes. Usage:
+ * bench_expert_kernels [--ref] [--quick] [--mxfp4] (only the MXFP4 part) [--threads N]
+ * (the MXFP4 part; default 1) [--set TEXT] (only the MXFP4 sets whose name contains TEXT). */
 
 #define H 7168
 #define I 2048
@@ -49,115 +54,6 @@ static double thread_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* ---- Instruction peaks: independent chains that start from different values, so no
- * compiler can merge them (the chains of bench_util.h start equal, and GCC folds them). ---- */
-
-#if BENCH_X86
-#define CHAINS 12
-__attribute__((target("avx2,fma"))) static float peak_fma_ymm(uint64_t iters)
-{
-    __m256 a[CHAINS];
-    const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(0.001f);
-    for (int c = 0; c < CHAINS; c++)
-        a[c] = _mm256_set1_ps(1.0f + (float)c * 0x1p-10f);
-    for (uint64_t i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++)
-            a[c] = _mm256_fmadd_ps(a[c], x, y);
-    float s = 0, t[8];
-    for (int c = 0; c < CHAINS; c++) {
-        _mm256_storeu_ps(t, a[c]);
-        s += t[0];
-    }
-    return s;
-}
-
-__attribute__((target("avx512f"))) static float peak_fma_zmm(uint64_t iters)
-{
-    __m512 a[CHAINS];
-    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(0.001f);
-    for (int c = 0; c < CHAINS; c++)
-        a[c] = _mm512_set1_ps(1.0f + (float)c * 0x1p-10f);
-    for (uint64_t i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++)
-            a[c] = _mm512_fmadd_ps(a[c], x, y);
-    float s = 0;
-    for (int c = 0; c < CHAINS; c++)
-        s += _mm512_reduce_add_ps(a[c]);
-    return s;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static float peak_dpbf16(uint64_t iters)
-{
-    __m512 a[CHAINS];
-    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3A80); /* 2^-10: sums stay small */
-    for (int c = 0; c < CHAINS; c++)
-        a[c] = _mm512_set1_ps((float)c);
-    for (uint64_t i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++)
-            a[c] = _mm512_dpbf16_ps(a[c], x, x);
-    float s = 0;
-    for (int c = 0; c < CHAINS; c++)
-        s += _mm512_reduce_add_ps(a[c]);
-    return s;
-}
-/* Integer peaks: 12 chains of vpdpbusd (zmm) or vpmaddubsw + vpaddw (the kernels' pair), each
- * from its own start value, as above. vpmaddubsw has no accumulator, so its chain feeds the
- * accumulator back as the unsigned operand (else the compiler hoists the product out of the
- * loop); the chain is then 6 cycles long, and 12 chains still cover two per cycle. */
-__attribute__((target("avx512f,avx512vnni"))) static float peak_dpbusd(uint64_t iters)
-{
-    __m512i a[CHAINS];
-    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
-    for (int c = 0; c < CHAINS; c++)
-        a[c] = _mm512_set1_epi32(c);
-    for (uint64_t i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++)
-            a[c] = _mm512_dpbusd_epi32(a[c], x, y);
-    int64_t s = 0;
-    for (int c = 0; c < CHAINS; c++)
-        s += _mm512_reduce_add_epi32(a[c]);
-    return (float)s;
-}
-
-__attribute__((target("avx2"))) static float peak_maddubs_ymm(uint64_t iters)
-{
-    __m256i a[CHAINS];
-    const __m256i y = _mm256_set1_epi8(-2);
-    for (int c = 0; c < CHAINS; c++)
-        a[c] = _mm256_set1_epi16((short)c);
-    for (uint64_t i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++)
-            a[c] = _mm256_add_epi16(a[c], _mm256_maddubs_epi16(a[c], y));
-    int s = 0;
-    for (int c = 0; c < CHAINS; c++)
-        s += _mm256_extract_epi16(a[c], 0);
-    return (float)s;
-}
-
-__attribute__((target("avx512f,avx512bw"))) static float peak_maddubs_zmm(uint64_t iters)
-{
-    __m512i a[CHAINS];
-    const __m512i y = _mm512_set1_epi8(-2);
-    for (int c = 0; c < CHAINS; c++)
-        a[c] = _mm512_set1_epi16((short)c);
-    for (uint64_t i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++)
-            a[c] = _mm512_add_epi16(a[c], _mm512_maddubs_epi16(a[c], y));
-    int64_t s = 0;
-    for (int c = 0; c < CHAINS; c++)
-        s += _mm512_reduce_add_epi32(a[c]);
-    return (float)s;
-}
-#endif
-
-static volatile float sink;
-
 /* GB/s of one plain read of the whole buffer (bench_util.h's widest loads), timed like the
  * kernels (thread CPU time), so both sides of the ratio count the same thing. */
 static double read_floor(const bench_buffer *b)
@@ -167,32 +63,20 @@ static double read_floor(const bench_buffer *b)
     return (double)b->bytes / (thread_ns() - t0);
 }
 
-/* GFLOP/s (GOP/s) of one thread: insn 0 fma ymm (16 flops), 1 fma zmm (32), 2 vdpbf16ps zmm
- * (64), 3 vpdpbusd zmm (64 multiply-adds: 128 ops), 4 vpmaddubsw ymm (+ vpaddw: 32
- * multiply-adds, 64 ops), 5 vpmaddubsw zmm (+ vpaddw: 128 ops). */
-static double peak_gflops(int insn)
+/* GFLOP/s (GOP/s for the integer instructions) of one thread: bench_util.h's loop of insn
+ * (12 independent chains, each from its own start value), timed in thread CPU time as the
+ * kernels are; the median of 7 runs. 0 when the CPU lacks the instruction. */
+static double peak_gflops(bench_insn insn)
 {
-#if BENCH_X86
-    static const double flops[] = {16, 32, 64, 128, 64, 128};
+    if (!bench_insn_supported(insn)) return 0;
     const uint64_t iters = 4000000;
     double t[7];
     for (int r = 0; r < 7; r++) {
         double t0 = thread_ns();
-        switch (insn) {
-        case 0: sink = peak_fma_ymm(iters); break;
-        case 1: sink = peak_fma_zmm(iters); break;
-        case 2: sink = peak_dpbf16(iters); break;
-        case 3: sink = peak_dpbusd(iters); break;
-        case 4: sink = peak_maddubs_ymm(iters); break;
-        default: sink = peak_maddubs_zmm(iters); break;
-        }
+        bench_insn_loop(insn, iters);
         t[r] = thread_ns() - t0;
     }
-    return (double)CHAINS * flops[insn] * (double)iters / bench_median(t, 7);
-#else
-    (void)insn;
-    return 0;
-#endif
+    return 12.0 * bench_insn_flops(insn) * (double)iters / bench_median(t, 7);
 }
 
 /* ---- Packed experts ----------------------------------------------------------------------- */
@@ -346,19 +230,14 @@ static void prefill_expert(const moe_expert_kernels *ks, const packed *pk, acts 
         }
 }
 
-static int peak_insn(const moe_expert_kernels *ks)
+static bench_insn peak_insn(const moe_expert_kernels *ks)
 {
     if (ks->recipe == MOE_RECIPE_Q8)
-        return ks->isa == MOE_REQ_AVX512VNNI ? 3 : ks->isa == MOE_REQ_AVX2 ? 4 : 5;
-    if (ks->recipe == MOE_RECIPE_BF16) return 2;
-    return ks->isa == MOE_REQ_AVX2 ? 0 : 1;
-}
-
-static const char *insn_name(int insn)
-{
-    static const char *names[] = {"fma ymm",  "fma zmm",        "vdpbf16ps",
-                                  "vpdpbusd", "vpmaddubsw ymm", "vpmaddubsw zmm"};
-    return names[insn];
+        return ks->isa == MOE_REQ_AVX512VNNI ? BENCH_DPBUSD_ZMM
+               : ks->isa == MOE_REQ_AVX2     ? BENCH_MADDUBS_YMM
+                                             : BENCH_MADDUBS_ZMM;
+    if (ks->recipe == MOE_RECIPE_BF16) return BENCH_DPBF16_ZMM;
+    return ks->isa == MOE_REQ_AVX2 ? BENCH_FMA_YMM : BENCH_FMA_ZMM;
 }
 
 /* ---- MXFP4 experts (Q8 recipe) ------------------------------------------------------------ */
@@ -368,7 +247,8 @@ typedef struct mx_shape {
     int h, i;
 } mx_shape;
 
-static const mx_shape mx_shapes[] = {{"gpt-oss-20b", 2880, 2880}, {"DeepSeek-V4-Flash", 4096, 2048}};
+static const mx_shape mx_shapes[] = {{"gpt-oss-20b", 2880, 2880},
+                                     {"DeepSeek-V4-Flash", 4096, 2048}};
 
 /* n copies of one random expert of shape sh (codes uniform, scales 2^-7..2^-4, biases). */
 static int mx_pack_experts(const moe_expert_kernels *ks, const mx_shape *sh, int n, packed *out)
@@ -475,49 +355,129 @@ static void mx_acts_free(mx_acts *a)
 
 static const moe_act_params mx_act = {.kind = 2, .limit = 7.0f, .alpha = 1.702f};
 
-/* Decode of expert e: gate/up tiles, the h row prepared, down tiles; one token. */
-static void mx_decode_expert(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
-                             int e, mx_acts *a)
-{
-    const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
-    for (int t = 0; t < sh->i / 16; t++)
-        ks->gateup(1, (size_t)sh->h, a->xq, base + pk->gateup_tb * (size_t)t, &mx_act,
-                   a->h + (size_t)t * 16, (size_t)sh->i, 16);
-    ks->prepare_act((size_t)sh->i, a->h, a->hqbuf);
-    base += pk->gateup_bytes;
-    for (int t = 0; t < sh->h / 16; t++)
-        ks->down(1, (size_t)sh->i, a->hq, base + pk->down_tb * (size_t)t, a->y + (size_t)t * 16,
-                 (size_t)sh->h, 16);
-}
-
-/* Prefill of one expert: gate/up in tile groups over chunks of MR tokens (as prefill_expert),
- * every h row prepared, then down likewise. */
-static void mx_prefill_expert(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
-                              mx_acts *a)
+/* Tiles [lo, hi) of one phase of expert base for T tokens: groups of tiles that fit in L2
+ * beside one chunk of activations, each group over all chunks of MR tokens (as
+ * prefill_expert; with T ≤ MR, one chunk and the tiles in order). */
+static void mx_gateup_tiles(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
+                            const unsigned char *base, mx_acts *a, size_t T, int lo, int hi)
 {
     const size_t mr = (size_t)ks->mr, NH = (size_t)sh->h, NI = (size_t)sh->i;
-    const int gg = group_of(pk->gateup_tb, mr * a->xrow), gd = group_of(pk->down_tb, mr * a->hrow);
-    const int gt = (int)(NI / 16), dt = (int)(NH / 16);
-    for (int t0 = 0; t0 < gt; t0 += gg)
-        for (size_t c = 0; c < PREFILL_T; c += mr) {
-            size_t m = PREFILL_T - c < mr ? PREFILL_T - c : mr;
-            for (int t = t0; t < t0 + gg && t < gt; t++)
-                ks->gateup(m, NH, &a->xq[c], pk->p + pk->gateup_tb * (size_t)t, &mx_act,
+    const int gg = group_of(pk->gateup_tb, mr * a->xrow);
+    for (int t0 = lo; t0 < hi; t0 += gg)
+        for (size_t c = 0; c < T; c += mr) {
+            const size_t m = T - c < mr ? T - c : mr;
+            for (int t = t0; t < t0 + gg && t < hi; t++)
+                ks->gateup(m, NH, &a->xq[c], base + pk->gateup_tb * (size_t)t, &mx_act,
                            a->h + c * NI + (size_t)t * 16, NI, 16);
         }
-    for (size_t c = 0; c < PREFILL_T; c++)
-        ks->prepare_act(NI, a->h + c * NI, a->hqbuf + c * a->hrow);
-    for (int t0 = 0; t0 < dt; t0 += gd)
-        for (size_t c = 0; c < PREFILL_T; c += mr) {
-            size_t m = PREFILL_T - c < mr ? PREFILL_T - c : mr;
-            for (int t = t0; t < t0 + gd && t < dt; t++)
-                ks->down(m, NI, &a->hq[c], pk->p + pk->gateup_bytes + pk->down_tb * (size_t)t,
+}
+
+static void mx_down_tiles(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
+                          const unsigned char *base, mx_acts *a, size_t T, int lo, int hi)
+{
+    const size_t mr = (size_t)ks->mr, NH = (size_t)sh->h, NI = (size_t)sh->i;
+    const int gd = group_of(pk->down_tb, mr * a->hrow);
+    for (int t0 = lo; t0 < hi; t0 += gd)
+        for (size_t c = 0; c < T; c += mr) {
+            const size_t m = T - c < mr ? T - c : mr;
+            for (int t = t0; t < t0 + gd && t < hi; t++)
+                ks->down(m, NI, &a->hq[c], base + pk->gateup_bytes + pk->down_tb * (size_t)t,
                          a->y + c * NH + (size_t)t * 16, NH, 16);
         }
 }
 
+/* Expert e for T tokens on `threads` threads, each with its contiguous share of the tiles:
+ * gate/up, the T h rows prepared (prepare_act is part of the recipe's cost), down. */
+static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk, int e,
+                      mx_acts *a, size_t T, int threads)
+{
+    const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
+    const int gt = sh->i / 16, dt = sh->h / 16;
+#pragma omp parallel num_threads(threads)
+    {
+        const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+        mx_gateup_tiles(ks, sh, pk, base, a, T, gt * id / nt, gt * (id + 1) / nt);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (size_t c = 0; c < T; c++)
+            ks->prepare_act((size_t)sh->i, a->h + c * (size_t)sh->i, a->hqbuf + c * a->hrow);
+        mx_down_tiles(ks, sh, pk, base, a, T, dt * id / nt, dt * (id + 1) / nt);
+    }
+}
+
+/* One thread is timed in its CPU time (the machine is shared); more threads in wall time. */
+static double mx_clock(int threads) { return threads == 1 ? thread_ns() : bench_now_ns(); }
+
+/* The read floor beside each decode pass: bench_util.h's four-stream read of the whole buffer
+ * on the same threads, timed like the kernels. */
+static double mx_read_floor(const bench_buffer *b, int threads)
+{
+    const double t0 = mx_clock(threads);
+    bench_read_shares(b, threads);
+    const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
+    return (double)share * (double)threads / (mx_clock(threads) - t0);
+}
+
+static const size_t mx_decode_t[] = {1, 4, 16};
+static const size_t mx_prefill_t[] = {128, 512};
+
+/* Decode at T tokens per expert: passes over n experts (2 LLCs, so every byte comes from
+ * memory), each after a pass of the read floor; the median of the per-pass ratios of packed
+ * bytes per second to the floor. Returns GB/s and sets *ratio. */
+static double mx_decode(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
+                        mx_acts *a, size_t T, const bench_buffer *buf, int threads, int passes,
+                        double *ratio)
+{
+    double t[8], r[8];
+    mx_expert(ks, sh, pk, 0, a, T, threads);
+    for (int p = 0; p < passes; p++) {
+        const double rd = mx_read_floor(buf, threads);
+        const double t0 = mx_clock(threads);
+        for (int e = 0; e < pk->n; e++)
+            mx_expert(ks, sh, pk, e, a, T, threads);
+        t[p] = mx_clock(threads) - t0;
+        r[p] = (double)pk->expert_bytes * pk->n / t[p] / rd;
+    }
+    *ratio = bench_median(r, passes);
+    return (double)pk->expert_bytes * pk->n / bench_median(t, passes);
+}
+
+/* The peak of insn on `threads` threads, timed like the kernels: one run of about 0.1 s. */
+static double mx_peak(bench_insn insn, int threads)
+{
+    const uint64_t iters = 2000000;
+    const double t0 = mx_clock(threads);
+#pragma omp parallel num_threads(threads)
+    bench_insn_loop(insn, iters);
+    return 12.0 * bench_insn_flops(insn) * (double)iters * threads / (mx_clock(threads) - t0);
+}
+
+/* Prefill at T tokens of one expert (its tiles reused from L2): GOP/s, 2 per multiply-add,
+ * and in *ratio the median of the per-repetition ratios to the peak of insn measured just
+ * before each (the clock of a shared machine drifts between runs as the bandwidth does). */
+static double mx_prefill(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
+                         mx_acts *a, size_t T, int threads, int reps, bench_insn insn,
+                         double *ratio)
+{
+    double t[8], r[8];
+    const double ops = 2.0 * (double)T * 3.0 * (double)sh->h * (double)sh->i;
+    mx_expert(ks, sh, pk, 0, a, T, threads);
+    for (int p = 0; p < reps; p++) {
+        const double peak = mx_peak(insn, threads);
+        const double t0 = mx_clock(threads);
+        mx_expert(ks, sh, pk, 0, a, T, threads);
+        t[p] = mx_clock(threads) - t0;
+        r[p] = peak > 0 ? ops / t[p] / peak : 0;
+    }
+    *ratio = bench_median(r, reps);
+    return ops / bench_median(t, reps);
+}
+
+/* One table row: a set at a shape, decode T = 1, 4, 16 (GB/s, fraction of the floor) and
+ * prefill T = 128, 512 (GOP/s, fraction of the peak of the set's instruction). The reference
+ * only decodes T = 1 (it is slow). */
 static int mx_bench_set(const moe_expert_kernels *ks, const mx_shape *sh, const bench_buffer *buf,
-                        size_t llc, const double *peak, bool quick)
+                        size_t llc, int threads, bool quick)
 {
     const size_t one = ks->gateup_tile_bytes(sh->h) * (size_t)(sh->i / 16) +
                        ks->down_tile_bytes(sh->i) * (size_t)(sh->h / 16);
@@ -526,50 +486,83 @@ static int mx_bench_set(const moe_expert_kernels *ks, const mx_shape *sh, const 
     packed pk;
     mx_acts a;
     if (mx_pack_experts(ks, sh, n, &pk) || mx_acts_init(&a, ks, sh)) return -1;
-    const int passes = quick ? 3 : 7;
-    double t[8], ratio[8];
-    mx_decode_expert(ks, sh, &pk, 0, &a);
-    for (int p = 0; p < passes; p++) {
-        double rd = read_floor(buf);
-        double t0 = thread_ns();
-        for (int e = 0; e < n; e++)
-            mx_decode_expert(ks, sh, &pk, e, &a);
-        t[p] = thread_ns() - t0;
-        ratio[p] = (double)pk.expert_bytes * n / t[p] / rd;
-    }
-    const double dec = (double)pk.expert_bytes * n / bench_median(t, passes);
-    const double dec_ratio = bench_median(ratio, passes);
-    const int insn = peak_insn(ks);
-    if (ks->isa == MOE_REQ_SCALAR) {
-        printf("%-40s %-18s %9.2f %5.0f%% %10s %6s %s\n", ks->name, sh->name, dec,
-               100 * dec_ratio, "-", "-", "-");
-    } else {
-        const int reps = quick ? 1 : 3;
-        const double ops = 2.0 * PREFILL_T * 3.0 * (double)sh->h * (double)sh->i;
-        mx_prefill_expert(ks, sh, &pk, &a);
-        for (int p = 0; p < reps; p++) {
-            double t0 = thread_ns();
-            mx_prefill_expert(ks, sh, &pk, &a);
-            t[p] = thread_ns() - t0;
+    const bool ref = ks->isa == MOE_REQ_SCALAR;
+    const int passes = quick ? 3 : 7, reps = quick ? 1 : 3;
+    printf("%-38s %-17s", ks->name, sh->name);
+    for (size_t i = 0; i < sizeof mx_decode_t / sizeof mx_decode_t[0]; i++) {
+        if (ref && i > 0) {
+            printf(" %14s", "-");
+            continue;
         }
-        const double pre = ops / bench_median(t, reps);
-        printf("%-40s %-18s %9.2f %5.0f%% %10.1f %5.0f%% %s\n", ks->name, sh->name, dec,
-               100 * dec_ratio, pre, peak[insn] > 0 ? 100 * pre / peak[insn] : 0.0,
-               insn_name(insn));
+        double ratio;
+        const double gbs = mx_decode(ks, sh, &pk, &a, mx_decode_t[i], buf, threads, passes, &ratio);
+        printf(" %6.2f %6.2f", gbs, ratio);
+        fflush(stdout);
     }
+    const bench_insn insn = peak_insn(ks);
+    for (size_t i = 0; i < sizeof mx_prefill_t / sizeof mx_prefill_t[0]; i++) {
+        if (ref) {
+            printf(" %14s", "-");
+            continue;
+        }
+        double ratio;
+        const double gops =
+            mx_prefill(ks, sh, &pk, &a, mx_prefill_t[i], threads, reps, insn, &ratio);
+        printf(" %6.1f %6.2f", gops, ratio);
+        fflush(stdout);
+    }
+    printf("  %s\n", ref ? "-" : bench_insn_name(insn));
     fflush(stdout);
     mx_acts_free(&a);
     free(pk.p);
     return 0;
 }
 
+/* The MXFP4 table on `threads` threads: its floors (the peaks on that many threads), then a
+ * row per allowed set and shape. */
+static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const bench_buffer *buf,
+                    size_t llc, const double *peak1, int threads, bool with_ref, bool quick,
+                    const char *only_set)
+{
+    double peak[BENCH_INSN_COUNT_];
+    for (int i = 0; i < BENCH_INSN_COUNT_; i++)
+        peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
+    printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s; peaks vpdpbusd zmm %.1f, vpmaddubsw "
+           "ymm %.1f, zmm %.1f GOP/s\n",
+           threads, mx_read_floor(buf, threads), peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM],
+           peak[BENCH_MADDUBS_ZMM]);
+    printf("# decode T=1,4,16: GB/s of packed bytes and fraction of the read floor; prefill "
+           "T=128,512: GOP/s and fraction of the peak (both measured beside each pass)\n");
+    printf("%-38s %-17s %14s %14s %14s %14s %14s  %s\n", "kernel set", "shape", "T=1", "T=4",
+           "T=16", "T=128", "T=512", "peak of");
+    for (size_t r = 0; r < count; r++) {
+        const moe_kernel *k = &reg[r];
+        if (k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) continue;
+        const moe_expert_kernels *ks = k->fn.expert_set;
+        if ((ks->isa & ~allowed) != 0) continue;
+        if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;
+        if (only_set && !strstr(ks->name, only_set)) continue;
+        for (size_t sh = 0; sh < sizeof mx_shapes / sizeof mx_shapes[0]; sh++)
+            if (mx_bench_set(ks, &mx_shapes[sh], buf, llc, threads, quick)) return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bool with_ref = false, quick = false, only_mx = false;
+    int threads = 1;
+    const char *only_set = NULL;
     for (int i = 1; i < argc; i++) {
         with_ref = with_ref || !strcmp(argv[i], "--ref");
         quick = quick || !strcmp(argv[i], "--quick");
         only_mx = only_mx || !strcmp(argv[i], "--mxfp4");
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--set") && i + 1 < argc) only_set = argv[++i];
+    }
+    if (threads < 1 || threads > 64) {
+        fprintf(stderr, "bench_expert_kernels: --threads must be 1..64\n");
+        return 2;
     }
     moe_cpu_info info;
     if (moe_cpu_query(&info) != MOE_OK) return 1;
@@ -583,14 +576,20 @@ int main(int argc, char **argv)
         rt[r] = read_floor(&buf);
     const double read_gbs = bench_median(rt, 7);
     const size_t llc = bench_llc_bytes();
-    double peak[6] = {0, 0, 0, 0, 0, 0};
-    if (allowed & MOE_FEAT_AVX2) peak[0] = peak_gflops(0), peak[4] = peak_gflops(4);
-    if (allowed & MOE_FEAT_AVX512) peak[1] = peak_gflops(1), peak[5] = peak_gflops(5);
-    if (allowed & MOE_FEAT_AVX512_BF16) peak[2] = peak_gflops(2);
-    if (allowed & MOE_FEAT_AVX512_VNNI) peak[3] = peak_gflops(3);
+    /* The features each instruction needs, so MOE_ISA masks the peaks as it masks the sets. */
+    static const uint32_t needs[BENCH_INSN_COUNT_] = {MOE_FEAT_AVX2,
+                                                      MOE_FEAT_AVX512,
+                                                      MOE_FEAT_AVX512 | MOE_FEAT_AVX512_BF16,
+                                                      MOE_FEAT_AVX512 | MOE_FEAT_AVX512_VNNI,
+                                                      MOE_FEAT_AVX2,
+                                                      MOE_FEAT_AVX512};
+    double peak[BENCH_INSN_COUNT_];
+    for (int i = 0; i < BENCH_INSN_COUNT_; i++)
+        peak[i] = (allowed & needs[i]) == needs[i] ? peak_gflops((bench_insn)i) : 0;
     printf("# 1 thread; read %.2f GB/s; peaks: fma ymm %.1f, fma zmm %.1f, vdpbf16ps %.1f "
            "GFLOP/s; vpdpbusd %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s; LLC %zu MiB\n",
-           read_gbs, peak[0], peak[1], peak[2], peak[3], peak[4], peak[5], llc >> 20);
+           read_gbs, peak[BENCH_FMA_YMM], peak[BENCH_FMA_ZMM], peak[BENCH_DPBF16_ZMM],
+           peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM], llc >> 20);
     size_t count;
     const moe_kernel *reg = moe_kernel_registry(&count);
     if (only_mx) goto mxfp4;
@@ -632,7 +631,7 @@ int main(int argc, char **argv)
         const double dec = (double)pk.expert_bytes * n / bench_median(t, passes);
         const double dec_ratio = bench_median(ratio, passes);
 
-        const int insn = peak_insn(ks);
+        const bench_insn insn = peak_insn(ks);
         if (ks->isa == MOE_REQ_SCALAR) {
             printf("%-40s %9.2f %5.0f%% %10s %6s %s\n", ks->name, dec, 100 * dec_ratio, "-", "-",
                    "-");
@@ -648,27 +647,15 @@ int main(int argc, char **argv)
             }
             const double pre = flops / bench_median(t, reps);
             printf("%-40s %9.2f %5.0f%% %10.1f %5.0f%% %s\n", ks->name, dec, 100 * dec_ratio, pre,
-                   peak[insn] > 0 ? 100 * pre / peak[insn] : 0.0, insn_name(insn));
+                   peak[insn] > 0 ? 100 * pre / peak[insn] : 0.0, bench_insn_name(insn));
         }
         fflush(stdout);
         acts_free(&a);
         free(pk.p);
     }
 mxfp4:
-    printf("# MXFP4, Q8 recipe: decode m=1 streaming (GB/s of packed bytes); prefill T=%d "
-           "(GOP/s, 2 per multiply-add)\n",
-           PREFILL_T);
-    printf("%-40s %-18s %9s %6s %10s %6s %s\n", "kernel set", "shape", "dec GB/s", "%read",
-           "pre GOP/s", "%peak", "peak of");
-    for (size_t r = 0; r < count; r++) {
-        const moe_kernel *k = &reg[r];
-        if (k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) continue;
-        const moe_expert_kernels *ks = k->fn.expert_set;
-        if ((ks->isa & ~allowed) != 0) continue;
-        if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;
-        for (size_t sh = 0; sh < sizeof mx_shapes / sizeof mx_shapes[0]; sh++)
-            if (mx_bench_set(ks, &mx_shapes[sh], &buf, llc, peak, quick)) return 1;
-    }
+    if (mx_bench(reg, count, allowed, &buf, llc, peak, threads, with_ref, quick, only_set))
+        return 1;
     bench_buffer_free(&buf);
     return 0;
 }

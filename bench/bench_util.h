@@ -8,8 +8,12 @@
  * The floors a benchmark quotes beside its figures, measured in the same run:
  *  - a STREAM-like read: the bandwidth of plain wide loads over a buffer twice the
  *    last-level cache, split between THREADS threads, four streams each;
- *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps): register-only loops
- *    with enough independent accumulators to cover the latency on every port.
+ *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps, and the int8 dot
+ *    products of the Q8 recipe: vpdpbusd zmm, vpmaddubsw ymm and zmm): register-only loops
+ *    with enough independent accumulators to cover the latency on every port. Each chain
+ *    starts from its own value: chains that start equal compute the same thing, and the
+ *    compiler merges them into one, so the loop runs fewer instructions than it counts (a
+ *    peak once came out 1.6x too high that way).
  * These are the only places outside kernels/<isa>/ with intrinsics: a bench measures the
  * machine, not libmoe, and each function carries its own target attribute, so the program
  * still compiles for baseline x86-64 and runs a loop only when the CPU has it.
@@ -236,23 +240,28 @@ static inline double bench_stream_read(const bench_buffer *b, int threads, int r
 
 /* ---- Instruction peaks --------------------------------------------------------------- */
 
-/* The instructions whose peak a benchmark may quote. */
+/* The instructions whose peak a benchmark may quote. The integer ones count 2 operations per
+ * multiply-add, as a GEMM's 2·M·N·K does ("GFLOP/s" below means GOP/s for them). */
 typedef enum bench_insn {
     BENCH_FMA_YMM = 0, /* vfmadd231ps ymm: 16 flops */
     BENCH_FMA_ZMM,     /* vfmadd231ps zmm: 32 flops */
     BENCH_DPBF16_ZMM,  /* vdpbf16ps zmm: 32 bf16 products summed in pairs into 16 fp32: 64 flops */
+    BENCH_DPBUSD_ZMM,  /* vpdpbusd zmm: 64 u8 x s8 multiply-adds into 16 int32: 128 ops */
+    BENCH_MADDUBS_YMM, /* vpmaddubsw ymm (+ the vpaddw that accumulates it): 32 multiply-adds */
+    BENCH_MADDUBS_ZMM, /* vpmaddubsw zmm (+ vpaddw): 64 multiply-adds: 128 ops */
     BENCH_INSN_COUNT_
 } bench_insn;
 
 static inline const char *bench_insn_name(bench_insn i)
 {
-    static const char *names[] = {"vfmadd231ps ymm", "vfmadd231ps zmm", "vdpbf16ps zmm"};
+    static const char *names[] = {"vfmadd231ps ymm", "vfmadd231ps zmm", "vdpbf16ps zmm",
+                                  "vpdpbusd zmm",    "vpmaddubsw ymm",  "vpmaddubsw zmm"};
     return (unsigned)i < BENCH_INSN_COUNT_ ? names[i] : "?";
 }
 
 static inline double bench_insn_flops(bench_insn i)
 {
-    static const double flops[] = {16, 32, 64};
+    static const double flops[] = {16, 32, 64, 128, 64, 128};
     return (unsigned)i < BENCH_INSN_COUNT_ ? flops[i] : 0;
 }
 
@@ -263,6 +272,9 @@ static inline int bench_insn_supported(bench_insn i)
     case BENCH_FMA_YMM: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case BENCH_FMA_ZMM: return __builtin_cpu_supports("avx512f");
     case BENCH_DPBF16_ZMM: return __builtin_cpu_supports("avx512bf16");
+    case BENCH_DPBUSD_ZMM: return __builtin_cpu_supports("avx512vnni");
+    case BENCH_MADDUBS_YMM: return __builtin_cpu_supports("avx2");
+    case BENCH_MADDUBS_ZMM: return __builtin_cpu_supports("avx512bw");
     default: return 0;
     }
 #else
@@ -273,7 +285,11 @@ static inline int bench_insn_supported(bench_insn i)
 
 #if BENCH_X86
 /* 12 independent chains: FMA latency 4 × 2 ports needs 8 in flight; 12 leaves headroom.
- * acc·0.999 + 0.001 stays near 1, so no denormal or overflow slows the loop. */
+ * acc·0.999 + 0.001 stays near 1, so no denormal or overflow slows the loop. BENCH_START12
+ * gives chain c the start value INIT(c), so no two chains are the same computation. */
+#define BENCH_START12(T, INIT)                                                                     \
+    T a0 = INIT(0), a1 = INIT(1), a2 = INIT(2), a3 = INIT(3), a4 = INIT(4), a5 = INIT(5),          \
+      a6 = INIT(6), a7 = INIT(7), a8 = INIT(8), a9 = INIT(9), a10 = INIT(10), a11 = INIT(11)
 #define BENCH_CHAINS12(OP)                                                                         \
     do {                                                                                           \
         a0 = OP(a0);                                                                               \
@@ -293,8 +309,9 @@ static inline int bench_insn_supported(bench_insn i)
 __attribute__((target("avx2,fma"))) static inline float bench_fma_ymm(uint64_t iters)
 {
     const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(0.001f);
-    __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
-           a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+#define BENCH_INIT(c) _mm256_set1_ps(1.0f + (float)(c)*0x1p-10f)
+    BENCH_START12(__m256, BENCH_INIT);
+#undef BENCH_INIT
 #define BENCH_OP(a) _mm256_fmadd_ps(a, x, y)
     for (uint64_t i = 0; i < iters; i++)
         BENCH_CHAINS12(BENCH_OP);
@@ -308,8 +325,9 @@ __attribute__((target("avx2,fma"))) static inline float bench_fma_ymm(uint64_t i
 __attribute__((target("avx512f"))) static inline float bench_fma_zmm(uint64_t iters)
 {
     const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(0.001f);
-    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
-           a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+#define BENCH_INIT(c) _mm512_set1_ps(1.0f + (float)(c)*0x1p-10f)
+    BENCH_START12(__m512, BENCH_INIT);
+#undef BENCH_INIT
 #define BENCH_OP(a) _mm512_fmadd_ps(a, x, y)
     for (uint64_t i = 0; i < iters; i++)
         BENCH_CHAINS12(BENCH_OP);
@@ -324,8 +342,9 @@ __attribute__((target("avx512f"))) static inline float bench_fma_zmm(uint64_t it
 __attribute__((target("avx512f,avx512bf16"))) static inline float bench_dpbf16_zmm(uint64_t iters)
 {
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3A80); /* bf16 2^-10 */
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
-           a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+#define BENCH_INIT(c) _mm512_set1_ps((float)(c))
+    BENCH_START12(__m512, BENCH_INIT);
+#undef BENCH_INIT
 #define BENCH_OP(a) _mm512_dpbf16_ps(a, x, x)
     for (uint64_t i = 0; i < iters; i++)
         BENCH_CHAINS12(BENCH_OP);
@@ -335,7 +354,87 @@ __attribute__((target("avx512f,avx512bf16"))) static inline float bench_dpbf16_z
     s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
     return _mm512_reduce_add_ps(s);
 }
+
+/* The int8 dot products, one asm statement per chain step: GCC allocates the tied
+ * accumulator of vpdpbusd (and the vpmaddubsw + vpaddw pair) with two register copies per
+ * step, which the front end must then carry, and the loop measures the copies rather than the
+ * instruction. Integer chains wrap around harmlessly, at full speed. */
+#define BENCH_EACH12(S)                                                                            \
+    do {                                                                                           \
+        S(a0);                                                                                     \
+        S(a1);                                                                                     \
+        S(a2);                                                                                     \
+        S(a3);                                                                                     \
+        S(a4);                                                                                     \
+        S(a5);                                                                                     \
+        S(a6);                                                                                     \
+        S(a7);                                                                                     \
+        S(a8);                                                                                     \
+        S(a9);                                                                                     \
+        S(a10);                                                                                    \
+        S(a11);                                                                                    \
+    } while (0)
+
+__attribute__((target("avx512f,avx512vnni"))) static inline float bench_dpbusd_zmm(uint64_t iters)
+{
+    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+#define BENCH_INIT(c) _mm512_set1_epi32(c)
+    BENCH_START12(__m512i, BENCH_INIT);
+#undef BENCH_INIT
+    /* a += Σ4 x·y per dword: x the unsigned operand, y the signed one. */
+#define BENCH_STEP(a) __asm__("vpdpbusd %2, %1, %0" : "+v"(a) : "v"(x), "v"(y))
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_EACH12(BENCH_STEP);
+#undef BENCH_STEP
+    __m512i s =
+        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                         _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+    return (float)_mm512_reduce_add_epi32(s);
+}
+
+/* vpmaddubsw has no accumulator: each step adds the product of the chain's value (as the
+ * unsigned operand; a constant one would let the product be hoisted) and y back with vpaddw.
+ * The chain is 6 cycles long; 12 chains cover two per cycle. */
+#define BENCH_MADDUBS_STEP(a)                                                                      \
+    do {                                                                                           \
+        __typeof__(a) t_;                                                                          \
+        __asm__("vpmaddubsw %2, %0, %1\n\tvpaddw %1, %0, %0" : "+v"(a), "=&v"(t_) : "v"(y));       \
+    } while (0)
+
+__attribute__((target("avx2"))) static inline float bench_maddubs_ymm(uint64_t iters)
+{
+    const __m256i y = _mm256_set1_epi8(-2);
+#define BENCH_INIT(c) _mm256_set1_epi16((short)(c))
+    BENCH_START12(__m256i, BENCH_INIT);
+#undef BENCH_INIT
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_EACH12(BENCH_MADDUBS_STEP);
+    __m256i s =
+        _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)),
+                         _mm256_add_epi16(_mm256_add_epi16(a4, a5), _mm256_add_epi16(a6, a7)));
+    s = _mm256_add_epi16(s, _mm256_add_epi16(_mm256_add_epi16(a8, a9), _mm256_add_epi16(a10, a11)));
+    return (float)(short)_mm256_extract_epi16(s, 0);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static inline float bench_maddubs_zmm(uint64_t iters)
+{
+    const __m512i y = _mm512_set1_epi8(-2);
+#define BENCH_INIT(c) _mm512_set1_epi16((short)(c))
+    BENCH_START12(__m512i, BENCH_INIT);
+#undef BENCH_INIT
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_EACH12(BENCH_MADDUBS_STEP);
+    __m512i s =
+        _mm512_add_epi16(_mm512_add_epi16(_mm512_add_epi16(a0, a1), _mm512_add_epi16(a2, a3)),
+                         _mm512_add_epi16(_mm512_add_epi16(a4, a5), _mm512_add_epi16(a6, a7)));
+    s = _mm512_add_epi16(s, _mm512_add_epi16(_mm512_add_epi16(a8, a9), _mm512_add_epi16(a10, a11)));
+    return (float)_mm512_reduce_add_epi32(s);
+}
+#undef BENCH_MADDUBS_STEP
+#undef BENCH_EACH12
 #undef BENCH_CHAINS12
+#undef BENCH_START12
 #endif
 
 static volatile float bench_fsink;
@@ -347,6 +446,9 @@ static inline void bench_insn_loop(bench_insn insn, uint64_t iters)
     case BENCH_FMA_YMM: bench_fsink = bench_fma_ymm(iters); break;
     case BENCH_FMA_ZMM: bench_fsink = bench_fma_zmm(iters); break;
     case BENCH_DPBF16_ZMM: bench_fsink = bench_dpbf16_zmm(iters); break;
+    case BENCH_DPBUSD_ZMM: bench_fsink = bench_dpbusd_zmm(iters); break;
+    case BENCH_MADDUBS_YMM: bench_fsink = bench_maddubs_ymm(iters); break;
+    case BENCH_MADDUBS_ZMM: bench_fsink = bench_maddubs_zmm(iters); break;
     default: break;
     }
 #else

@@ -1,0 +1,283 @@
+/* expert_mxfp4_q8.c — the AVX2 expert kernel set of the Q8 recipe (MXFP4), vpmaddubsw ymm, 16x16.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/avx2/math_avx2.h"
+#include "kernels/ref/expert_mxfp4_layout.h"
+#include "select/kernel.h"
+
+/*
+ * Decode: a 32-byte half of a tile chunk holds, per dword lane n, the codes of row n (rows
+ * 0..7, or 8..15 for the upper half) for quad c in the low nibbles and quad c + 4 in the high
+ * nibbles (kernels/ref/expert_mxfp4_layout.h). AND 0x0F, and shift-right-4 + AND, give the
+ * two index vectors; vpshufb through the table of w2 + 12 (in both 128-bit lanes) turns each
+ * into the unsigned operand of one vpmaddubsw against 4 broadcast activation bytes.
+ *
+ * Dot, per projection, half and token: the block's 32 products as 8 vpmaddubsw (each 16-bit
+ * lane the sum of two products of (w2 + 12) ∈ [0, 24] and q ∈ [-127, 127]: |·| ≤ 6096, so no
+ * saturation), summed in 16 bits over two chunks (4 results: ≤ 24384 < 2^15), widened by
+ * vpmaddwd against ones, added in 32 bits to the row's correction -12·Σq. The sum is the
+ * reference's Σ w2·q exactly. Then, as the reference: S = wsh · xs (vmulps), acc =
+ * fma(cvt(isum), S, acc) in block order, wsh = 2^(e - 128) built bit-exactly (a normal power
+ * of two for e ≥ 2, the subnormals 2^-128 and 2^-127 for e = 0, 1).
+ *
+ * Tokens run in groups of up to GROUP = 4 (4 integer sums and their 16-bit partials, the two
+ * weight vectors, two broadcasts and the constants fill the 16 ymm registers); the f32
+ * totals, touched once per block and projection half, live on the stack. Up to GROUP tokens
+ * decode each chunk in registers (decode, m = 1..4, is bound by memory); more tokens decode
+ * each block once into a 1 KB stack buffer and run over it group after group. Every element
+ * sees the same operations in both paths, so the bits do not depend on m.
+ *
+ * Prefetch: 8 KB ahead into L2, every 64 bytes consumed, into the next tile too.
+ */
+
+#define NR MOE_MX_NR
+#define BLK MOE_MX_BLOCK
+#define UNIT MOE_MX_UNIT
+#define MR 16
+#define GROUP 4
+#define PF_BYTES 8192
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+
+INLINE __m256i lut_w2u(void)
+{
+    return _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
+
+/* The two quads (c, c + 4) of one 32-byte chunk half as unsigned operands. */
+INLINE void decode(const unsigned char *half, __m256i lut, __m256i *lo, __m256i *hi)
+{
+    const __m256i c = _mm256_loadu_si256((const __m256i *)half), m = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(c, m));
+    *hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(c, 4), m));
+}
+
+INLINE __m256i bcast(const unsigned char *p)
+{
+    int v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+INLINE float load_f32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* 2^(e - 128) for the 8 scale bytes at p, exactly: bits (e - 1) << 23 for e ≥ 2; for e = 0
+ * and 1 the subnormals 2^-128 = 1 << 21 and 2^-127 = 1 << 22 (2^-149 is bit 0). */
+INLINE __m256 half_scales(const unsigned char *p)
+{
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+}
+
+/* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
+INLINE __m256 act8(const moe_act_params *a, __m256 g, __m256 u)
+{
+    if (a->kind != 0) {
+        const __m256 lim = _mm256_set1_ps(a->limit), nlim = _mm256_set1_ps(-a->limit);
+        g = _mm256_min_ps(lim, g);
+        u = _mm256_min_ps(lim, u);
+        u = _mm256_max_ps(nlim, u);
+    }
+    if (a->kind == 2) {
+        __m256 s = moe_sigmoid_avx2(_mm256_mul_ps(_mm256_set1_ps(a->alpha), g));
+        return _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
+    }
+    return _mm256_mul_ps(_mm256_mul_ps(g, moe_sigmoid_avx2(g)), u);
+}
+
+/* Stores rows [8h, 8h + 8) ∩ [0, n_valid) of a result half. */
+INLINE void store_half(float *out, size_t h, __m256 v, size_t n_valid)
+{
+    if (n_valid >= 8 * h + 8)
+        _mm256_storeu_ps(out + 8 * h, v);
+    else if (n_valid > 8 * h)
+        _mm256_maskstore_ps(out + 8 * h, moe_tail_mask_avx2(n_valid - 8 * h), v);
+}
+
+/* A prepared row's parts (kernels/expert.h). */
+typedef struct qrow {
+    const unsigned char *q, *xs, *corr;
+} qrow;
+
+/* The f32 totals of one token: [2p + h] for projection p (gate, up; down: 0 only) and row
+ * half h. */
+typedef float totals[4][8];
+
+/*
+ * One block b of one tile for G tokens: for each projection p < np and row half h, the exact
+ * integer sums, then tot = fma(cvt(isum), wsh · xs_b, tot). The weights come from the tile
+ * (units: the block's np code units, decoded in registers) or, when dec is not NULL, from the
+ * block decoded by decode_block. scales: the block's np × 16 scale bytes.
+ */
+INLINE void block_group(const size_t G, const int np, const unsigned char *units,
+                        const __m256i *dec, const unsigned char *scales, const qrow *r, size_t b,
+                        totals *tot)
+{
+    const __m256i lut = lut_w2u(), ones = _mm256_set1_epi16(1);
+    for (int p = 0; p < np; p++) {
+        UNROLL
+        for (size_t h = 0; h < 2; h++) {
+            const unsigned char *u = units + (size_t)p * UNIT + 32 * h;
+            const __m256i *d = dec ? dec + 8 * (2 * (size_t)p + h) : NULL;
+            __m256i isum[GROUP];
+            UNROLL
+            for (size_t t = 0; t < G; t++)
+                isum[t] = bcast(r[t].corr + 4 * b);
+            UNROLL
+            for (size_t cp = 0; cp < 2; cp++) {
+                __m256i s16[GROUP];
+                UNROLL
+                for (size_t c2 = 0; c2 < 2; c2++) {
+                    const size_t c = 2 * cp + c2;
+                    __m256i wl, wh;
+                    if (d) {
+                        wl = _mm256_load_si256(d + 2 * c);
+                        wh = _mm256_load_si256(d + 2 * c + 1);
+                    } else {
+                        decode(u + 64 * c, lut, &wl, &wh);
+                    }
+                    UNROLL
+                    for (size_t t = 0; t < G; t++) {
+                        const unsigned char *q = r[t].q + BLK * b + 4 * c;
+                        const __m256i pr =
+                            _mm256_add_epi16(_mm256_maddubs_epi16(wl, bcast(q)),
+                                             _mm256_maddubs_epi16(wh, bcast(q + 16)));
+                        s16[t] = c2 ? _mm256_add_epi16(s16[t], pr) : pr;
+                    }
+                }
+                UNROLL
+                for (size_t t = 0; t < G; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
+            }
+            const __m256 wsh = half_scales(scales + 16 * (size_t)p + 8 * h);
+            UNROLL
+            for (size_t t = 0; t < G; t++) {
+                float *acc = tot[t][2 * (size_t)p + h];
+                const __m256 s = _mm256_mul_ps(wsh, _mm256_set1_ps(load_f32(r[t].xs + 4 * b)));
+                _mm256_store_ps(
+                    acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), s, _mm256_load_ps(acc)));
+            }
+        }
+    }
+}
+
+/* The block's np units decoded: dec[8(2p + h) + 2c] and [+ 1] the quads c and c + 4 of row
+ * half h of projection p. */
+INLINE void decode_block(const int np, const unsigned char *units, __m256i *dec)
+{
+    const __m256i lut = lut_w2u();
+    for (int p = 0; p < np; p++)
+        UNROLL
+    for (size_t i = 0; i < 8; i++) {
+        const size_t h = i / 4, c = i % 4;
+        decode(units + (size_t)p * UNIT + 64 * c + 32 * h, lut,
+               &dec[8 * (2 * (size_t)p + h) + 2 * c], &dec[8 * (2 * (size_t)p + h) + 2 * c + 1]);
+    }
+}
+
+#define GROUP_DISPATCH(g, ...)                                                                     \
+    do {                                                                                           \
+        switch (g) {                                                                               \
+        case 1: block_group(1, __VA_ARGS__); break;                                                \
+        case 2: block_group(2, __VA_ARGS__); break;                                                \
+        case 3: block_group(3, __VA_ARGS__); break;                                                \
+        default: block_group(GROUP, __VA_ARGS__); break;                                           \
+        }                                                                                          \
+    } while (0)
+
+/* The f32 totals of m ≤ MR tokens over a tile of np projections and K = k. */
+INLINE void accumulate(const int np, size_t m, size_t k, const void *const *xv,
+                       const unsigned char *tile, totals *tot)
+{
+    __m256i dec[32] __attribute__((aligned(32)));
+    qrow r[MR];
+    for (size_t t = 0; t < m; t++) {
+        const unsigned char *row = xv[t];
+        r[t] = (qrow){row, row + moe_q8_scales_offset(k), row + moe_q8_corr_offset(k)};
+        memset(tot[t], 0, sizeof tot[t]);
+    }
+    const size_t nb = k / BLK;
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(np, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(np, s);
+        const unsigned char *line = base + len * (size_t)np * UNIT;
+        prefetch(line + PF_BYTES);
+        for (size_t i = 0; i < len; i++, b++) {
+            const unsigned char *units = base + i * (size_t)np * UNIT;
+            const unsigned char *scales = line + 16 * i * (size_t)np;
+            for (size_t c = 0; c < 4 * (size_t)np; c++)
+                prefetch(units + 64 * c + PF_BYTES);
+            if (m <= GROUP) {
+                GROUP_DISPATCH(m, np, units, NULL, scales, r, b, tot);
+                continue;
+            }
+            decode_block(np, units, dec);
+            for (size_t t0 = 0; t0 < m; t0 += GROUP) {
+                const size_t g = m - t0 < GROUP ? m - t0 : GROUP;
+                GROUP_DISPATCH(g, np, NULL, dec, scales, r + t0, b, tot + t0);
+            }
+        }
+    }
+}
+
+static void gateup(size_t m, size_t k, const void *const *x, const void *tile,
+                   const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    totals tot[MR] __attribute__((aligned(32)));
+    accumulate(2, m, k, x, tile, tot);
+    const float *bias = tile;
+    for (size_t t = 0; t < m; t++)
+        for (size_t hf = 0; hf < 2; hf++) {
+            const __m256 g =
+                _mm256_add_ps(_mm256_load_ps(tot[t][hf]), _mm256_loadu_ps(bias + 8 * hf));
+            const __m256 u =
+                _mm256_add_ps(_mm256_load_ps(tot[t][2 + hf]), _mm256_loadu_ps(bias + NR + 8 * hf));
+            store_half((float *)h + t * h_stride, hf, act8(act, g, u), n_valid);
+        }
+}
+
+static void down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                 size_t y_stride, size_t n_valid)
+{
+    totals tot[MR] __attribute__((aligned(32)));
+    accumulate(1, m, k, h, tile, tot);
+    const float *bias = tile;
+    for (size_t t = 0; t < m; t++)
+        for (size_t hf = 0; hf < 2; hf++) {
+            const __m256 v =
+                _mm256_add_ps(_mm256_load_ps(tot[t][hf]), _mm256_loadu_ps(bias + 8 * hf));
+            store_half(y + t * y_stride, hf, v, n_valid);
+        }
+}
+
+const moe_expert_kernels moe_expert_mxfp4_q8_16x16__avx2 = {
+    .name = "moe_expert_mxfp4_q8_16x16__avx2",
+    .format = MOE_EXPERT_FMT_MXFP4,
+    .recipe = MOE_RECIPE_Q8,
+    .isa = MOE_REQ_AVX2,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_mx_gateup_bytes,
+    .down_tile_bytes = moe_mx_down_bytes,
+    .pack_gateup = moe_mx_pack_gateup,
+    .pack_down = moe_mx_pack_down,
+    .unpack_gateup = moe_mx_unpack_gateup,
+    .unpack_down = moe_mx_unpack_down,
+    .gateup = gateup,
+    .down = down,
+    .act_row_bytes = moe_q8_row_bytes,
+    .prepare_act = moe_q8_prepare_ref,
+};
