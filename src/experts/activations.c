@@ -1,4 +1,4 @@
-/* activations.c — f32 activations rounded to bf16 once per forward, for the bf16 recipe. */
+/* activations.c — activations in the recipes' types, once per forward: bf16 rounding, Q8 rows. */
 #include <string.h>
 
 #include "experts/experts.h"
@@ -17,4 +17,12 @@ void moe_act_round_bf16(size_t n, const float *x, uint16_t *y)
         const uint32_t nan = u | 0x00400000u;
         y[i] = (uint16_t)((a > 0x7F800000u ? nan : rounded) >> 16);
     }
+}
+
+void moe_act_prepare(const moe_expert_group *g, size_t n, const float *x, size_t x_stride,
+                     void *dst)
+{
+    const size_t k = (size_t)g->hidden;
+    for (size_t r = 0; r < n; r++)
+        g->ks->prepare_act(k, x + r * x_stride, (unsigned char *)dst + r * g->x_row_bytes);
 }

@@ -57,7 +57,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
 {
     const moe_expert_kernels *ks = g->ks;
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, eb = g->act_elem;
-    const size_t x_row = (size_t)g->hidden * eb, h_row = g->h_stride * eb;
+    const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb;
     const unsigned char *tiles = moe_expert_gateup(g, s->e);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0; j < j1; j++) {
@@ -82,12 +82,13 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     }
 }
 
-/* down for tiles [j0, j1) of one span: y rows first .. first + n - 1, y_stride floats apart. */
-static void down_span(const moe_expert_group *g, const span *s, const unsigned char *h, float *y,
-                      size_t y_stride, int64_t j0, int64_t j1)
+/* down for tiles [j0, j1) of one span: y rows first .. first + n - 1, y_stride floats apart;
+ * h rows h_row bytes apart (h itself, or the Q8 rows prepared from it). */
+static void down_span(const moe_expert_group *g, const span *s, const unsigned char *h,
+                      size_t h_row, float *y, size_t y_stride, int64_t j0, int64_t j1)
 {
     const moe_expert_kernels *ks = g->ks;
-    const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, h_row = g->h_stride * g->act_elem;
+    const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr;
     const unsigned char *tiles = moe_expert_down(g, s->e);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0; j < j1; j++) {
@@ -110,6 +111,7 @@ typedef struct group_run {
     bool routed;
     size_t n_spans, rows;
     unsigned char *h;
+    unsigned char *hq; /* Q8: the prepared h rows; NULL for the other recipes */
     float *y;
     size_t y_stride;
 } group_run;
@@ -130,9 +132,23 @@ static void gateup_phase(const moe_experts_job *job, const group_run *run)
     }
 }
 
+/* Q8: every h row prepared for down. All rows of the group hold h (each routed row belongs
+ * to an expert), and each is prepared alone, whatever the split. */
+static void prepare_phase(const group_run *run)
+{
+    const moe_expert_group *g = run->g;
+    const size_t h_row = g->h_stride * g->act_elem, k = (size_t)g->inter;
+#pragma omp for schedule(static)
+    for (size_t r = 0; r < run->rows; r++)
+        g->ks->prepare_act(k, (const float *)(const void *)(run->h + r * h_row),
+                           run->hq + r * g->hq_row_bytes);
+}
+
 static void down_phase(const moe_experts_job *job, const group_run *run)
 {
     const moe_expert_group *g = run->g;
+    const unsigned char *h = run->hq ? run->hq : run->h;
+    const size_t h_row = run->hq ? g->hq_row_bytes : g->h_stride * g->act_elem;
     const int64_t per = tiles_per_item(g->down_tiles, run->n_spans);
     const int64_t ipe = (g->down_tiles + per - 1) / per;
     const int64_t n_items = (int64_t)run->n_spans * ipe;
@@ -141,7 +157,7 @@ static void down_phase(const moe_experts_job *job, const group_run *run)
         const span s = span_of(job, run->routed, (size_t)(it / ipe));
         const int64_t j0 = it % ipe * per;
         const int64_t j1 = j0 + per < g->down_tiles ? j0 + per : g->down_tiles;
-        down_span(g, &s, run->h, run->y, run->y_stride, j0, j1);
+        down_span(g, &s, h, h_row, run->y, run->y_stride, j0, j1);
     }
 }
 
@@ -193,13 +209,25 @@ static void mark_gemm(moe_trace_rec *tr, const char *prefix, const char *step, c
 static void run_group(moe_experts_job *job, const group_run *run, const char *prefix)
 {
     const moe_expert_group *g = run->g;
-    const uint64_t hb = (uint64_t)g->hidden * g->act_elem, ib = (uint64_t)g->inter * g->act_elem;
+    const uint64_t ib = (uint64_t)g->inter * g->act_elem;
     gateup_phase(job, run);
 #pragma omp master
-    mark_gemm(job->trace, prefix, "gate_up", run, g->gateup_bytes, hb, ib);
+    mark_gemm(job->trace, prefix, "gate_up", run, g->gateup_bytes, g->x_row_bytes, ib);
+    if (run->hq) {
+        prepare_phase(run);
+#pragma omp master
+        {
+            char name[32], kernel[64];
+            snprintf(name, sizeof name, "%s.prepare_h", prefix);
+            snprintf(kernel, sizeof kernel, "%s prepare_act", g->ks->name);
+            moe_trace_mark(job->trace, name, kernel, run->rows * ib,
+                           run->rows * (uint64_t)g->hq_row_bytes);
+        }
+    }
     down_phase(job, run);
 #pragma omp master
-    mark_gemm(job->trace, prefix, "down", run, g->down_bytes, ib, (uint64_t)g->hidden * 4);
+    mark_gemm(job->trace, prefix, "down", run, g->down_bytes, run->hq ? g->hq_row_bytes : ib,
+              (uint64_t)g->hidden * 4);
 }
 
 static void plan_step(moe_experts_job *job)
@@ -227,6 +255,7 @@ void moe_experts_run_team(moe_experts_job *job)
                                .n_spans = job->ws.plan.n_active,
                                .rows = n_t * (size_t)job->top_k,
                                .h = job->ws.h_routed,
+                               .hq = job->ws.hq_routed,
                                .y = job->ws.y_routed,
                                .y_stride = (size_t)job->routed->hidden};
         run_group(job, &run, "experts");
@@ -237,6 +266,7 @@ void moe_experts_run_team(moe_experts_job *job)
                                .n_spans = 1,
                                .rows = n_t,
                                .h = job->ws.h_always,
+                               .hq = job->ws.hq_always,
                                .y = job->out,
                                .y_stride = (size_t)job->always->hidden};
         run_group(job, &run, job->always_name ? job->always_name : "always");

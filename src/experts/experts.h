@@ -26,6 +26,9 @@
  *              the row of every (token, slot)
  *   gate_up    work items (expert, run of N-tiles of I): for each tile, the expert's rows in
  *              M-chunks of MR, so the tile stays in cache while every chunk uses it; writes h
+ *   prepare_h  the Q8 recipe only: every h row (f32) becomes a prepared Q8 row of k = I
+ *              (the kernel set's prepare_act), one row at a time, so a row's bytes depend on
+ *              that row alone
  *   down       work items (expert, run of N-tiles of H): y rows of the routed experts, or the
  *              block output itself for the always-on MLP
  *   combine    one token at a time, in slot order, then + the shared output
@@ -39,6 +42,9 @@
 
 /* Widest MR a kernel set may have: the engine keeps MR row pointers on the stack. */
 #define MOE_EXPERTS_MAX_MR 64
+
+/* The recipes (moe_expert_recipe values index the activation arrays of a job). */
+#define MOE_EXPERTS_RECIPES 3
 
 /* One packed MLP group: n_experts MLPs of the same shape, format and kernel set. */
 typedef struct moe_expert_group {
@@ -54,8 +60,13 @@ typedef struct moe_expert_group {
     size_t down_bytes;        /* down_tiles × down_tile_bytes */
     size_t expert_stride;     /* gateup_bytes + down_bytes, rounded up to 64 */
     size_t packed_bytes;      /* n_experts × expert_stride */
-    size_t act_elem;          /* bytes of one activation of the recipe (4 or 2) */
+    size_t act_elem;          /* bytes of one h element as gate/up writes it: 4 (F32 and Q8:
+                                 float) or 2 (BF16) */
     size_t h_stride;          /* elements between h rows: I rounded up to 32, tail zeroed */
+    size_t x_row_bytes;       /* one input row as gate/up reads it: H floats, H bf16 codes, or
+                                 (Q8) a prepared row, act_row_bytes(H) */
+    size_t hq_row_bytes;      /* Q8: one prepared h row, act_row_bytes(I), which down reads;
+                                 0 for the other recipes (down reads h itself) */
     unsigned char *packed;    /* 64-byte aligned; NULL until moe_expert_group_alloc */
     void *raw;                /* the allocation behind packed */
 } moe_expert_group;
@@ -120,8 +131,10 @@ void *moe_carve_take(moe_carve *c, size_t n, size_t elem);
 typedef struct moe_experts_ws {
     moe_route_plan plan;
     void *h_routed;  /* [T·K rows, h_stride] of the routed recipe */
+    void *hq_routed; /* Q8: [T·K rows] prepared h rows of hq_row_bytes; else NULL */
     float *y_routed; /* [T·K rows, H] */
     void *h_always;  /* [T rows, h_stride] of the always-on recipe */
+    void *hq_always; /* Q8: [T rows] prepared h rows; else NULL */
 } moe_experts_ws;
 
 /* Takes the engine's arrays for T tokens from C (ROUTED / ALWAYS may be NULL). */
@@ -132,9 +145,10 @@ void moe_experts_ws_carve(moe_carve *c, moe_experts_ws *ws, const moe_expert_gro
 
 typedef struct moe_experts_job {
     size_t n_tokens;
-    /* The activations [T, H] in each recipe's type (moe_expert_recipe index); only those
-     * the groups' recipes read need to be set. */
-    const void *act[2];
+    /* The activations [T rows] in each recipe's type (moe_expert_recipe index), rows
+     * x_row_bytes apart: f32, bf16 codes, or Q8 rows prepared with k = H (moe_act_prepare);
+     * only those the groups' recipes read need to be set. */
+    const void *act[MOE_EXPERTS_RECIPES];
     const moe_expert_group *routed; /* NULL for a dense layer */
     int top_k;
     const int32_t *ids;             /* [T, K] from the router */
@@ -160,5 +174,11 @@ moe_status moe_experts_run(moe_experts_job *job, int threads);
 /* y[i] = x[i] rounded to bf16, to nearest even, bit for bit as moe_f32_to_bf16 (NaN kept,
  * quieted). A plain loop the compiler vectorises. */
 void moe_act_round_bf16(size_t n, const float *x, uint16_t *y);
+
+/* The Q8 rows of N input rows for group G (recipe Q8): row r of x (f32, G's hidden values,
+ * x_stride floats apart) becomes G's prepared row r at dst + r · x_row_bytes, by the kernel
+ * set's prepare_act. Each row is prepared alone, so its bytes depend on that row only. */
+void moe_act_prepare(const moe_expert_group *g, size_t n, const float *x, size_t x_stride,
+                     void *dst);
 
 #endif

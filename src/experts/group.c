@@ -21,9 +21,13 @@ static moe_status check_kernels(const moe_expert_kernels *ks, const char *what)
     if (ks->mr < 1 || ks->mr > MOE_EXPERTS_MAX_MR || ks->nr < 1)
         return moe_error(MOE_EINVAL, "%s: kernel set %s has tile %dx%d (MR must be in [1, %d])",
                          what, ks->name ? ks->name : "?", ks->mr, ks->nr, MOE_EXPERTS_MAX_MR);
-    if (ks->recipe != MOE_RECIPE_F32 && ks->recipe != MOE_RECIPE_BF16)
+    if (ks->recipe != MOE_RECIPE_F32 && ks->recipe != MOE_RECIPE_BF16 &&
+        ks->recipe != MOE_RECIPE_Q8)
         return moe_error(MOE_EINVAL, "%s: kernel set %s has an unknown recipe %d", what,
                          ks->name ? ks->name : "?", (int)ks->recipe);
+    if (ks->recipe == MOE_RECIPE_Q8 && (!ks->act_row_bytes || !ks->prepare_act))
+        return moe_error(MOE_EINVAL, "%s: kernel set %s of the q8 recipe has no prepare_act", what,
+                         ks->name ? ks->name : "?");
     return MOE_OK;
 }
 
@@ -54,8 +58,15 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     g->act_elem = ks->recipe == MOE_RECIPE_BF16 ? 2 : 4;
     g->h_stride = round_up((size_t)inter, H_ROW_ALIGN);
     size_t sum;
-    /* A kernel set answers 0 for a tile that does not fit in size_t. */
+    /* A kernel set answers 0 for a tile (or a Q8 row) that does not fit in size_t. */
     bool bad = g->gateup_tile_bytes == 0 || g->down_tile_bytes == 0;
+    if (ks->recipe == MOE_RECIPE_Q8) {
+        g->x_row_bytes = ks->act_row_bytes(hidden);
+        g->hq_row_bytes = ks->act_row_bytes(inter);
+        bad = bad || g->x_row_bytes == 0 || g->hq_row_bytes == 0;
+    } else {
+        bad = bad || moe_mul_overflow_size((size_t)hidden, g->act_elem, &g->x_row_bytes);
+    }
     bad =
         bad || part_bytes(inter, ks->nr, g->gateup_tile_bytes, &g->gateup_tiles, &g->gateup_bytes);
     bad = bad || part_bytes(hidden, ks->nr, g->down_tile_bytes, &g->down_tiles, &g->down_bytes);

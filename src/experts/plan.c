@@ -79,8 +79,11 @@ void moe_experts_ws_carve(moe_carve *c, moe_experts_ws *ws, const moe_expert_gro
         ws->plan.row = moe_carve_take(c, rows, sizeof(size_t));
         ws->plan.active = moe_carve_take(c, e, sizeof(int32_t));
         ws->h_routed = moe_carve_take(c, elems2(rows, routed->h_stride), routed->act_elem);
+        if (routed->hq_row_bytes) ws->hq_routed = moe_carve_take(c, rows, routed->hq_row_bytes);
         ws->y_routed = moe_carve_take(c, elems2(rows, (size_t)routed->hidden), sizeof(float));
     }
-    if (always)
+    if (always) {
         ws->h_always = moe_carve_take(c, elems2(n_tokens, always->h_stride), always->act_elem);
+        if (always->hq_row_bytes) ws->hq_always = moe_carve_take(c, n_tokens, always->hq_row_bytes);
+    }
 }

@@ -9,77 +9,6 @@
 #include "model/model_handle.h"
 #include "route/router_internal.h"
 
-/* ---- Weight sources --------------------------------------------------------------------- */
-
-static moe_weight_src proj_src(const moe_tensor *w, const moe_tensor *scale, const moe_mlp_desc *m,
-                               int64_t rows, int64_t cols)
-{
-    moe_weight_src s;
-    memset(&s, 0, sizeof s);
-    s.data = w->data;
-    s.dtype = w->dtype;
-    s.rows = rows;
-    s.cols = cols;
-    s.row_stride = cols;
-    s.col_stride = 1;
-    if (scale) {
-        s.scale = scale->data;
-        s.scale_dtype = scale->dtype == MOE_DTYPE_U8 ? MOE_DTYPE_F8_E8M0 : scale->dtype;
-        s.block_rows = m->block_out;
-        s.block_cols = m->block_in;
-    }
-    return s;
-}
-
-/* gpt-oss in HF's bf16 layout: gate_up_proj [E, H, 2I] with gate j in column 2j and up j in
- * column 2j + 1, down_proj [E, I, H], biases [E, 2I] (interleaved the same way) and [E, H].
- * Strides read each expert's [out, in] projections in place. */
-static void stacked_sources(const moe_layer_group_plan *g, int e, moe_weight_src *gate,
-                            moe_weight_src *up, moe_weight_src *down)
-{
-    const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
-    const moe_tensor *gu = g->one[MOE_ROLE_GATE_UP], *dn = g->one[MOE_ROLE_DOWN];
-    const moe_tensor *gub = g->one[MOE_ROLE_GATE_UP_BIAS], *db = g->one[MOE_ROLE_DOWN_BIAS];
-    const size_t wb = moe_dtype_bits(gu->dtype) / 8, bb = moe_dtype_bits(g->bias_dtype) / 8;
-    const unsigned char *gu_e = (const unsigned char *)gu->data + (size_t)(e * h * 2 * i) * wb;
-    *gate = proj_src(gu, NULL, &g->mlp, i, h);
-    gate->data = gu_e;
-    gate->row_stride = 2;
-    gate->col_stride = 2 * i;
-    *up = *gate;
-    up->data = gu_e + wb;
-    *down = proj_src(dn, NULL, &g->mlp, h, i);
-    down->data = (const unsigned char *)dn->data + (size_t)(e * i * h) * wb;
-    down->row_stride = 1;
-    down->col_stride = h;
-    if (gub) {
-        const unsigned char *b = (const unsigned char *)gub->data + (size_t)(e * 2 * i) * bb;
-        gate->bias = b;
-        up->bias = b + bb;
-        gate->bias_dtype = up->bias_dtype = gub->dtype;
-        gate->bias_stride = up->bias_stride = 2;
-    }
-    if (db) {
-        down->bias = (const unsigned char *)db->data + (size_t)(e * h) * bb;
-        down->bias_dtype = db->dtype;
-        down->bias_stride = 1;
-    }
-}
-
-static void sources(const moe_layer_group_plan *g, int e, moe_weight_src *gate, moe_weight_src *up,
-                    moe_weight_src *down)
-{
-    if (g->stacked) {
-        stacked_sources(g, e, gate, up, down);
-        return;
-    }
-    const moe_tensor *const *t = g->per_expert ? g->per_expert[e] : g->one;
-    const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
-    *gate = proj_src(t[MOE_ROLE_GATE], t[MOE_ROLE_GATE_SCALE], &g->mlp, i, h);
-    *up = proj_src(t[MOE_ROLE_UP], t[MOE_ROLE_UP_SCALE], &g->mlp, i, h);
-    *down = proj_src(t[MOE_ROLE_DOWN], t[MOE_ROLE_DOWN_SCALE], &g->mlp, h, i);
-}
-
 static void release_all(const moe_ckpt *ckpt, const moe_tensor *const *t)
 {
     for (int r = 0; r < MOE_LAYER_ROLES; r++)
@@ -88,8 +17,10 @@ static void release_all(const moe_ckpt *ckpt, const moe_tensor *const *t)
 
 static moe_status pack_one(moe_layer_group_plan *g, int e)
 {
+    moe_status st = moe_layer_check_scales(g, e);
+    if (st) return st;
     moe_weight_src gate, up, down;
-    sources(g, e, &gate, &up, &down);
+    moe_layer_sources(g, e, &gate, &up, &down);
     return moe_expert_group_pack(&g->group, e, &gate, &up, &down);
 }
 

@@ -53,10 +53,18 @@ static const char *logits_origin(const moe_layer_plan *p)
 
 static const char *recipe_text(moe_expert_recipe r)
 {
-    return r == MOE_RECIPE_BF16 ? "bf16 (activations rounded to bf16 once per forward, "
-                                  "vdpbf16ps, fp32 accumulation; the same at every batch size)"
-                                : "f32 (activations f32, weights widened to f32 in registers, "
-                                  "fp32 FMA; the same at every batch size)";
+    switch (r) {
+    case MOE_RECIPE_BF16:
+        return "bf16 (activations rounded to bf16 once per forward, vdpbf16ps, fp32 "
+               "accumulation; the same at every batch size)";
+    case MOE_RECIPE_Q8:
+        return "q8 (input rows and h rows quantised per 32-block to int8 with one f32 scale, "
+               "exact int32 dot products with the doubled E2M1 codes, fp32 accumulation across "
+               "blocks; the same at every batch size)";
+    default:
+        return "f32 (activations f32, weights widened to f32 in registers, fp32 FMA; the same "
+               "at every batch size)";
+    }
 }
 
 static void put_activation(text *t, const moe_mlp_desc *m)
@@ -104,12 +112,24 @@ static void put_gate(text *t, const moe_layer_plan *p)
 static void put_activations(text *t, const moe_layer_plan *p)
 {
     const bool f32 = p->recipe_used[MOE_RECIPE_F32], bf16 = p->recipe_used[MOE_RECIPE_BF16];
+    const moe_layer_group_plan *q8 = NULL;
+    for (int id = 0; id < MOE_LG_COUNT_ && !q8; id++)
+        if (p->groups[id].present && p->groups[id].recipe == MOE_RECIPE_Q8) q8 = &p->groups[id];
     put(t, "  activations: f32 input: ");
     if (f32) put(t, "used in place by the f32 recipe%s", bf16 ? "; " : "");
     if (bf16) put(t, "rounded to bf16 once per forward by moe_act_round_bf16 for the bf16 recipe");
+    if (q8)
+        put(t, "%sprepared as q8 rows once per forward by %s prepare_act for the q8 recipe",
+            f32 || bf16 ? "; " : "", q8->ks->name);
     put(t, "\n  activations: bf16 input: ");
-    if (bf16) put(t, "used in place by the bf16 recipe%s", f32 ? "; " : "");
-    if (f32) put(t, "widened to f32 once per forward for the f32 recipe: %s", p->cvt_bf16.reason);
+    if (bf16) put(t, "used in place by the bf16 recipe%s", f32 || q8 ? "; " : "");
+    if (f32 || q8)
+        put(t, "widened to f32 once per forward for the %s: %s",
+            f32 && q8 ? "f32 recipe and the q8 rows"
+            : f32     ? "f32 recipe"
+                      : "q8 rows",
+            p->cvt_bf16.reason);
+    if (q8) put(t, "; then prepared as q8 rows as above");
     put(t, "\n");
 }
 
@@ -123,9 +143,10 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
     put(&t, "  threads: %d (%s)\n", p->threads,
         p->threads_default ? "default: options->threads 0 = the number of cores"
                            : "options->threads");
-    put(&t, "  recipe asked of the expert kernels: %s (%s)\n",
+    put(&t, "  recipe asked of the expert kernels: %s (%s)%s\n",
         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "f32",
-        p->recipe_default ? "default: f32 gives the same bits at every ISA level" : "requested");
+        p->recipe_default ? "default: f32 gives the same bits at every ISA level" : "requested",
+        moe_layer_q8_group(p) ? "; mxfp4 groups: q8, their one recipe" : "");
     if (p->moe) {
         put(&t, "  logits dtype: %s (%s)\n", moe_dtype_name(p->logits_dtype), logits_origin(p));
         put_gate(&t, p);

@@ -103,7 +103,7 @@ typedef struct fwd {
     const moe_forward_args *a;
     moe_layer_bufs b;
     size_t h;
-    const void *act[2]; /* the activations of each recipe */
+    const void *act[MOE_EXPERTS_RECIPES]; /* the activations of each recipe */
     float *logits;
     int32_t *ids;
     float *weights;
@@ -121,33 +121,45 @@ static size_t item_rows(size_t n, size_t it)
 }
 
 /* The input rows in the type each recipe reads: in place when it already is, else converted
- * once here (bf16 -> f32 with the chosen kernel, f32 -> bf16 by rounding). */
+ * once here (bf16 -> f32 with the chosen kernel, f32 -> bf16 by rounding, f32 -> prepared Q8
+ * rows by the Q8 kernel set, from the widened rows when the input is bf16). */
 static void activations_step(fwd *f)
 {
     const moe_layer_plan *p = &f->l->plan;
     const size_t n = f->a->n_tokens, h = f->h;
     const bool in_bf16 = f->a->hidden_dtype == MOE_DTYPE_BF16;
-    const bool need_f32 = in_bf16 && p->recipe_used[MOE_RECIPE_F32];
+    const moe_expert_group *q8 = moe_layer_q8_group(p);
+    const bool need_f32 = in_bf16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
     const bool need_bf16 = !in_bf16 && p->recipe_used[MOE_RECIPE_BF16];
     moe_cvt_bf16_f32_ukernel *widen = need_f32 ? p->cvt_bf16.kernel->fn.cvt_bf16_f32 : NULL;
-    if (need_f32 || need_bf16) {
+    const float *f32 = in_bf16 ? f->b.act_f32 : (const float *)f->a->hidden;
+    if (need_f32 || need_bf16 || q8) {
 #pragma omp for schedule(static)
         for (size_t it = 0; it < row_items(n); it++) {
             const size_t r0 = it * ROWS_PER_ITEM, rows = item_rows(n, it);
             if (need_f32)
                 widen(rows * h, (const uint16_t *)f->a->hidden + r0 * h, f->b.act_f32 + r0 * h);
-            else
+            else if (need_bf16)
                 moe_act_round_bf16(rows * h, (const float *)f->a->hidden + r0 * h,
                                    f->b.act_bf16 + r0 * h);
+            if (q8) moe_act_prepare(q8, rows, f32 + r0 * h, h, f->b.act_q8 + r0 * q8->x_row_bytes);
         }
     }
 #pragma omp master
     {
-        const uint64_t th = (uint64_t)n * h;
+        const uint64_t th = (uint64_t)n * h, q8_bytes = q8 ? (uint64_t)n * q8->x_row_bytes : 0;
+        char kernel[64];
+        if (q8)
+            snprintf(kernel, sizeof kernel, "%s%s%s prepare_act",
+                     need_f32 ? p->cvt_bf16.kernel->name : "", need_f32 ? ", " : "", q8->ks->name);
         if (need_f32)
-            moe_trace_mark(&f->trace, "activations", p->cvt_bf16.kernel->name, th * 2, th * 4);
+            moe_trace_mark(&f->trace, "activations", q8 ? kernel : p->cvt_bf16.kernel->name, th * 2,
+                           th * 4 + q8_bytes);
         else if (need_bf16)
-            moe_trace_mark(&f->trace, "activations", "moe_act_round_bf16", th * 4, th * 2);
+            moe_trace_mark(&f->trace, "activations", "moe_act_round_bf16", th * 4,
+                           th * 2 + q8_bytes);
+        else if (q8)
+            moe_trace_mark(&f->trace, "activations", kernel, th * 4, q8_bytes);
         else
             moe_trace_mark(&f->trace, "activations", "none: used in place", 0, 0);
     }
@@ -224,13 +236,14 @@ static void bind(fwd *f)
     const bool in_bf16 = a->hidden_dtype == MOE_DTYPE_BF16;
     f->act[MOE_RECIPE_F32] = in_bf16 ? (const void *)f->b.act_f32 : a->hidden;
     f->act[MOE_RECIPE_BF16] = in_bf16 ? a->hidden : (const void *)f->b.act_bf16;
+    f->act[MOE_RECIPE_Q8] = f->b.act_q8;
     f->logits = a->logits_out ? a->logits_out : f->b.logits;
     f->ids = a->ids_out ? a->ids_out : f->b.ids;
     f->weights = a->weights_out ? a->weights_out : f->b.weights;
     moe_experts_job *j = &f->job;
     j->n_tokens = a->n_tokens;
-    j->act[0] = f->act[0];
-    j->act[1] = f->act[1];
+    for (int r = 0; r < MOE_EXPERTS_RECIPES; r++)
+        j->act[r] = f->act[r];
     j->routed = l->routed;
     j->top_k = l->plan.moe ? l->plan.ld->routing.top_k : 0;
     j->ids = f->ids;

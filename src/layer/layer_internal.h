@@ -56,7 +56,8 @@ typedef struct moe_layer_plan {
     moe_cpu_caps allowed;
     int threads;
     bool threads_default;
-    moe_expert_recipe recipe; /* asked of the expert eligibility function for every group */
+    moe_expert_recipe recipe; /* asked of the expert eligibility function for every bf16 and
+                                 FP8 group; MXFP4 groups are asked for their one recipe, Q8 */
     bool recipe_default;      /* not asked for by the caller */
     moe_dtype logits_dtype;   /* F32 or BF16: what forward uses */
     int logits_origin;        /* 0 default (unset), 1 options, 2 moe_layer_set_logits_dtype */
@@ -68,8 +69,9 @@ typedef struct moe_layer_plan {
     size_t gate_bytes;
     char *router_explain; /* owned: moe_router_explain's text */
     moe_router_params router_params;
-    /* Activations: which recipes the groups use, and the bf16 -> f32 widening kernel. */
-    bool recipe_used[2];
+    /* Activations: which recipes the groups use, and the bf16 -> f32 widening kernel (for
+     * the f32 recipe, and for the Q8 recipe, which prepares its rows from f32). */
+    bool recipe_used[MOE_EXPERTS_RECIPES];
     moe_kernel_choice cvt_bf16;
     moe_layer_group_plan groups[MOE_LG_COUNT_];
 } moe_layer_plan;
@@ -77,7 +79,8 @@ typedef struct moe_layer_plan {
 /* What the public API does not choose (yet): the ISA caps and the expert recipe. */
 typedef struct moe_layer_tuning {
     const moe_cpu_caps *allowed; /* NULL: moe_cpu_query()'s */
-    int recipe;                  /* -1: the default (MOE_RECIPE_F32); else a moe_expert_recipe */
+    int recipe; /* -1: the default (MOE_RECIPE_F32); else F32 or BF16, for the bf16 and FP8
+                   groups (MXFP4 groups have one recipe, Q8) */
 } moe_layer_tuning;
 
 /* Resolves OPTIONS (and TUNING, which may be NULL), finds and checks every tensor of layer
@@ -88,6 +91,15 @@ moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_laye
                                const moe_layer_tuning *tuning, moe_layer_plan *plan);
 void moe_layer_plan_free(moe_layer_plan *plan);
 
+/* Expert E of group G as kernel weight sources over the checkpoint tensors the plan found
+ * (strides read gpt-oss's stacked, interleaved tensors in place). */
+void moe_layer_sources(const moe_layer_group_plan *g, int e, moe_weight_src *gate,
+                       moe_weight_src *up, moe_weight_src *down);
+
+/* MXFP4 groups: MOE_EVALUE naming the tensor and index of the first E8M0 scale 0xFF (NaN) of
+ * expert E; MOE_OK for the other formats, whose kernels check their scales. */
+moe_status moe_layer_check_scales(const moe_layer_group_plan *g, int e);
+
 /* The explain text of PLAN (moe_malloc'd, into *text). */
 moe_status moe_layer_plan_render(const moe_layer_plan *plan, char **text);
 
@@ -96,11 +108,17 @@ moe_status moe_layer_plan_render(const moe_layer_plan *plan, char **text);
 typedef struct moe_layer_bufs {
     float *act_f32;
     uint16_t *act_bf16;
+    unsigned char *act_q8; /* T prepared Q8 rows (k = H) of the Q8 groups */
     float *logits;
     int32_t *ids;
     float *weights;
     moe_experts_ws ws;
 } moe_layer_bufs;
+
+/* The first group of the Q8 recipe, or NULL. Every Q8 group of a layer reads the same
+ * prepared rows of the input (k = H; every set of the recipe writes the same bytes), so the
+ * forward prepares them once, with this group's kernel set. */
+const moe_expert_group *moe_layer_q8_group(const moe_layer_plan *p);
 
 /* Takes a forward's arrays for n_tokens from C (counting only when c->base is NULL). */
 void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe_layer_bufs *b);

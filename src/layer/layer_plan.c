@@ -148,17 +148,6 @@ static moe_status check_files(const moe_layer_plan *p)
 
 /* ---- Groups ----------------------------------------------------------------------------- */
 
-static moe_status check_format(const moe_layer_plan *p, const moe_layer_group_plan *g,
-                               moe_layer_group_id id)
-{
-    if (g->mlp.format != MOE_WFMT_MXFP4) return MOE_OK;
-    return moe_error(MOE_EUNSUPPORTED,
-                     "layer %d (%s): %s in format %s (gpt-oss MXFP4 / DeepSeek-V4 fp4) are not "
-                     "supported yet: supported expert formats are bf16 and fp8_block",
-                     p->index, p->desc->model_type, moe_layer_group_label[id],
-                     moe_weight_format_name(g->mlp.format));
-}
-
 /* The dtype every tensor of ROLE in the group has; MOE_EDTYPE naming two that differ. */
 static moe_status common_dtype(const moe_layer_plan *p, const moe_layer_group_plan *g,
                                moe_tensor_role role, moe_dtype *out)
@@ -176,10 +165,13 @@ static moe_status common_dtype(const moe_layer_plan *p, const moe_layer_group_pl
                              p->index, t->name, moe_dtype_name(t->dtype), first->name,
                              moe_dtype_name(first->dtype), moe_tensor_role_name(role));
     }
-    /* Some writers label E8M0 scale bytes U8; they are the same bytes. */
-    *out = !first                         ? MOE_DTYPE_INVALID
-           : first->dtype == MOE_DTYPE_U8 ? MOE_DTYPE_F8_E8M0
-                                          : first->dtype;
+    /* Some writers label E8M0 scale bytes U8; they are the same bytes. (Packed E2M1 codes
+     * come as U8 or I8 too, and stay so: the kernels read either.) */
+    const bool scale = role == MOE_ROLE_GATE_SCALE || role == MOE_ROLE_UP_SCALE ||
+                       role == MOE_ROLE_DOWN_SCALE || role == MOE_ROLE_GATE_UP_SCALE;
+    *out = !first                                  ? MOE_DTYPE_INVALID
+           : scale && first->dtype == MOE_DTYPE_U8 ? MOE_DTYPE_F8_E8M0
+                                                   : first->dtype;
     return MOE_OK;
 }
 
@@ -226,7 +218,7 @@ static moe_status select_group(const moe_layer_plan *p, moe_layer_group_plan *g,
     prob.intermediate = g->mlp.intermediate;
     prob.activation = (int)g->mlp.activation;
     prob.has_bias = g->mlp.has_bias;
-    prob.recipe = p->recipe;
+    prob.recipe = g->mlp.format == MOE_WFMT_MXFP4 ? MOE_RECIPE_Q8 : p->recipe;
     moe_expert_choice c;
     moe_status st = moe_select_experts(&p->allowed, &prob, &c);
     if (st) return moe_error_context(st, "layer %d %s: ", p->index, moe_layer_group_label[id]);
@@ -281,11 +273,6 @@ static moe_status layout_groups(moe_layer_plan *p)
             p->groups[MOE_LG_SHARED].mlp = ld->shared;
         }
     }
-    for (int id = 0; id < MOE_LG_COUNT_; id++) {
-        if (!p->groups[id].present) continue;
-        moe_status st = check_format(p, &p->groups[id], (moe_layer_group_id)id);
-        if (st) return st;
-    }
     moe_layer_group_plan *r = &p->groups[MOE_LG_ROUTED];
     if (r->present && !r->stacked) {
         r->per_expert = moe_calloc((size_t)r->n, sizeof *r->per_expert);
@@ -338,7 +325,7 @@ static moe_status plan_gate(moe_layer_plan *p)
 
 static moe_status plan_activations(moe_layer_plan *p)
 {
-    if (!p->recipe_used[MOE_RECIPE_F32]) return MOE_OK;
+    if (!p->recipe_used[MOE_RECIPE_F32] && !p->recipe_used[MOE_RECIPE_Q8]) return MOE_OK;
     const moe_cvt_problem prob = {(size_t)p->desc->hidden};
     moe_status st =
         moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, &p->allowed, &prob, &p->cvt_bf16);
@@ -407,6 +394,14 @@ void moe_layer_plan_free(moe_layer_plan *plan)
 
 /* ---- Workspace -------------------------------------------------------------------------- */
 
+const moe_expert_group *moe_layer_q8_group(const moe_layer_plan *p)
+{
+    for (int id = 0; id < MOE_LG_COUNT_; id++)
+        if (p->groups[id].present && p->groups[id].recipe == MOE_RECIPE_Q8)
+            return &p->groups[id].group;
+    return NULL;
+}
+
 /* The layer's own arrays, then the engine's, in the order forward binds them. */
 void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe_layer_bufs *b)
 {
@@ -414,8 +409,11 @@ void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe
     size_t th;
     memset(b, 0, sizeof *b);
     if (moe_mul_overflow_size(n_tokens, h, &th)) th = SIZE_MAX;
-    if (p->recipe_used[MOE_RECIPE_F32]) b->act_f32 = moe_carve_take(c, th, sizeof(float));
+    if (p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8])
+        b->act_f32 = moe_carve_take(c, th, sizeof(float));
     if (p->recipe_used[MOE_RECIPE_BF16]) b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
+    const moe_expert_group *q8 = moe_layer_q8_group(p);
+    if (q8) b->act_q8 = moe_carve_take(c, n_tokens, q8->x_row_bytes);
     const moe_expert_group *routed = NULL, *always = NULL;
     int k = 0;
     if (p->moe) {

@@ -7,7 +7,7 @@
   ids PATH DTYPE T V SEED           token ids [T] (i32 or i64) in [0, V)
   extract DIR SUFFIX OUT            the checkpoint tensor whose name ends with SUFFIX, as
                                     .npy (f32 for float dtypes, exact; i64/i32 as stored)
-  rows SRC DST A B                  rows [A, B) of a 2-D array
+  rows SRC DST A B                  rows [A, B) of a 1-D or 2-D array
   expect PATH DTYPE SHAPE           fail unless the array has this dtype (f32, i32, i64) and
                                     shape ("4,256"; "0,256" for no rows)
   same-rows BIG SMALL A             SMALL's rows equal BIG's rows from A on, byte for byte
@@ -21,9 +21,13 @@
                                     the library's ids and weights (checked elsewhere against
                                     `moe route`), the routed experts and shared experts from
                                     the checkpoint's weights: relative Frobenius error of Y
-                                    <= 1e-2 (bf16 activations). qwen3_moe, mixtral,
-                                    deepseek_v2/v3, kimi_k2 (bf16 or FP8 block scales) and
-                                    gpt_oss bf16.
+                                    <= 1e-2 (bf16 activations), <= 2e-2 for MXFP4 experts
+                                    (activations quantised per 32-block to int8: DESIGN.md),
+                                    and <= 1e-4 against a reference that quantises x and h
+                                    as the q8 recipe does.
+                                    qwen3_moe, mixtral, deepseek_v2/v3, kimi_k2 (bf16 or FP8
+                                    block scales), gpt_oss (bf16 or MXFP4) and deepseek_v4
+                                    (MXFP4 or FP8 experts, FP8 shared experts, clamped GLU).
   batch CMD ARGS ; CMD ARGS ; ...   several of the above in one process
 
 Every failed check prints one line on stderr and exits 1.
@@ -43,6 +47,11 @@ from route_ref import npy_read, npy_write  # noqa: E402
 DESCR = {"f32": "<f4", "i32": "<i4", "i64": "<i8"}
 LOGIT_TOL = 1e-5
 OUT_TOL = 1e-2
+OUT_TOL_Q8 = 2e-2
+# Against a reference that quantises x and h as the q8 recipe does (kernels/expert.h): what
+# is left is fp32 accumulation, and an h value that lands on the other side of a rounding
+# step now and then.
+OUT_TOL_Q8_EMULATED = 1e-4
 
 
 def fail(msg):
@@ -78,6 +87,27 @@ def e4m3(c):
 
 
 E4M3 = [e4m3(c) for c in range(256)]
+
+
+def e2m1(c):
+    """E2M1 from its fields: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0."""
+    e, m = (c >> 1) & 3, c & 1
+    v = m * 0.5 if e == 0 else (1 + m / 2) * 2.0 ** (e - 1)
+    return -v if c & 8 else v
+
+
+E2M1 = [e2m1(c) for c in range(16)]
+
+
+def mxfp4_rows(codes, scales, rows_, k):
+    """[rows][k] floats from packed E2M1 codes (two per byte, low nibble = even column) and
+    one E8M0 scale byte per row and 32 columns."""
+    out = []
+    for r in range(rows_):
+        cb, sb = codes[r * k // 2:(r + 1) * k // 2], scales[r * k // 32:(r + 1) * k // 32]
+        out.append([E2M1[(cb[c // 2] >> (4 * (c % 2))) & 15] * 2.0 ** (sb[c // 32] - 127)
+                    for c in range(k)])
+    return out
 
 
 def values(dtype, b):
@@ -138,8 +168,8 @@ def ids(argv):
 def rows(argv):
     src, dst, a, b = argv[0], argv[1], int(argv[2]), int(argv[3])
     descr, shape, data = npy_read(src)
-    w = shape[1]
-    npy_write(dst, descr, (b - a, w), data[a * w:b * w])
+    w = shape[1] if len(shape) > 1 else 1
+    npy_write(dst, descr, (b - a,) + tuple(shape[1:]), data[a * w:b * w])
 
 
 def expect(argv):
@@ -196,6 +226,11 @@ class Weights:
         if name in self.cache:
             return self.cache[name]
         dtype, shape, b = self.t[name]
+        if dtype in ("I8", "U8"):  # DeepSeek-V4 fp4: codes [out, in/2], .scale [out, in/32]
+            sb = self.t[name[:-len("weight")] + "scale"][2]
+            m = mxfp4_rows(b, sb, shape[0], shape[1] * 2)
+            self.cache[name] = m
+            return m
         v = values(dtype, b)
         rows_, cols = shape
         m = [v[r * cols:(r + 1) * cols] for r in range(rows_)]
@@ -220,6 +255,32 @@ class Weights:
         n = len(b) // shape[0]
         return values(dtype, b[e * n:(e + 1) * n])
 
+    def stacked_mxfp4(self, name, e):
+        """Expert E's [rows][K] of gpt-oss's NAME_blocks [E, rows, K/32, 16] and
+        NAME_scales [E, rows, K/32]."""
+        _, shape, b = self.t[name + "_blocks"]
+        sb = self.t[name + "_scales"][2]
+        rows_, k = shape[1], shape[2] * 32
+        return mxfp4_rows(b[e * rows_ * k // 2:(e + 1) * rows_ * k // 2],
+                          sb[e * rows_ * k // 32:(e + 1) * rows_ * k // 32], rows_, k)
+
+
+def f32(v):
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def q8(x):
+    """The values the q8 recipe's kernels see for the f32 row X: per 32-block d = amax / 127
+    in f32, q = x / d in f32 rounded to the nearest integer, ties to even (Python's round),
+    clamped to [-127, 127]; each value becomes q · d. (Finite rows only.)"""
+    out = []
+    for b in range(0, len(x), 32):
+        blk = [f32(v) for v in x[b:b + 32]]
+        d = f32(max(abs(v) for v in blk) / 127.0)
+        out += [0.0] * len(blk) if d == 0 else \
+            [max(-127, min(127, round(f32(v / d)))) * d for v in blk]
+    return out
+
 
 def matvec(m, x):
     return [math.fsum(a * b for a, b in zip(row, x)) for row in m]
@@ -233,28 +294,50 @@ def silu(z):
     return z * sigmoid(z)
 
 
-def glu_mlp(w, prefix, names, x):
-    """down(silu(gate x) * up x) with names (gate, up, down) below PREFIX."""
+def glu_mlp(w, prefix, names, x, limit=None, quant=None):
+    """down(silu(gate x) * up x) with names (gate, up, down) below PREFIX; with LIMIT
+    (DeepSeek-V4's swiglu_limit) gate is clamped to <= LIMIT and up to [-LIMIT, LIMIT];
+    QUANT (q8 or None) applied to x and to h."""
+    if quant:
+        x = quant(x)
     g = matvec(w.matrix(prefix + names[0]), x)
     u = matvec(w.matrix(prefix + names[1]), x)
+    if limit is not None:
+        g = [min(a, limit) for a in g]
+        u = [max(-limit, min(b, limit)) for b in u]
     h = [silu(a) * b for a, b in zip(g, u)]
+    if quant:
+        h = quant([f32(v) for v in h])
     return matvec(w.matrix(prefix + names[2]), h)
 
 
-def gptoss_expert(w, p, e, x, limit, alpha):
-    """gpt-oss: gate_up [H, 2I] (gate in the even columns, up in the odd), down [I, H]."""
+def gptoss_expert(w, p, e, x, limit, alpha, quant=None):
+    """gpt-oss bf16: gate_up [H, 2I] (gate in the even columns, up in the odd), down [I, H];
+    MXFP4: gate_up_proj_blocks rows [2I][H] (gate in the even rows, up in the odd), down rows
+    [H][I]."""
     H = len(x)
-    gu = w.stacked(p + "experts.gate_up_proj", e)
+    if quant:
+        x = quant(x)
     gub = w.stacked(p + "experts.gate_up_proj_bias", e)
     n2 = len(gub)
-    z = [math.fsum(gu[h * n2 + c] * x[h] for h in range(H)) + gub[c] for c in range(n2)]
+    if p + "experts.gate_up_proj_blocks" in w.t:
+        z = [a + b for a, b in zip(matvec(w.stacked_mxfp4(p + "experts.gate_up_proj", e), x),
+                                   gub)]
+    else:
+        gu = w.stacked(p + "experts.gate_up_proj", e)
+        z = [math.fsum(gu[h * n2 + c] * x[h] for h in range(H)) + gub[c] for c in range(n2)]
     act = []
     for i in range(n2 // 2):
         g = min(z[2 * i], limit)
         u = max(-limit, min(z[2 * i + 1], limit))
         act.append(g * sigmoid(alpha * g) * (u + 1.0))
-    down = w.stacked(p + "experts.down_proj", e)
+    if quant:
+        act = quant([f32(v) for v in act])
     db = w.stacked(p + "experts.down_proj_bias", e)
+    if p + "experts.down_proj_blocks" in w.t:
+        return [a + b for a, b in zip(matvec(w.stacked_mxfp4(p + "experts.down_proj", e), act),
+                                      db)]
+    down = w.stacked(p + "experts.down_proj", e)
     return [math.fsum(down[i * H + h] * act[i] for i in range(len(act))) + db[h]
             for h in range(H)]
 
@@ -283,11 +366,22 @@ def block(argv):
     elif mt == "gpt_oss":
         p = "model.layers.%d.mlp." % layer
         router, rbias, shared = p + "router.weight", p + "router.bias", None
+    elif mt == "deepseek_v4":
+        p = "layers.%d.ffn." % layer
+        if p + "gate.weight" not in w.t:
+            p = "model." + p
+        router, rbias = p + "gate.weight", None
+        names, expert = ("w1.weight", "w3.weight", "w2.weight"), lambda e: p + "experts.%d." % e
+        shared = p + "shared_experts." if p + "shared_experts.w1.weight" in w.t else None
     else:
         fail("no block reference for %s" % mt)
     wr = w.matrix(router)
     rb = w.vector(rbias) if rbias else [0.0] * E
-    err2 = ref2 = 0.0
+    limit = cfg.get("swiglu_limit") if mt == "deepseek_v4" else None
+    mx = (cfg.get("quantization_config") or {}).get("quant_method") == "mxfp4" or \
+        (mt == "deepseek_v4" and cfg.get("expert_dtype", "fp4") == "fp4")
+    tol = OUT_TOL_Q8 if mx else OUT_TOL
+    err2 = ref2 = emu2 = 0.0
     for t in range(T):
         xt = [float(v) for v in x[t * H:(t + 1) * H]]
         z = [a + b for a, b in zip(matvec(wr, xt), rb)]
@@ -297,22 +391,37 @@ def block(argv):
         if not dz <= LOGIT_TOL * nz:
             fail("token %d: logits %s, float64 reference %s: relative error %.3g > %g"
                  % (t, list(got), z, dz / nz if nz else dz, LOGIT_TOL))
-        acc = [0.0] * H
-        for k in range(K):
-            e, wk = lib_ids[t * K + k], lib_w[t * K + k]
-            if mt == "gpt_oss":
-                o = gptoss_expert(w, p, e, xt, cfg.get("swiglu_limit", 7.0), 1.702)
-            else:
-                o = glu_mlp(w, expert(e), names, xt)
-            acc = [a + wk * b for a, b in zip(acc, o)]
-        if shared:
-            acc = [a + b for a, b in zip(acc, glu_mlp(w, shared, names, xt))]
+        # The exact reference; for MXFP4 experts also one with the q8 recipe's quantisation.
+        refs = []
+        for quant in (None, q8) if mx else (None,):
+            acc = [0.0] * H
+            for k in range(K):
+                e, wk = lib_ids[t * K + k], lib_w[t * K + k]
+                if mt == "gpt_oss":
+                    o = gptoss_expert(w, p, e, xt, cfg.get("swiglu_limit", 7.0), 1.702, quant)
+                else:
+                    o = glu_mlp(w, expert(e), names, xt, limit, quant)
+                acc = [a + wk * b for a, b in zip(acc, o)]
+            if shared:
+                acc = [a + b for a, b in zip(acc, glu_mlp(w, shared, names, xt, limit))]
+            refs.append(acc)
+        acc = refs[0]
         for h in range(H):
             err2 += (y[t * H + h] - acc[h]) ** 2
             ref2 += acc[h] ** 2
+            if mx:
+                emu2 += (y[t * H + h] - refs[1][h]) ** 2
     rel = math.sqrt(err2 / ref2) if ref2 > 0 else math.sqrt(err2)
-    if not rel <= OUT_TOL:
-        fail("%s layer %d: output relative Frobenius error %.3g > %g" % (d, layer, rel, OUT_TOL))
+    if not rel <= tol:
+        fail("%s layer %d: output relative Frobenius error %.3g > %g" % (d, layer, rel, tol))
+    emu = math.sqrt(emu2 / ref2) if ref2 > 0 else math.sqrt(emu2)
+    if mx and not emu <= OUT_TOL_Q8_EMULATED:
+        fail("%s layer %d: output relative Frobenius error %.3g against the q8-quantising "
+             "reference > %g" % (d, layer, emu, OUT_TOL_Q8_EMULATED))
+    if os.environ.get("RUN_REF_VERBOSE"):
+        print("%s layer %d: output relative Frobenius error %.3g (tolerance %g)%s"
+              % (d, layer, rel, tol, ", %.3g against the q8-quantising reference" % emu
+                 if mx else ""), file=sys.stderr)
 
 
 CMDS = {"hidden": hidden, "ids": ids, "extract": extract, "rows": rows, "expect": expect,

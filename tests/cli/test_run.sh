@@ -56,6 +56,8 @@ cases=(
   "mixtral-bf16 mixtral bf16 - --experts 8 --topk 2"
   "mixtral-fp8 mixtral fp8 ref --experts 8 --topk 2"
   "gptoss-bf16 gpt_oss bf16 ref --experts 8 --topk 4"
+  "gptoss-mxfp4 gpt_oss mxfp4 ref --experts 8 --topk 4"
+  "v4-mxfp4 deepseek_v4 mxfp4 ref --experts 16 --topk 4"
 )
 T=13
 
@@ -68,8 +70,13 @@ for c in "${cases[@]}"; do
   check "$name: gen" "$moe" gen --family "$family" --dtype "$dtype" --layers 2 --seed 11 \
     $gen_opts --out "$ck" >/dev/null
   H=$(sed -n 's/.*"hidden_size": \([0-9]*\).*/\1/p' "$ck/config.json")
-  # The first MoE layer: layer 1 behind DeepSeek's one dense layer, else layer 0.
-  case $family in deepseek_* | kimi_k2) layer=1 dense=0 ;; *) layer=0 dense= ;; esac
+  # The first MoE layer: layer 1 behind DeepSeek's one dense layer (DeepSeek-V4: its one
+  # hash layer, run below), else layer 0.
+  case $family in
+  deepseek_v4) layer=1 dense= bias_name=layers.1.ffn.gate.bias ;;
+  deepseek_* | kimi_k2) layer=1 dense=0 bias_name=layers.1.mlp.gate.e_score_correction_bias ;;
+  *) layer=0 dense= bias_name= ;;
+  esac
   bias=()
   if grep -q '"topk_method": "noaux_tc"' "$ck/config.json"; then
     bias=(--bias "$d/bias.npy")
@@ -77,7 +84,7 @@ for c in "${cases[@]}"; do
   py batch hidden "$d/x.npy" $T "$H" 7 \; rows "$d/x.npy" "$d/x0.npy" 0 3 \; \
     rows "$d/x.npy" "$d/x5.npy" 5 6 \; rows "$d/x.npy" "$d/x12.npy" 12 13 \; \
     rows "$d/x.npy" "$d/x3.npy" 3 10 \; \
-    ${bias:+extract "$ck" "layers.$layer.mlp.gate.e_score_correction_bias" "$d/bias.npy"}
+    ${bias:+extract "$ck" "$bias_name" "$d/bias.npy"}
 
   # The batch on 2 threads with every output and the trace, then 1 thread.
   outs() { echo --out "$d/$1y.npy" --logits-out "$d/$1l.npy" --ids-out "$d/$1i.npy" --weights-out "$d/$1w.npy"; }
@@ -137,6 +144,39 @@ for c in "${cases[@]}"; do
       py batch expect "$d/dy2.npy" f32 "$T,$H" \; same-rows "$d/dy2.npy" "$d/dy5.npy" 5
   fi
 done
+
+# ---- A DeepSeek-V4 hash layer (MXFP4 experts): token ids through --input-ids ---------------
+
+d=$tmp/v4-mxfp4
+ck=$d/ckpt
+py batch ids "$d/t.npy" i64 $T 2048 5 \; ids "$d/t32.npy" i32 $T 2048 5 \; \
+  rows "$d/t.npy" "$d/t0.npy" 0 3 \; rows "$d/t.npy" "$d/t5.npy" 5 6 \; \
+  extract "$ck" layers.0.ffn.gate.tid2eid "$d/tid2eid.npy"
+hout() { echo --out "$d/h$1y.npy" --logits-out "$d/h$1l.npy" --ids-out "$d/h$1i.npy" --weights-out "$d/h$1w.npy"; }
+# shellcheck disable=SC2046
+run_ok "v4 hash layer: batch, 2 threads" --model "$ck" --layer 0 --hidden "$d/x.npy" --input-ids "$d/t.npy" $(hout a) --threads 2
+check "v4 hash layer: the summary" has "$(tail -n 1 "$tmp/stdout")" "through layer 0 of deepseek_v4 (hash"
+# shellcheck disable=SC2046
+run_ok "v4 hash layer: batch, 1 thread, i32 ids" --model "$ck" --layer 0 --hidden "$d/x.npy" --input-ids "$d/t32.npy" $(hout b) --threads 1
+for o in y l i w; do
+  check "v4 hash layer: 1 thread and i32 ids = 2 threads and i64 ids ($o)" cmp -s "$d/ha$o.npy" "$d/hb$o.npy"
+done
+# shellcheck disable=SC2046
+run_ok "v4 hash layer: rows 0-2" --model "$ck" --layer 0 --hidden "$d/x0.npy" --input-ids "$d/t0.npy" $(hout p0)
+# shellcheck disable=SC2046
+run_ok "v4 hash layer: row 5" --model "$ck" --layer 0 --hidden "$d/x5.npy" --input-ids "$d/t5.npy" $(hout p5)
+rc=0
+"$moe" route --config "$ck/config.json" --layer 0 --logits "$d/hal.npy" --tid2eid "$d/tid2eid.npy" \
+  --input-ids "$d/t.npy" --ids-out "$d/hri.npy" --weights-out "$d/hrw.npy" >/dev/null 2>"$tmp/stderr" || rc=$?
+check "v4 hash layer: moe route exits 0 ($(head -c 300 "$tmp/stderr"))" test "$rc" -eq 0
+check "v4 hash layer: ids = moe route's (the table's rows)" cmp -s "$d/hai.npy" "$d/hri.npy"
+check "v4 hash layer: weights = moe route's" cmp -s "$d/haw.npy" "$d/hrw.npy"
+checks_py=()
+for o in y l i w; do
+  checks_py+=(same-rows "$d/ha$o.npy" "$d/hp0$o.npy" 0 \; same-rows "$d/ha$o.npy" "$d/hp5$o.npy" 5 \;)
+done
+check "v4 hash layer: batch invariance, float64 reference" py batch "${checks_py[@]}" \
+  block "$ck" 0 "$d/x0.npy" "$d/hp0l.npy" "$d/hp0i.npy" "$d/hp0w.npy" "$d/hp0y.npy"
 
 # ---- More of the contract on one checkpoint ------------------------------------------------
 
@@ -250,14 +290,35 @@ expect_error "--input-ids rows != hidden rows" 1 "3 ids, but --hidden" \
 expect_error "--input-ids of f32" 1 "dtype f32, want i32 or i64" \
   --model "$v4" --layer 0 --hidden "$e/x2.npy" --input-ids "$e/x2.npy" "${outs_e[@]}"
 
-# MXFP4 experts are issue 5: a clear error, not a crash and not a wrong answer (one layer:
-# no hash layer, so layer 0 is an MoE layer).
-for fam in gpt_oss deepseek_v4; do
-  "$moe" gen --family "$fam" --dtype mxfp4 --layers 1 --seed 2 --out "$tmp/$fam-mxfp4" >/dev/null
-  H=$(sed -n 's/.*"hidden_size": \([0-9]*\).*/\1/p' "$tmp/$fam-mxfp4/config.json")
-  py hidden "$e/xm.npy" 2 "$H" 1
-  expect_error "$fam mxfp4" 1 "layer 0" --model "$tmp/$fam-mxfp4" --hidden "$e/xm.npy" "${outs_e[@]}"
-done
+# MXFP4 hash layer: token ids outside the vocabulary; a NaN E8M0 scale, named at load.
+v4m=$tmp/v4-mxfp4/ckpt
+py batch ids "$e/big.npy" i32 2 5000 1 \; ids "$e/ok2.npy" i64 2 2048 1
+python3 - "$e/big.npy" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-4:] = (2048).to_bytes(4, "little")  # the last id is vocab_size itself
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+expect_error "mxfp4 hash layer: token id = vocab_size" 1 "token_ids[1] = 2048 is outside [0, 2048)" \
+  --model "$v4m" --layer 0 --hidden "$e/x2.npy" --input-ids "$e/big.npy" "${outs_e[@]}"
+expect_error "mxfp4 hash layer without --input-ids" 1 "--input-ids is required" \
+  --model "$v4m" --layer 0 --hidden "$e/x2.npy" "${outs_e[@]}"
+"$moe" gen --family gpt_oss --dtype mxfp4 --layers 1 --seed 2 --out "$tmp/gpt_oss-mxfp4" >/dev/null
+cp -r "$tmp/gpt_oss-mxfp4" "$tmp/nan-mxfp4"
+python3 - "$tmp/nan-mxfp4/model.safetensors" model.layers.0.mlp.experts.down_proj_scales 1000 <<'PY'
+import json, struct, sys
+path, name, at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+b = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+b[8 + n + json.loads(b[8:8 + n])[name]["data_offsets"][0] + at] = 0xFF
+open(path, "wb").write(bytes(b))
+PY
+H=$(sed -n 's/.*"hidden_size": \([0-9]*\).*/\1/p' "$tmp/gpt_oss-mxfp4/config.json")
+py hidden "$e/xm.npy" 2 "$H" 1
+# down_proj_scales [8, 256, 4]: byte 1000 is expert 0, row 250, block 0.
+expect_error "mxfp4: a NaN E8M0 scale" 1 \
+  "tensor 'model.layers.0.mlp.experts.down_proj_scales' holds the E8M0 scale 0xFF (NaN) at [0, 250, 0]" \
+  --model "$tmp/nan-mxfp4" --hidden "$e/xm.npy" "${outs_e[@]}"
 
 # ---- moe inspect: what moe_layer_create chooses for each layer ---------------------------
 
@@ -276,19 +337,26 @@ sed '1d;$d;/^$/d;s/^/  /' "$tmp/explain" >"$tmp/explain.body"
 sed -n '/^  layer 1: moe$/,/^  layer\|^$/p' "$tmp/layers" | sed '1d;/^  layer\|^$/d' >"$tmp/inspect.body"
 check "inspect layer 1 = moe run --explain (describe = create)" cmp -s "$tmp/explain.body" "$tmp/inspect.body"
 check "... and it is not empty" test "$(wc -l <"$tmp/inspect.body")" -gt 10
-# Identical layers fold; MOE_ISA changes the kernels; MXFP4 is described as not runnable
-# (exit 0: the checkpoint is fine); a checkpoint with problems is not described.
+# Identical layers fold; MOE_ISA changes the kernels; MXFP4 layers show their kernel set and
+# the q8 recipe; a checkpoint with problems is not described.
 "$moe" gen --family qwen3_moe --layers 3 --out "$tmp/q3" >/dev/null
 check "inspect: layers 0-2 fold" grep -qx "  layers 0-2: moe" <<<"$(sed -n '/^layers (/,$p' <<<"$("$moe" inspect "$tmp/q3")")"
 check "MOE_ISA=avx2: avx2 expert kernels" grep -qE "kernel set: moe_expert_bf16_f32_[0-9x]+__avx2" \
   <<<"$(MOE_ISA=avx2 "$moe" inspect "$tmp/q3")"
 check "MOE_ISA=scalar: reference expert kernels" grep -qE "kernel set: moe_expert_bf16_f32_[0-9x]+__ref" \
   <<<"$(MOE_ISA=scalar "$moe" inspect "$tmp/q3")"
-rc=0
-"$moe" inspect "$tmp/gpt_oss-mxfp4" >"$tmp/inspect" 2>"$tmp/stderr" || rc=$?
-check "inspect mxfp4: exit 0 (got $rc)" test "$rc" -eq 0
-check "inspect mxfp4: not runnable, with the reason" \
-  grep -qE "^    not runnable here: routed experts in format mxfp4 .*not supported yet" "$tmp/inspect"
+for m in gpt_oss-mxfp4 v4-mxfp4/ckpt; do
+  rc=0
+  "$moe" inspect "$tmp/$m" >"$tmp/inspect" 2>"$tmp/stderr" || rc=$?
+  check "inspect $m: exit 0 (got $rc)" test "$rc" -eq 0
+  check "inspect $m: the MXFP4 kernel set" \
+    grep -qE "^      kernel set: moe_expert_mxfp4_q8_[0-9x]+__[a-z0-9]+: .*recipe q8" "$tmp/inspect"
+  check "inspect $m: the q8 recipe" grep -qE "^      recipe: q8 \(" "$tmp/inspect"
+done
+check "inspect v4-mxfp4: the hash layer and the score layer" \
+  grep -qE "^  layer 0: hash" "$tmp/inspect"
+check "MOE_ISA=scalar: the reference MXFP4 set" grep -qE "kernel set: moe_expert_mxfp4_q8_[0-9x]+__ref" \
+  <<<"$(MOE_ISA=scalar "$moe" inspect "$tmp/gpt_oss-mxfp4")"
 "$moe" gen --family mixtral --layers 1 --omit model.layers.0.block_sparse_moe.experts.1.w2.weight \
   --out "$tmp/broken" >/dev/null
 "$moe" inspect "$tmp/broken" >"$tmp/inspect" 2>/dev/null || true

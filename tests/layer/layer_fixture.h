@@ -87,6 +87,29 @@ static const fam_case fam_cases[] = {
      "\"expert_dtype\":\"fp8\",\"quantization_config\":{\"quant_method\":\"fp8\","
      "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128],\"scale_fmt\":\"ue8m0\"}}",
      1, 0},
+    /* MXFP4 experts (the Q8 recipe): gpt-oss's stacked, interleaved blocks; DeepSeek-V4's fp4
+     * experts beside FP8 shared experts with E8M0 scales, and with f32 scales. */
+    {"gpt_oss_mxfp4",
+     "{\"model_type\":\"gpt_oss\",\"hidden_size\":288,\"num_hidden_layers\":1,"
+     "\"intermediate_size\":160,\"num_local_experts\":16,\"num_experts_per_tok\":4,"
+     "\"swiglu_limit\":0.25,\"quantization_config\":{\"quant_method\":\"mxfp4\"}}",
+     0, -1},
+    {"deepseek_v4_mxfp4",
+     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+     "\"moe_intermediate_size\":160,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+     "\"n_shared_experts\":1,\"num_hash_layers\":1,\"vocab_size\":1000,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":1.5,\"scoring_func\":\"sqrtsoftplus\",\"swiglu_limit\":0.3,"
+     "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\","
+     "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128],\"scale_fmt\":\"ue8m0\"}}",
+     1, 0},
+    {"deepseek_v4_mxfp4_f32s",
+     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"moe_intermediate_size\":96,\"n_routed_experts\":16,\"num_experts_per_tok\":6,"
+     "\"n_shared_experts\":2,\"num_hash_layers\":1,\"vocab_size\":1000,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":2.5,\"scoring_func\":\"sqrtsoftplus\",\"swiglu_limit\":10.0,"
+     "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\","
+     "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128]}}",
+     1, 0},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
@@ -127,13 +150,23 @@ typedef struct fx_tensor {
     uint64_t weight_id;    /* scale tensors: the id of the weight they scale */
     int n_experts, top_k;  /* tid2eid */
     bool nan_first;        /* element 0 is NaN (damage) */
+    bool codes;            /* packed E2M1 codes (MXFP4 weights): random bytes */
+    bool mx_scale;         /* the E8M0 scales of packed codes */
 } fx_tensor;
 
-/* Deliberate damage: a tensor left out, a tensor whose element 0 is NaN. */
+/* Deliberate damage: a tensor left out, a tensor whose element 0 is NaN (an E8M0 scale:
+ * 0xFF). */
 typedef struct fx_damage {
     const char *drop;
     const char *nan;
 } fx_damage;
+
+/* A tensor written with another shape (ndim dims of shape) than the table says. */
+typedef struct fx_reshape {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+} fx_reshape;
 
 typedef struct fx_plan {
     fx_tensor *v;
@@ -151,6 +184,13 @@ static inline double fx_scale(uint64_t w, int64_t br, int64_t bc, moe_dtype dt)
     double s = ldexp(0.75 + 0.5 * fx_unit(w ^ 0x5CA1E, key), -9);
     if (dt == MOE_DTYPE_BF16) return moe_bf16_to_f32(moe_f32_to_bf16((float)s));
     return (float)s;
+}
+
+/* The E8M0 scale (r, b) of packed codes W: 2^-8 .. 2^-6, so that random E2M1 codes (rms 2.9)
+ * give weights of deviation about 0.02, as the other formats have. */
+static inline double fx_mx_scale(uint64_t w, int64_t r, int64_t b)
+{
+    return ldexp(1.0, -8 + (int)(fx_hash(w ^ 0x3C4F, (uint64_t)r * 1000003u + (uint64_t)b) % 3));
 }
 
 static inline bool fx_is_bias(moe_tensor_role r)
@@ -201,6 +241,7 @@ static inline double fx_value(const fx_plan *p, const fx_tensor *t, uint64_t i)
     if (fx_is_bias(t->role)) return 0.1 * fx_gauss(id, i);
     const int64_t cols = t->shape[t->ndim - 1];
     const int64_t r = (int64_t)(i / (uint64_t)cols), c = (int64_t)(i % (uint64_t)cols);
+    if (t->mx_scale) return fx_mx_scale(t->weight_id ^ p->seed, r, c);
     if (fx_is_scale(t->role)) return fx_scale(t->weight_id ^ p->seed, r, c, t->dtype);
     const double w = 0.02 * fx_gauss(id, i);
     if (t->dtype != MOE_DTYPE_F8_E4M3) return w;
@@ -216,15 +257,18 @@ static inline moe_status fx_fill(void *ctx, size_t index, uint64_t offset, void 
     unsigned char *out = buf;
     for (size_t b = 0; b + w <= len; b += w) {
         const uint64_t i = (offset + b) / w;
-        fx_store(t->dtype, t->nan_first && i == 0 ? NAN : fx_value(p, t, i), out + b);
+        if (t->codes)
+            out[b] = (unsigned char)(fx_hash(t->id ^ p->seed, i) >> 56);
+        else
+            fx_store(t->dtype, t->nan_first && i == 0 ? NAN : fx_value(p, t, i), out + b);
     }
     return MOE_OK;
 }
 
-/* Writes DIR/config.json and DIR/model.safetensors for CONFIG with values seeded by SEED and
- * the damage DMG (NULL: none). */
-static inline void fx_write_model_ex(const char *dir, const char *config, uint64_t seed,
-                                     const fx_damage *dmg)
+/* Writes DIR/config.json and DIR/model.safetensors for CONFIG with values seeded by SEED, the
+ * damage DMG and the shape change RS (NULL: none). */
+static inline void fx_write_model_rs(const char *dir, const char *config, uint64_t seed,
+                                     const fx_damage *dmg, const fx_reshape *rs)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -259,10 +303,19 @@ static inline void fx_write_model_ex(const char *dir, const char *config, uint64
             t->top_k = d.layers[layer].routing.top_k;
             /* The table lists each FP8 weight right before its scale. */
             if (t->dtype == MOE_DTYPE_F8_E4M3 && i + 1 < n) t->scale_dtype = v[i + 1].dtype;
-            if (fx_is_scale(t->role) && plan.n > 0) t->weight_id = plan.v[plan.n - 1].id;
+            t->codes =
+                (t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8) && !fx_is_scale(t->role);
+            if (fx_is_scale(t->role) && plan.n > 0) {
+                t->weight_id = plan.v[plan.n - 1].id;
+                t->mx_scale = plan.v[plan.n - 1].codes;
+            }
             t->nan_first = dmg && dmg->nan && !strcmp(v[i].name, dmg->nan);
+            if (rs && !strcmp(v[i].name, rs->name)) {
+                t->ndim = rs->ndim;
+                memcpy(t->shape, rs->shape, sizeof t->shape);
+            }
             plan.n++;
-            REQUIRE(moe_st_writer_add(w, v[i].name, v[i].dtype, v[i].ndim, v[i].shape) == MOE_OK);
+            REQUIRE(moe_st_writer_add(w, v[i].name, v[i].dtype, t->ndim, t->shape) == MOE_OK);
         }
         moe_free(v);
     }
@@ -273,6 +326,12 @@ static inline void fx_write_model_ex(const char *dir, const char *config, uint64
     moe_st_writer_destroy(w);
     free(plan.v);
     moe_model_desc_free(&d);
+}
+
+static inline void fx_write_model_ex(const char *dir, const char *config, uint64_t seed,
+                                     const fx_damage *dmg)
+{
+    fx_write_model_rs(dir, config, seed, dmg, NULL);
 }
 
 static inline void fx_write_model(const char *dir, const char *config, uint64_t seed)
@@ -360,10 +419,37 @@ typedef struct fx_mlp {
     double limit, alpha;
 } fx_mlp;
 
-/* W[r][c] of a 2-D [rows, cols] projection with optional 128×128 block scale S. */
+/* MXFP4, literally: the E2M1 value of a code (sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4,
+ * 6) times 2^(e - 127) of its row's E8M0 scale byte e for the 32-block of column c. Row ROW of
+ * K columns: code bytes at ROW·K/2 (low nibble = even column), scale bytes at ROW·K/32. */
+static inline double fx_mx_at(const moe_tensor *codes, const moe_tensor *scales, uint64_t row,
+                              int64_t k, int64_t c)
+{
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    const unsigned char byte =
+        ((const unsigned char *)codes->data)[row * (uint64_t)(k / 2) + (uint64_t)(c / 2)];
+    const unsigned code = c % 2 ? byte >> 4 : byte & 0x0Fu;
+    const unsigned e =
+        ((const unsigned char *)scales->data)[row * (uint64_t)(k / 32) + (uint64_t)(c / 32)];
+    return (code & 8 ? -1.0 : 1.0) * mag[code & 7] * ldexp(1.0, (int)e - 127);
+}
+
+static inline bool fx_is_codes(const moe_tensor *t)
+{
+    return t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8;
+}
+
+/* W[r][c] of a 2-D [rows, cols] projection with optional 128×128 block scale S, or packed
+ * E2M1 codes [rows, cols/2] with E8M0 scales S [rows, cols/32]. */
 static inline void fx_dequant(const moe_tensor *w, const moe_tensor *s, int64_t rows, int64_t cols,
                               double *out)
 {
+    if (fx_is_codes(w)) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                out[r * cols + c] = fx_mx_at(w, s, (uint64_t)r, cols, c);
+        return;
+    }
     const int64_t scols = (cols + 127) / 128;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
@@ -403,14 +489,28 @@ static inline void fx_mlp_load(const moe_model *m, int layer, moe_tensor_group g
         const moe_tensor *db = fx_find(m, layer, grp, -1, MOE_ROLE_DOWN_BIAS);
         REQUIRE(dn && gub && db);
         const uint64_t e = (uint64_t)expert;
-        for (int64_t j = 0; j < i; j++)
+        if (fx_is_codes(gu)) { /* MXFP4: rows 2j (gate j) and 2j + 1 (up j) of [E, 2I, H/32, 16] */
+            const moe_tensor *gus = fx_find(m, layer, grp, -1, MOE_ROLE_GATE_UP_SCALE);
+            const moe_tensor *ds = fx_find(m, layer, grp, -1, MOE_ROLE_DOWN_SCALE);
+            REQUIRE(gus && ds);
+            for (int64_t j = 0; j < i; j++)
+                for (int64_t c = 0; c < h; c++) {
+                    const uint64_t row = e * (uint64_t)(2 * i) + (uint64_t)(2 * j);
+                    out->g[j * h + c] = fx_mx_at(gu, gus, row, h, c);
+                    out->u[j * h + c] = fx_mx_at(gu, gus, row + 1, h, c);
+                }
+            for (int64_t r = 0; r < h; r++)
+                for (int64_t c = 0; c < i; c++)
+                    out->d[r * i + c] = fx_mx_at(dn, ds, e * (uint64_t)h + (uint64_t)r, i, c);
+        }
+        for (int64_t j = 0; j < i && !fx_is_codes(gu); j++)
             for (int64_t c = 0; c < h; c++) {
                 out->g[j * h + c] =
                     fx_decode(gu, e * (uint64_t)(h * 2 * i) + (uint64_t)(c * 2 * i + 2 * j));
                 out->u[j * h + c] =
                     fx_decode(gu, e * (uint64_t)(h * 2 * i) + (uint64_t)(c * 2 * i + 2 * j + 1));
             }
-        for (int64_t r = 0; r < h; r++)
+        for (int64_t r = 0; r < h && !fx_is_codes(gu); r++)
             for (int64_t c = 0; c < i; c++)
                 out->d[r * i + c] = fx_decode(dn, e * (uint64_t)(i * h) + (uint64_t)(c * h + r));
         out->bg = fx_alloc(i);

@@ -192,11 +192,16 @@ int main(void)
         /* The machine's best level everywhere, with both recipes; the f32 recipe at the
          * levels between the reference and the best (other tiles, other MR) on one family,
          * to keep this fast (test_layer_numeric runs the reference kernels). */
-        const size_t first_level = i == 2 && n_levels > 1 ? 1 : n_levels - 1;
+        const bool mx = strstr(fc->name, "mxfp4") != NULL;
+        /* MXFP4 (the Q8 recipe) at every level: the reference and each SIMD set have their
+         * own MR and paths. */
+        const size_t first_level = mx ? 0 : i == 2 && n_levels > 1 ? 1 : n_levels - 1;
         for (size_t lv = first_level; lv < n_levels; lv++) {
             for (int recipe = 0; recipe < 2; recipe++) {
-                /* The bf16 recipe on a bf16, an FP8 and the gpt-oss layout. */
-                if (recipe == MOE_RECIPE_BF16 &&
+                /* The bf16 recipe on a bf16, an FP8 and the gpt-oss layout, and on the
+                 * MXFP4 ones (their FP8 shared experts take it; MXFP4 groups run Q8
+                 * whatever is asked). */
+                if (recipe == MOE_RECIPE_BF16 && !mx &&
                     (lv + 1 < n_levels ||
                      (strcmp(fc->name, "qwen3_moe") && strcmp(fc->name, "deepseek_v3_fp8") &&
                       strcmp(fc->name, "gpt_oss"))))
@@ -205,14 +210,16 @@ int main(void)
                 for (int li = 0; li < 2; li++) {
                     if (layers[li] < 0) continue;
                     char what[128];
-                    snprintf(what, sizeof what, "%s layer %d at %s, %s recipe", fc->name,
+                    snprintf(what, sizeof what, "%s layer %d at %s, %s recipe asked", fc->name,
                              layers[li], names[lv], recipe ? "bf16" : "f32");
-                    /* The full 300 for two families (FP8 with shared experts and a dense
-                     * layer; gpt-oss), f32 recipe, best level; 64 or 32 elsewhere, which
-                     * keeps the test quick under sanitizers. */
+                    /* The full 300 for four families (FP8 with shared experts and a dense
+                     * layer; gpt-oss; gpt-oss and DeepSeek-V4 MXFP4), f32 recipe, best level;
+                     * 64 or 32 elsewhere, which keeps the test quick under sanitizers. */
                     const bool f32_best = recipe == MOE_RECIPE_F32 && lv + 1 == n_levels;
                     const bool full = f32_best && (!strcmp(fc->name, "deepseek_v3_fp8") ||
-                                                   !strcmp(fc->name, "gpt_oss"));
+                                                   !strcmp(fc->name, "gpt_oss") ||
+                                                   !strcmp(fc->name, "gpt_oss_mxfp4") ||
+                                                   !strcmp(fc->name, "deepseek_v4_mxfp4"));
                     run_layer(m, layers[li], &caps[lv], recipe,
                               full       ? POOL
                               : f32_best ? 64
