@@ -29,9 +29,10 @@
  * Paths: up to DIRECT tokens keep everything in registers and decode each chunk in
  * registers (decode is then 2 uops per token and 8-row... amortised over at most 4 tokens;
  * it is memory that bounds m = 1..4). More tokens (prefill, up to MR = 32): each block of
- * the tile is decoded once into a 1 KB stack buffer, the tokens run over it in groups of
- * GROUP, their fp32 totals on the stack (touched once per block). Same operations per
- * element in both paths, so same bits for every m.
+ * the tile is decoded once into a 1 KB stack buffer, the tokens run over it in groups,
+ * their fp32 totals on the stack (touched once per block). The VNNI set's groups are
+ * register-blocked by hand (kernels/avx512vnni/expert_mxfp4_q8_groups.h); the vpmaddubsw
+ * set's are below. Same operations per element in every path, so same bits for every m.
  *
  * Prefetch: 8 KB ahead into L2, every 64 bytes consumed, into the next tile too; decode
  * streams each tile once from memory.
@@ -41,11 +42,6 @@
 #define MX_BLK MOE_MX_BLOCK
 #define MX_MR 32
 #define MX_DIRECT 4
-#if MOE_MX_VNNI
-#define MX_GROUP 10
-#else
-#define MX_GROUP 8
-#endif
 #define MX_PF 8192
 #define MX_INLINE static inline __attribute__((always_inline))
 #define MX_UNROLL _Pragma("GCC unroll 16")
@@ -255,6 +251,13 @@ MX_INLINE void mx_decode_unit(const unsigned char *u, __m512i lut, __m512i *buf,
     }
 }
 
+#if MOE_MX_VNNI
+#include "kernels/avx512vnni/expert_mxfp4_q8_groups.h"
+#else
+/* vpmaddubsw: the tokens in groups of 8, each group's integer sums and the block's weights in
+ * registers as GCC allocates them. */
+#define MX_GROUP 8
+
 /* One group of G tokens over a decoded gate/up block b, into the totals tot[2t], tot[2t+1]. */
 MX_INLINE void mx_gateup_group(const size_t G, const __m512i *buf, const mx_row *r, size_t b,
                                __m512 wg, __m512 wu, float (*tot)[MX_NR])
@@ -305,13 +308,6 @@ MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_row *r
 }
 
 /* One instantiation per group size, so every loop over a group's tokens unrolls. */
-#if MX_GROUP > 8
-#define MX_GROUP_MORE(body, ...)                                                                   \
-    case 8: body(8, __VA_ARGS__); break;                                                           \
-    case 9: body(9, __VA_ARGS__); break;
-#else
-#define MX_GROUP_MORE(body, ...)
-#endif
 #define MX_GROUP_DISPATCH(body, g, ...)                                                            \
     do {                                                                                           \
         switch (g) {                                                                               \
@@ -322,7 +318,6 @@ MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_row *r
         case 5: body(5, __VA_ARGS__); break;                                                       \
         case 6: body(6, __VA_ARGS__); break;                                                       \
         case 7: body(7, __VA_ARGS__); break;                                                       \
-            MX_GROUP_MORE(body, __VA_ARGS__)                                                       \
         default: body(MX_GROUP, __VA_ARGS__); break;                                               \
         }                                                                                          \
     } while (0)
@@ -397,6 +392,8 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
     for (size_t t = 0; t < m; t++)
         _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
 }
+
+#endif
 
 /* ---- Entry points ------------------------------------------------------------------------ */
 

@@ -1,0 +1,268 @@
+/* expert_mxfp4_q8_groups.h — internal: the prefill path (m > 4 tokens) of the AVX512-VNNI MXFP4
+ * Q8 kernels, register-blocked; included by kernels/avx512/expert_mxfp4_q8_body.h (whose helpers
+ * and includes it uses). */
+#ifndef MOE_KERNELS_AVX512VNNI_EXPERT_MXFP4_Q8_GROUPS_H
+#define MOE_KERNELS_AVX512VNNI_EXPERT_MXFP4_Q8_GROUPS_H
+
+/*
+ * Per 32-K block of a tile: the 16 rows' codes of the block are decoded once into a stack
+ * buffer (gate/up: 16 zmm, down: 8) and the m tokens' parts of the block (32 q bytes, xs,
+ * corr) are gathered into one small array. Then the tokens run in groups of up to
+ * GROUP_GATEUP (12: 24 int32 sums + 4 weight vectors + 2 scale vectors of 32 zmm) or
+ * GROUP_DOWN (16) tokens, m split as evenly as it goes. Within a group the integer block
+ * sums stay in registers: per chunk the 4 (down: 2) weight vectors are loaded once and each
+ * token's two activation dwords are broadcast from memory inside vpdpbusd ({1to16}), so a
+ * vpdpbusd is one fused uop and the group addresses everything from one base register with
+ * constant offsets. Then, per token and row vector, the f32 step of the recipe: cvt, S =
+ * wsh · xs (broadcast from memory), fma with the total in memory, store.
+ *
+ * Per 16 rows, token and block that is 8 vpdpbusd and 3 f32 operations on the same two ports
+ * (p0/p5), plus the block decode shared by the m tokens: the recipe caps this path at about
+ * 8 / 11.6 ≈ 0.69 of the vpdpbusd peak for m = 32 (bench/NOTES.md has what it reaches).
+ */
+
+#define MX_GROUP_GATEUP 12
+#define MX_GROUP_DOWN 16
+
+/* acc + Σ over the two quads of w·x (mx_dot) with x's two activation dwords read from x and
+ * x + 16, broadcast inside vpdpbusd ({1to16}). Written as asm because GCC does not fold the
+ * broadcast into vpdpbusd: a separate vpbroadcastd per use made the group loop issue-bound
+ * (about 4 instructions per vpdpbusd against 6 a cycle). */
+typedef int32_t mx_dword __attribute__((may_alias));
+MX_INLINE __m512i mx_dpbusd_at(__m512i acc, __m512i w, const unsigned char *x)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const mx_dword *)x));
+    return acc;
+}
+
+MX_INLINE __m512i mx_dot_at(__m512i acc, __m512i wlo, __m512i whi, const unsigned char *x)
+{
+    return mx_dpbusd_at(mx_dpbusd_at(acc, wlo, x), whi, x + 16);
+}
+
+/* One block's activations of all m tokens, gathered from their rows before the groups run:
+ * then a group addresses every token from one base register with constant offsets. (From the
+ * m row pointers GCC ran out of general registers, parked pointers in xmm registers and
+ * copied accumulators between zmm registers inside the vpdpbusd chains.) */
+typedef struct mx_xblock {
+    unsigned char q[MX_MR][MX_BLK];
+    float xs[MX_MR];
+    int32_t corr[MX_MR];
+} mx_xblock;
+
+MX_INLINE void mx_gather(size_t m, const unsigned char *const *rows, size_t k, size_t b,
+                         mx_xblock *xb)
+{
+    const size_t xo = moe_q8_scales_offset(k) + 4 * b, co = moe_q8_corr_offset(k) + 4 * b;
+    for (size_t t = 0; t < m; t++) {
+        _mm256_store_si256((__m256i *)xb->q[t],
+                           _mm256_loadu_si256((const __m256i *)(rows[t] + MX_BLK * b)));
+        memcpy(&xb->xs[t], rows[t] + xo, 4);
+        memcpy(&xb->corr[t], rows[t] + co, 4);
+    }
+}
+
+/* Tells the compiler the decoded block and the gathered activations may have changed, so each
+ * group loads them from memory as it goes. Without this GCC keeps the whole decoded block in
+ * 16 registers, and with the group's 2·G integer sums they no longer fit: the sums spill
+ * inside the vpdpbusd chains (seen in objdump; prefill ran at 0.30 of the vpdpbusd peak). No
+ * instruction is emitted. */
+MX_INLINE void mx_reload(const __m512i *buf, const mx_xblock *xb)
+{
+    __asm__ volatile("" : : "r"(buf), "r"(xb) : "memory");
+}
+
+/* p, through a register the compiler cannot see into: every access of a group is then one base
+ * register plus a constant (GCC otherwise rebuilt each token's address with an lea). */
+MX_INLINE const void *mx_base(const void *p)
+{
+    __asm__("" : "+r"(p));
+    return p;
+}
+
+/* acc(memory) = fma(cvt(isum), wsh · xs, acc(memory)): the f32 step of one token. */
+MX_INLINE void mx_step_mem(__m512i isum, __m512 wsh, const float *xs, float *tot)
+{
+    const __m512 s = _mm512_mul_ps(wsh, _mm512_set1_ps(*xs));
+    _mm512_store_ps(tot, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, _mm512_load_ps(tot)));
+}
+
+/* One group of G tokens (from token t0 of the gathered block) over a decoded gate/up block:
+ * the 2·G integer sums stay in registers while each chunk's 4 weight vectors are loaded once
+ * and meet every token's two broadcast activation dwords; then the f32 step into the totals
+ * tot[2t] (gate) and tot[2t+1] (up). */
+MX_INLINE void mx_gateup_group(const size_t G, const __m512i *buf, const mx_xblock *xb, size_t t0,
+                               __m512 wg, __m512 wu, float (*tot)[MX_NR])
+{
+    __m512i ig[MX_GROUP_GATEUP], iu[MX_GROUP_GATEUP];
+    mx_reload(buf, xb);
+    const unsigned char(*q)[MX_BLK] = mx_base(xb->q + t0);
+    const float *xs = mx_base(xb->xs + t0);
+    const int32_t *corr = mx_base(xb->corr + t0);
+    tot = (float(*)[MX_NR])mx_base(tot);
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++)
+        ig[t] = iu[t] = _mm512_set1_epi32(corr[t]);
+    MX_UNROLL
+    for (size_t c = 0; c < 4; c++) {
+        const __m512i gl = _mm512_load_si512(&buf[4 * c]), gh = _mm512_load_si512(&buf[4 * c + 1]);
+        const __m512i ul = _mm512_load_si512(&buf[4 * c + 2]),
+                      uh = _mm512_load_si512(&buf[4 * c + 3]);
+        MX_UNROLL
+        for (size_t t = 0; t < G; t++) {
+            ig[t] = mx_dot_at(ig[t], gl, gh, q[t] + 4 * c);
+            iu[t] = mx_dot_at(iu[t], ul, uh, q[t] + 4 * c);
+        }
+    }
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++) {
+        mx_step_mem(ig[t], wg, &xs[t], tot[2 * t]);
+        mx_step_mem(iu[t], wu, &xs[t], tot[2 * t + 1]);
+    }
+}
+
+MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_xblock *xb, size_t t0,
+                             __m512 w, float (*tot)[MX_NR])
+{
+    __m512i is[MX_GROUP_DOWN];
+    mx_reload(buf, xb);
+    const unsigned char(*q)[MX_BLK] = mx_base(xb->q + t0);
+    const float *xs = mx_base(xb->xs + t0);
+    const int32_t *corr = mx_base(xb->corr + t0);
+    tot = (float(*)[MX_NR])mx_base(tot);
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++)
+        is[t] = _mm512_set1_epi32(corr[t]);
+    MX_UNROLL
+    for (size_t c = 0; c < 4; c++) {
+        const __m512i wl = _mm512_load_si512(&buf[2 * c]), wh = _mm512_load_si512(&buf[2 * c + 1]);
+        MX_UNROLL
+        for (size_t t = 0; t < G; t++)
+            is[t] = mx_dot_at(is[t], wl, wh, q[t] + 4 * c);
+    }
+    MX_UNROLL
+    for (size_t t = 0; t < G; t++)
+        mx_step_mem(is[t], w, &xs[t], tot[t]);
+}
+
+/* One instantiation per group size, so every loop over a group's tokens unrolls. */
+#define MX_CASE(n, body, ...)                                                                      \
+    case n:                                                                                        \
+        body(n, __VA_ARGS__);                                                                      \
+        break;
+#define MX_CASES_BELOW_12(body, ...)                                                               \
+    MX_CASE(1, body, __VA_ARGS__)                                                                  \
+    MX_CASE(2, body, __VA_ARGS__)                                                                  \
+    MX_CASE(3, body, __VA_ARGS__)                                                                  \
+    MX_CASE(4, body, __VA_ARGS__)                                                                  \
+    MX_CASE(5, body, __VA_ARGS__)                                                                  \
+    MX_CASE(6, body, __VA_ARGS__)                                                                  \
+    MX_CASE(7, body, __VA_ARGS__)                                                                  \
+    MX_CASE(8, body, __VA_ARGS__)                                                                  \
+    MX_CASE(9, body, __VA_ARGS__)                                                                  \
+    MX_CASE(10, body, __VA_ARGS__)                                                                 \
+    MX_CASE(11, body, __VA_ARGS__)
+#define MX_CASES_BELOW_16(body, ...)                                                               \
+    MX_CASES_BELOW_12(body, __VA_ARGS__)                                                           \
+    MX_CASE(12, body, __VA_ARGS__)                                                                 \
+    MX_CASE(13, body, __VA_ARGS__)                                                                 \
+    MX_CASE(14, body, __VA_ARGS__)                                                                 \
+    MX_CASE(15, body, __VA_ARGS__)
+
+/* The m tokens in groups of at most gmax, as equal as they go (m = 32, gmax = 12: 11, 11, 10
+ * rather than 12, 12, 8): group j of ng has base + (j < extra) tokens. */
+typedef struct mx_split {
+    size_t ng, base, extra;
+} mx_split;
+
+MX_INLINE mx_split mx_split_of(size_t m, size_t gmax)
+{
+    const size_t ng = (m + gmax - 1) / gmax;
+    mx_split s = {ng, m / ng, m % ng};
+    return s;
+}
+
+static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv, const unsigned char *tile,
+                               const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    __m512i buf[16] __attribute__((aligned(64)));
+    mx_xblock xb __attribute__((aligned(64)));
+    float tot[2 * MX_MR][MX_NR] __attribute__((aligned(64)));
+    const unsigned char *rows[MX_MR];
+    for (size_t t = 0; t < m; t++) {
+        rows[t] = xv[t];
+        _mm512_store_ps(tot[2 * t], _mm512_setzero_ps());
+        _mm512_store_ps(tot[2 * t + 1], _mm512_setzero_ps());
+    }
+    const __m512i lut = mx_lut();
+    const size_t nb = k / MX_BLK;
+    const mx_split sp = mx_split_of(m, MX_GROUP_GATEUP);
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(2, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(2, s);
+        const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
+        mx_prefetch(line + MX_PF);
+        for (size_t i = 0; i < len; i++, b++) {
+            const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
+            mx_decode_unit(ug, lut, buf, 4);
+            mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
+            const __m512 wg = mx_half_scales(line + 32 * i),
+                         wu = mx_half_scales(line + 32 * i + 16);
+            mx_gather(m, rows, k, b, &xb);
+            for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
+                g = sp.base + (j < sp.extra);
+                switch (g) {
+                    MX_CASES_BELOW_12(mx_gateup_group, buf, &xb, t0, wg, wu, tot + 2 * t0)
+                default: mx_gateup_group(MX_GROUP_GATEUP, buf, &xb, t0, wg, wu, tot + 2 * t0);
+                }
+            }
+        }
+    }
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = mx_rows(n_valid);
+    for (size_t t = 0; t < m; t++) {
+        const __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * t]), bg);
+        const __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * t + 1]), bu);
+        _mm512_mask_storeu_ps(h + t * hs, mask, mx_act(act, g, u));
+    }
+}
+
+static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
+                             float *y, size_t ys, size_t n_valid)
+{
+    __m512i buf[8] __attribute__((aligned(64)));
+    mx_xblock xb __attribute__((aligned(64)));
+    float tot[MX_MR][MX_NR] __attribute__((aligned(64)));
+    const unsigned char *rows[MX_MR];
+    for (size_t t = 0; t < m; t++) {
+        rows[t] = hv[t];
+        _mm512_store_ps(tot[t], _mm512_setzero_ps());
+    }
+    const __m512i lut = mx_lut();
+    const size_t nb = k / MX_BLK;
+    const mx_split sp = mx_split_of(m, MX_GROUP_DOWN);
+    for (size_t s = 0, b = 0; b < nb; s++) {
+        const size_t len = moe_mx_step_len(1, nb, s);
+        const unsigned char *base = tile + moe_mx_step_at(1, s);
+        const unsigned char *line = base + len * MOE_MX_UNIT;
+        mx_prefetch(line + MX_PF);
+        for (size_t i = 0; i < len; i++, b++) {
+            mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
+            const __m512 w = mx_half_scales(line + 16 * i);
+            mx_gather(m, rows, k, b, &xb);
+            for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
+                g = sp.base + (j < sp.extra);
+                switch (g) {
+                    MX_CASES_BELOW_16(mx_down_group, buf, &xb, t0, w, tot + t0)
+                default: mx_down_group(MX_GROUP_DOWN, buf, &xb, t0, w, tot + t0);
+                }
+            }
+        }
+    }
+    const __m512 bias = _mm512_loadu_ps(tile);
+    const __mmask16 mask = mx_rows(n_valid);
+    for (size_t t = 0; t < m; t++)
+        _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
+}
+
+#endif
