@@ -85,5 +85,11 @@ circles = svg.findall("{http://www.w3.org/2000/svg}circle")
 assert len(circles) == len(cases), len(circles)
 PY
 
+# moe inspect --pack: the same layer created for real, its cost reported like moe bench's.
+"$moe" inspect --pack "$tmp/q" >"$tmp/inspect"
+check "inspect --pack: one line for layer 0" grep -qE "^  layer 0: [0-9.]+ MB packed in [0-9]+ ms, [0-9.]+ GB/s; peak resident growth [0-9.]+ MB \(limit 1.15 x packed \+ 64 MB = [0-9.]+ MB: (within|OVER)\)$" "$tmp/inspect"
+packed=$(python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["cases"][0]["packed_bytes"] / 1e6))' "$tmp/r.json")
+check "inspect --pack: the packed bytes moe bench reported ($packed MB)" grep -qF "layer 0: $packed MB packed" "$tmp/inspect"
+
 echo "test_bench: $checks checks, $failures failed"
 [ "$failures" -eq 0 ]

@@ -19,6 +19,7 @@
 #include "bench_report.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "create_stats.h"
 #include "layer/layer_internal.h"
 #include "model/model.h"
 #include "model/model_handle.h"
@@ -344,27 +345,21 @@ static int create_layer(const moe_model *model, int index, int threads, double e
     atomic_init(&w.stop, false);
     pthread_t th;
     const bool watching = isatty(STDERR_FILENO) && pthread_create(&th, NULL, watch_packing, &w) == 0;
-    bench_rss_peak_reset();
-    const double base = (double)bench_rss_now(), t0 = bench_clock_ns();
-    const moe_status st = moe_layer_create(model, index, &lo, out);
-    const double ns = bench_clock_ns() - t0, peak = (double)bench_rss_peak();
+    create_stats cs;
+    const moe_status st = create_measured(model, index, &lo, out, &cs);
     if (watching) {
         atomic_store(&w.stop, true);
         pthread_join(th, NULL);
         progress_done();
     }
     if (st) return cli_fail(PROG, 1, "%s", moe_last_error());
-    const moe_layer_plan *p = &(*out)->plan;
-    const moe_layer_group_plan *routed = &p->groups[MOE_LG_ROUTED];
-    double packed = (double)p->gate_bytes;
-    for (int g = 0; g < MOE_LG_COUNT_; g++)
-        if (p->groups[g].present) packed += (double)p->groups[g].group.packed_bytes;
+    const moe_layer_group_plan *routed = &(*out)->plan.groups[MOE_LG_ROUTED];
     info->threads = threads;
-    info->create_ms = ns / 1e6;
-    info->packed_bytes = packed;
-    info->pack_gbs = packed / ns;
-    info->rss_growth = peak > base ? peak - base : 0;
-    info->rss_limit = 1.15 * packed + 64e6;
+    info->create_ms = cs.ms;
+    info->packed_bytes = cs.packed_bytes;
+    info->pack_gbs = cs.pack_gbs;
+    info->rss_growth = cs.rss_growth;
+    info->rss_limit = cs.rss_limit;
     snprintf(info->recipe, sizeof info->recipe, "%s", recipe_name(routed->recipe));
     snprintf(info->kernel, sizeof info->kernel, "%s", routed->ks->name);
     snprintf(info->insn, sizeof info->insn, "%s", recipe_insn(routed));

@@ -1,0 +1,20 @@
+/* create_stats.h — what creating a layer costs: time, packed bytes, packing speed, peak memory. */
+#ifndef MOE_TOOLS_CREATE_STATS_H
+#define MOE_TOOLS_CREATE_STATS_H
+
+#include "moe.h"
+
+typedef struct create_stats {
+    double ms;           /* wall time of moe_layer_create */
+    double packed_bytes; /* the gate and every expert group, as packed */
+    double pack_gbs;     /* packed_bytes per second of creation */
+    double rss_growth;   /* peak resident bytes during creation minus resident before */
+    double rss_limit;    /* the target: 1.15 × packed + 64 MB */
+} create_stats;
+
+/* moe_layer_create, measured. Peak memory comes from /proc/self/status VmHWM after a
+ * clear_refs reset; 0 where /proc does not tell. */
+moe_status create_measured(const moe_model *model, int layer, const moe_layer_options *options,
+                           moe_layer **out, create_stats *stats);
+
+#endif
