@@ -384,9 +384,15 @@ const moe_tensor *moe_ckpt_tensor(const moe_ckpt *ckpt, size_t index)
 
 void moe_ckpt_release(const moe_ckpt *ckpt, const moe_tensor *tensor)
 {
+    if (tensor) moe_ckpt_release_range(ckpt, tensor, 0, tensor->nbytes);
+}
+
+void moe_ckpt_release_range(const moe_ckpt *ckpt, const moe_tensor *tensor, uint64_t offset,
+                            uint64_t len)
+{
     if (!ckpt || !tensor) return;
-    for (size_t i = 0; i < ckpt->shard_count; i++)
-        moe_st_release(ckpt->shards[i], tensor); /* a no-op for every shard but its own */
+    for (size_t i = 0; i < ckpt->shard_count; i++) /* a no-op for every shard but its own */
+        moe_st_release_range(ckpt->shards[i], tensor, offset, len);
 }
 
 moe_status moe_ckpt_check_files(const moe_ckpt *ckpt, const moe_tensor *const *tensors, size_t n)

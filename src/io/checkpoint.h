@@ -26,6 +26,9 @@ size_t moe_ckpt_shard_count(const moe_ckpt *ckpt);
  * given back and fault in again from the file if the tensor is read later; files read with
  * no_mmap keep their bytes). NULL arguments and foreign tensors are ignored. */
 void moe_ckpt_release(const moe_ckpt *ckpt, const moe_tensor *tensor);
+/* moe_st_release_range on the shard that holds TENSOR. */
+void moe_ckpt_release_range(const moe_ckpt *ckpt, const moe_tensor *tensor, uint64_t offset,
+                            uint64_t len);
 
 /* moe_st_check_size on every shard that holds one of the N TENSORS (NULL entries and foreign
  * tensors are skipped): MOE_ETRUNCATED naming the shard when one has shrunk since open. Call it

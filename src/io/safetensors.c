@@ -567,18 +567,26 @@ void moe_st_close(moe_st_file *file)
     moe_free(file);
 }
 
-void moe_st_release(const moe_st_file *file, const moe_tensor *tensor)
+void moe_st_release_range(const moe_st_file *file, const moe_tensor *tensor, uint64_t offset,
+                          uint64_t len)
 {
     if (!file || !file->map || !moe_st_holds(file, tensor)) return;
     const long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0 || tensor->nbytes == 0) return;
-    /* Only whole pages inside the tensor: the pages at its ends may hold a neighbour's bytes. */
-    const uintptr_t begin = (uintptr_t)tensor->data, end = begin + (uintptr_t)tensor->nbytes;
+    if (page <= 0 || offset >= tensor->nbytes) return;
+    if (len > tensor->nbytes - offset) len = tensor->nbytes - offset;
+    /* Only whole pages inside the range: the pages at its ends may hold a neighbour's bytes. */
+    const uintptr_t begin = (uintptr_t)tensor->data + (uintptr_t)offset,
+                    end = begin + (uintptr_t)len;
     const uintptr_t lo = (begin + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
     const uintptr_t hi = end / (uintptr_t)page * (uintptr_t)page;
     if (hi <= lo) return;
     /* Advice only: on failure the pages simply stay resident. */
     (void)madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED);
+}
+
+void moe_st_release(const moe_st_file *file, const moe_tensor *tensor)
+{
+    if (tensor) moe_st_release_range(file, tensor, 0, tensor->nbytes);
 }
 
 moe_status moe_st_check_size(const moe_st_file *file)

@@ -58,6 +58,10 @@ const moe_tensor *moe_st_find(const moe_st_file *file, const char *name); /* NUL
  * read with no_mmap or opened from memory (their buffers are the only copy), and for a tensor
  * that is not FILE's. */
 void moe_st_release(const moe_st_file *file, const moe_tensor *tensor);
+/* The same for bytes [offset, offset + len) of TENSOR only (clipped to the tensor): one
+ * expert's slice of a tensor that stacks every expert. */
+void moe_st_release_range(const moe_st_file *file, const moe_tensor *tensor, uint64_t offset,
+                          uint64_t len);
 
 /* Measures a mapped FILE again (fstat on the descriptor kept since open): a file that is now
  * shorter than when it was opened is MOE_ETRUNCATED naming it and both sizes, because reading

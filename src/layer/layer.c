@@ -15,6 +15,17 @@ static void release_all(const moe_ckpt *ckpt, const moe_tensor *const *t)
         moe_ckpt_release(ckpt, t[r]);
 }
 
+/* Expert e's slice of each tensor that stacks all N experts along its first dimension
+ * (gpt-oss): given back as soon as that expert is packed, so a layer's checkpoint pages and
+ * its packed copy are never resident in full at once. Other tensors wait for the group. */
+static void release_slices(const moe_ckpt *ckpt, const moe_tensor *const *t, int e, int n)
+{
+    for (int r = 0; r < MOE_LAYER_ROLES; r++)
+        if (t[r] && n > 1 && t[r]->ndim >= 1 && t[r]->shape[0] == n)
+            moe_ckpt_release_range(ckpt, t[r], t[r]->nbytes / (uint64_t)n * (uint64_t)e,
+                                   t[r]->nbytes / (uint64_t)n);
+}
+
 static moe_status pack_one(moe_layer_group_plan *g, int e)
 {
     moe_status st = moe_layer_check_scales(g, e);
@@ -25,8 +36,8 @@ static moe_status pack_one(moe_layer_group_plan *g, int e)
 }
 
 /* Packs every expert of a group with the layer's threads (experts are independent and write
- * disjoint bytes), giving each expert's checkpoint pages back once it is packed (the group's
- * shared tensors once all are). A worker's error message stays in its own thread, so the
+ * disjoint bytes), giving each expert's checkpoint pages back once it is packed (its own
+ * tensors, or its slice of stacked ones; the whole of the group's tensors once all are). A worker's error message stays in its own thread, so the
  * lowest failing expert is packed again here, where the message reaches the caller. */
 static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
 {
@@ -44,6 +55,8 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
             failed = e < failed ? e : failed;
         } else if (g->per_expert) {
             release_all(ckpt, g->per_expert[e]);
+        } else {
+            release_slices(ckpt, g->one, e, g->n);
         }
     }
     if (failed < g->n) {
