@@ -1,11 +1,15 @@
-# Makefile — the front door: `make test`, `make run`, `make bench` (CMake and CTest underneath).
+# Makefile — the front door: `make test`, `make run`, `make bench`, `make fuzz` (CMake and CTest underneath).
 BUILD ?= build
 MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3
+# make fuzz: clang with libFuzzer and the sanitizer runtimes, clang's OpenMP, llvm-symbolizer.
+FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD ?= build-fuzz
 
-.PHONY: all deps configure build test run bench bench-kernels clean
+.PHONY: all deps configure build test run bench bench-kernels fuzz clean
 
 all: build
 
@@ -30,6 +34,12 @@ bench: build
 
 bench-kernels: build
 	@scripts/bench.sh $(BUILD) kernels
+
+# Each libFuzzer target for FUZZ_SECONDS (ASan + UBSan, clang) from its in-tree corpus;
+# FUZZ_TARGETS="safetensors npy" runs only those. Findings land in $(FUZZ_BUILD)/fuzz-artifacts/.
+fuzz: deps
+	@scripts/ensure-deps.sh $(FUZZ_DEPS)
+	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(BUILD)

@@ -793,7 +793,16 @@ static int val_table_repeat(void)
     return val_table(7, 2, (int64_t)fx_decode(t, 7 * 4 + 0));
 }
 
-static int val_mxfp4(void) { return open_create(C.mxfp4, 0); }
+/* gpt-oss MXFP4 experts, stacked: gate_up_proj_scales [4, 128, 2]; [2, 5, 1] is byte 523. */
+static int val_mxfp4_scale(void)
+{
+    const unsigned char v = 0xFF;
+    moe_model *m = fx_open(C.mxfp4, false);
+    const int st =
+        patched_create(C.mxfp4, m, 0, MOE_GROUP_ROUTED, -1, MOE_ROLE_GATE_UP_SCALE, 523, &v, 1);
+    moe_model_close(m);
+    return st;
+}
 
 /* ---- moe_model_open and moe_layer_create arguments ---- */
 
@@ -1443,10 +1452,10 @@ static const matrix_case cases[] = {
      "layer 0 (deepseek_v4) router: moe_router_create: tid2eid row 7 names expert 1 twice (columns "
      "0 and 2)",
      val_table_repeat},
-    {"tensor values", "MXFP4 experts (until issue 5)", CREATE, false, MOE_EUNSUPPORTED,
-     "layer 0 (gpt_oss): routed experts in format mxfp4 (gpt-oss MXFP4 / DeepSeek-V4 fp4) are not "
-     "supported yet: supported expert formats are bf16 and fp8_block",
-     val_mxfp4},
+    {"tensor values", "MXFP4 block scale 0xFF (E8M0 NaN)", CREATE, false, MOE_EVALUE,
+     "layer 0 routed experts: expert 2: tensor 'model.layers.0.mlp.experts.gate_up_proj_scales' "
+     "holds the E8M0 scale 0xFF (NaN) at [2, 5, 1]; no MXFP4 block scale may be NaN",
+     val_mxfp4_scale},
     /* open / create arguments */
     {"moe_model_open", "dir NULL", "moe_model_open(NULL, NULL, &m)", false, MOE_EINVAL,
      "moe_model_open: argument 'dir' is NULL or empty", open_null},
