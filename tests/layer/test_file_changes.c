@@ -62,15 +62,9 @@ static off_t file_size(const char *path)
 
 /* The forward output of layer LAYER of M for fixed hidden states (threads = 1), or NULL with
  * *ST set when create fails (*ST = MOE_OK otherwise). */
-static float *forward_of(const moe_model *m, moe_status *st)
+/* TOKENS rows of fixed hidden states through L (created from M); the output, malloc'd. */
+static float *forward_layer(const moe_model *m, const moe_layer *l)
 {
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
-    moe_layer *l = SENTINEL;
-    *st = moe_layer_create(m, LAYER, &o, &l);
-    if (*st != MOE_OK) {
-        CHECKF(l == SENTINEL, "a failed create wrote *out");
-        return NULL;
-    }
     const size_t h = (size_t)moe_model_desc_of(m)->hidden;
     float *x = malloc(TOKENS * h * sizeof *x), *y = malloc(TOKENS * h * sizeof *y);
     REQUIRE(x && y);
@@ -86,9 +80,22 @@ static float *forward_of(const moe_model *m, moe_status *st)
                           .workspace = ws,
                           .workspace_size = ws_size};
     CHECK_STATUS(moe_layer_forward(l, &a), MOE_OK);
-    moe_layer_destroy(l);
     free(x);
     free(ws);
+    return y;
+}
+
+static float *forward_of(const moe_model *m, moe_status *st)
+{
+    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
+    moe_layer *l = SENTINEL;
+    *st = moe_layer_create(m, LAYER, &o, &l);
+    if (*st != MOE_OK) {
+        CHECKF(l == SENTINEL, "a failed create wrote *out");
+        return NULL;
+    }
+    float *y = forward_layer(m, l);
+    moe_layer_destroy(l);
     return y;
 }
 
@@ -227,26 +234,10 @@ static void test_truncated_after_create(const float *ref)
     moe_layer *l = NULL;
     CHECK_STATUS(moe_layer_create(m, LAYER, &o, &l), MOE_OK);
     REQUIRE(l && truncate(path, 0) == 0);
-    const size_t h = (size_t)moe_model_desc_of(m)->hidden;
-    float *x = malloc(TOKENS * h * sizeof *x), *y = malloc(TOKENS * h * sizeof *y);
-    REQUIRE(x && y);
-    fx_hidden(9, TOKENS * h, x);
-    size_t ws_size;
-    void *ws = fx_workspace(l, TOKENS, &ws_size);
-    moe_forward_args a = {.size = sizeof a,
-                          .n_tokens = TOKENS,
-                          .hidden_size = h,
-                          .hidden = x,
-                          .hidden_dtype = MOE_DTYPE_F32,
-                          .out = y,
-                          .workspace = ws,
-                          .workspace_size = ws_size};
-    CHECK_STATUS(moe_layer_forward(l, &a), MOE_OK);
+    float *y = forward_layer(m, l);
     CHECK(same(y, ref, m));
     moe_layer_destroy(l);
-    free(x);
     free(y);
-    free(ws);
     moe_model_close(m);
     cleanup(dir);
 }
