@@ -96,6 +96,15 @@ static inline double bench_gauss(uint64_t *s)
 static volatile uint64_t bench_sink;
 
 #if BENCH_X86
+/* All 512 bits folded into 64 with xor: a sink for every lane of a chain without the signed
+ * additions of _mm512_reduce_add_* (which overflow, undefined behaviour, on these values). */
+__attribute__((target("avx512f"))) static inline uint64_t bench_fold512(__m512i v)
+{
+    const __m256i h = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    const __m128i q = _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    return (uint64_t)_mm_extract_epi64(q, 0) ^ (uint64_t)_mm_extract_epi64(q, 1);
+}
+
 /* 64-byte loads, four independent xor chains so the loop is bound by the loads. */
 __attribute__((target("avx512f"))) static inline uint64_t bench_read_avx512(const void *p,
                                                                             size_t bytes)
@@ -109,7 +118,7 @@ __attribute__((target("avx512f"))) static inline uint64_t bench_read_avx512(cons
         d = _mm512_xor_si512(d, _mm512_load_si512(v + i + 3));
     }
     a = _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d));
-    return (uint64_t)_mm512_reduce_add_epi64(a);
+    return bench_fold512(a);
 }
 
 __attribute__((target("avx2"))) static inline uint64_t bench_read_avx2(const void *p, size_t bytes)
@@ -162,7 +171,7 @@ __attribute__((target("avx512f"))) static inline uint64_t bench_read4_avx512(con
         d = _mm512_xor_si512(d, _mm512_load_si512(v3 + i));
     }
     a = _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d));
-    return (uint64_t)_mm512_reduce_add_epi64(a);
+    return bench_fold512(a);
 }
 #endif
 
@@ -390,7 +399,7 @@ __attribute__((target("avx512f,avx512vnni"))) static inline float bench_dpbusd_z
         _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
                          _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
     s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
-    return (float)_mm512_reduce_add_epi32(s);
+    return (float)bench_fold512(s);
 }
 
 /* vpmaddubsw has no accumulator: each step adds the product of the chain's value (as the
@@ -429,7 +438,7 @@ __attribute__((target("avx512f,avx512bw"))) static inline float bench_maddubs_zm
         _mm512_add_epi16(_mm512_add_epi16(_mm512_add_epi16(a0, a1), _mm512_add_epi16(a2, a3)),
                          _mm512_add_epi16(_mm512_add_epi16(a4, a5), _mm512_add_epi16(a6, a7)));
     s = _mm512_add_epi16(s, _mm512_add_epi16(_mm512_add_epi16(a8, a9), _mm512_add_epi16(a10, a11)));
-    return (float)_mm512_reduce_add_epi32(s);
+    return (float)bench_fold512(s);
 }
 #undef BENCH_MADDUBS_STEP
 #undef BENCH_EACH12
