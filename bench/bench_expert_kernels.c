@@ -1,5 +1,6 @@
 /* bench_expert_kernels.c — the expert kernel sets alone: decode GB/s and prefill GFLOP/s against
  * the machine's read bandwidth and instruction peaks, measured in the same run. */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE for the flush buffer (bench/bench_util.h) */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>

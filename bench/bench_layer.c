@@ -1,4 +1,5 @@
 /* bench_layer.c — the MoE layer at real shapes vs read bandwidth and instruction peak. */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE for the flush buffer (bench/bench_util.h) */
 #include <inttypes.h>
 #include <spawn.h>
 #include <stdbool.h>

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -50,6 +51,17 @@ static inline double bench_median(double *t, int n)
 {
     qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return t[n / 2];
+}
+
+/* The smallest of N samples: a ceiling (read bandwidth, an instruction's peak) is the best
+ * the machine did, as STREAM reports it; on a shared machine the median of a few runs of the
+ * floor sometimes caught the other core busy, and cases then came out above 1.0 of it. */
+static inline double bench_min(const double *t, int n)
+{
+    double m = t[0];
+    for (int i = 1; i < n; i++)
+        if (t[i] < m) m = t[i];
+    return m;
 }
 
 /* The largest cache level's size from sysfs, or 32 MiB when it cannot be read. */
@@ -188,7 +200,9 @@ static inline uint64_t bench_read4(const void *p, size_t bytes)
 }
 
 /* A buffer for bench_stream_read and bench_flush: twice the last-level cache, at least
- * 256 MiB, 64-byte aligned, every page written once (so no read hits the zero page). */
+ * 256 MiB, in 2 MiB huge pages where the system gives them (as libmoe's packed weights, so
+ * the floor and the forward pay the same TLB costs; a program defines _DEFAULT_SOURCE for
+ * MADV_HUGEPAGE), every page written once (so no read hits the zero page). */
 typedef struct bench_buffer {
     void *p;
     size_t bytes;
@@ -196,11 +210,15 @@ typedef struct bench_buffer {
 
 static inline int bench_buffer_init(bench_buffer *b)
 {
+    const size_t huge = (size_t)2 << 20;
     size_t bytes = 2 * bench_llc_bytes();
     if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
-    bytes &= ~(size_t)4095;
-    b->p = aligned_alloc(4096, bytes);
+    bytes = (bytes + huge - 1) & ~(huge - 1);
+    b->p = aligned_alloc(huge, bytes);
     if (!b->p) return -1;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(b->p, bytes, MADV_HUGEPAGE);
+#endif
     memset(b->p, 0x5A, bytes);
     b->bytes = bytes;
     return 0;
@@ -210,6 +228,12 @@ static inline void bench_buffer_free(bench_buffer *b)
 {
     free(b->p);
     b->p = NULL;
+}
+
+/* The bytes one bench_read_shares pass reads: THREADS equal shares of 256-byte lines. */
+static inline size_t bench_shares_bytes(const bench_buffer *b, int threads)
+{
+    return ((b->bytes / (size_t)threads) & ~(size_t)255) * (size_t)threads;
 }
 
 /* Each of THREADS threads reads its contiguous share once, in four streams. */
@@ -232,7 +256,7 @@ static inline void bench_flush(const bench_buffer *b, int threads)
     bench_read_shares(b, threads);
 }
 
-/* GB/s of a read of the whole buffer by THREADS threads: the median of REPEATS passes. */
+/* GB/s of a read of the whole buffer by THREADS threads: the fastest of REPEATS passes. */
 static inline double bench_stream_read(const bench_buffer *b, int threads, int repeats)
 {
     double t[32];
@@ -243,8 +267,7 @@ static inline double bench_stream_read(const bench_buffer *b, int threads, int r
         bench_read_shares(b, threads);
         t[r] = bench_now_ns() - t0;
     }
-    const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
-    return (double)share * (double)threads / bench_median(t, repeats);
+    return (double)bench_shares_bytes(b, threads) / bench_min(t, repeats);
 }
 
 /* ---- Instruction peaks --------------------------------------------------------------- */
@@ -467,7 +490,7 @@ static inline void bench_insn_loop(bench_insn insn, uint64_t iters)
 }
 
 /* GFLOP/s of INSN on THREADS threads (each runs the loop; wall time of the slowest): the
- * median of REPEATS runs of about 50 ms each. 0 when the CPU lacks the instruction. */
+ * fastest of REPEATS runs of about 50 ms each. 0 when the CPU lacks the instruction. */
 static inline double bench_peak_gflops(bench_insn insn, int threads, int repeats)
 {
     if (!bench_insn_supported(insn)) return 0;
@@ -492,7 +515,7 @@ static inline double bench_peak_gflops(bench_insn insn, int threads, int repeats
         t[r] = bench_now_ns() - t0;
     }
     /* 12 instructions per iteration on each thread. */
-    return 12.0 * bench_insn_flops(insn) * (double)iters * threads / bench_median(t, repeats);
+    return 12.0 * bench_insn_flops(insn) * (double)iters * threads / bench_min(t, repeats);
 }
 
 #endif

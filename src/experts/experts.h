@@ -67,8 +67,7 @@ typedef struct moe_expert_group {
                                  (Q8) a prepared row, act_row_bytes(H) */
     size_t hq_row_bytes;      /* Q8: one prepared h row, act_row_bytes(I), which down reads;
                                  0 for the other recipes (down reads h itself) */
-    unsigned char *packed;    /* 64-byte aligned; NULL until moe_expert_group_alloc */
-    void *raw;                /* the allocation behind packed */
+    unsigned char *packed;    /* moe_malloc_huge'd; NULL until moe_expert_group_alloc */
 } moe_expert_group;
 
 /* Fills G's shape and sizes for N experts of H × I with kernel set KS (checked arithmetic:

@@ -82,13 +82,10 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
 
 moe_status moe_expert_group_alloc(moe_expert_group *g, const char *what)
 {
-    if (g->packed_bytes > SIZE_MAX - 64)
-        return moe_error(MOE_EOVERFLOW, "%s: %zu packed bytes", what, g->packed_bytes);
-    g->raw = moe_malloc(g->packed_bytes + 64);
-    if (!g->raw)
+    g->packed = moe_malloc_huge(g->packed_bytes);
+    if (!g->packed)
         return moe_error(MOE_ENOMEM, "%s: out of memory for %zu packed bytes (%d experts)", what,
                          g->packed_bytes, g->n_experts);
-    g->packed = (unsigned char *)(uintptr_t)round_up((size_t)(uintptr_t)g->raw, 64);
     return MOE_OK;
 }
 
@@ -109,7 +106,6 @@ moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_sr
 void moe_expert_group_free(moe_expert_group *g)
 {
     if (!g) return;
-    moe_free(g->raw);
-    g->raw = NULL;
+    moe_free(g->packed);
     g->packed = NULL;
 }

@@ -80,14 +80,35 @@ for c in cases:
     mem = c["weight_bytes_read"] / (f["read_gbps_1_thread" if c["threads"] == 1 else "read_gbps_all_threads"] * 1e9) * 1e3
     assert c["floor_ms"] >= mem * (1 - 1e-6), c
     assert abs(c["efficiency"] - c["floor_ms"] / c["ms_per_forward"]) < 1e-6 * c["efficiency"], c
+    assert c["create_user_ms"] >= 0 and c["create_sys_ms"] >= 0, c
+    if c["create_user_ms"] > 0:
+        cpu = c["packed_bytes"] / (c["create_user_ms"] * 1e6)
+        assert abs(c["pack_gbps_per_thread_cpu"] - cpu) < 1e-6 * cpu, c
 svg = ET.parse(sys.argv[2]).getroot()
 circles = svg.findall("{http://www.w3.org/2000/svg}circle")
 assert len(circles) == len(cases), len(circles)
 PY
 
+# The table: each layer's read ceiling is at least the one measured at the start (eviction
+# passes can only raise it), and its rows' floors are computed against it.
+"$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1 --time-ms 1 >"$tmp/table" 2>"$tmp/err"
+check "table run: exit 0, nothing on stderr" test ! -s "$tmp/err"
+check "table: the read ceiling is not below the start's, rows use it" python3 - "$tmp/table" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+start = float(re.search(r"read bandwidth +1 thread +([0-9.]+) GB/s", text).group(1))
+ceil = float(re.search(r"read ceiling at 1 thread: ([0-9.]+) GB/s", text).group(1))
+assert ceil >= start - 0.005, (start, ceil)
+rows = re.findall(r"^ +([13]) +([0-9.]+) +[0-9.]+ +\d+ +([0-9.]+) +[0-9.]+ +[0-9.]+ +([0-9.]+) +([0-9.]+) +(mem|flops)$", text, re.M)
+assert [r[0] for r in rows] == ["1", "3"], rows
+for tokens, ms, mb, floor, eff, bound in rows:
+    if bound == "mem":  # the table's rounding: MB to 0.1, ceiling to 0.01
+        assert abs(float(floor) - float(mb) / ceil) <= 0.002 + 0.01 * float(floor), (floor, mb, ceil)
+PY
+
 # moe inspect --pack: the same layer created for real, its cost reported like moe bench's.
 "$moe" inspect --pack "$tmp/q" >"$tmp/inspect"
-check "inspect --pack: one line for layer 0" grep -qE "^  layer 0: [0-9.]+ MB packed in [0-9]+ ms, [0-9.]+ GB/s; peak resident growth [0-9.]+ MB \(limit 1.15 x packed \+ 64 MB = [0-9.]+ MB: (within|OVER)\)$" "$tmp/inspect"
+check "inspect --pack: one line for layer 0" grep -qE "^  layer 0: [0-9.]+ MB packed in [0-9]+ ms, [0-9.]+ GB/s \(CPU: user [0-9]+ ms, [0-9.]+ GB/s per thread; system [0-9]+ ms\); peak resident growth [0-9.]+ MB \(limit 1.15 x packed \+ 64 MB = [0-9.]+ MB: (within|OVER)\)$" "$tmp/inspect"
 packed=$(python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["cases"][0]["packed_bytes"] / 1e6))' "$tmp/r.json")
 check "inspect --pack: the packed bytes moe bench reported ($packed MB)" grep -qF "layer 0: $packed MB packed" "$tmp/inspect"
 

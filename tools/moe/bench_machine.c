@@ -1,4 +1,5 @@
 /* bench_machine.c — floors measured in the same run (bench/bench_util.h) and memory probes. */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE for the flush buffer (bench/bench_util.h) */
 #include "bench_machine.h"
 
 #include <stdio.h>
@@ -48,7 +49,14 @@ int bench_floors_insn(const bench_floors *f, const char *insn)
     return -1;
 }
 
-void bench_evict(const bench_floors *f, int threads) { bench_flush(f->flush, threads); }
+void bench_evict(bench_floors *f, int threads)
+{
+    const double t0 = bench_now_ns();
+    bench_flush(f->flush, threads);
+    const double gbs = (double)bench_shares_bytes(f->flush, threads) / (bench_now_ns() - t0);
+    const int slot = bench_floors_slot(f, threads);
+    if (threads == (slot ? f->threads : 1) && gbs > f->read_gbs[slot]) f->read_gbs[slot] = gbs;
+}
 
 /* The number after KEY in FILE (a "Key:   123 kB" line), times 1024; 0 if absent. */
 static uint64_t kb_field(const char *file, const char *key)

@@ -17,7 +17,8 @@ typedef struct bench_floors {
     void *flush;                         /* the eviction buffer (bench_util.h) */
 } bench_floors;
 
-/* Measures every floor (a few seconds); false when out of memory. */
+/* Measures every floor (a few seconds; each the fastest of a few passes); false when out of
+ * memory. */
 bool bench_floors_measure(bench_floors *f, int threads);
 void bench_floors_free(bench_floors *f);
 
@@ -30,8 +31,11 @@ static inline int bench_floors_slot(const bench_floors *f, int threads)
 }
 
 /* Reads a buffer twice the last-level cache with THREADS threads, so the next forward's
- * weights come from memory, as in a model whose other layers evicted them. */
-void bench_evict(const bench_floors *f, int threads);
+ * weights come from memory, as in a model whose other layers evicted them. The pass is the
+ * read floor's own measurement, so it is timed too: a faster pass at 1 or f->threads threads
+ * raises that read ceiling (on a shared machine the floors measured at the start can catch
+ * the other core busy, and a case would then come out above 1.0 of its floor). */
+void bench_evict(bench_floors *f, int threads);
 
 /* Nanoseconds of a monotonic clock. */
 double bench_clock_ns(void);

@@ -7,7 +7,7 @@
 
 void bench_report_floors(FILE *out, const bench_floors *f)
 {
-    fprintf(out, "machine floors (this run; medians):\n");
+    fprintf(out, "machine floors (this run; the fastest of a few passes):\n");
     fprintf(out, "  read bandwidth        1 thread %7.2f GB/s   ", f->read_gbs[0]);
     if (f->threads > 1) fprintf(out, "  %d threads %7.2f GB/s", f->threads, f->read_gbs[1]);
     fputc('\n', out);
@@ -18,7 +18,7 @@ void bench_report_floors(FILE *out, const bench_floors *f)
     }
 }
 
-void bench_report_layer(FILE *out, const bench_layer_info *l)
+void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors *f)
 {
     fprintf(out,
             "\n%s %s: hidden %lld, expert intermediate %lld, top-%lld, %lld of %lld experts "
@@ -27,11 +27,12 @@ void bench_report_layer(FILE *out, const bench_layer_info *l)
             (long long)l->resident, (long long)l->experts, l->threads, l->threads == 1 ? "" : "s");
     fprintf(out, "  experts: %s, recipe %s; compute floor: %s\n", l->kernel, l->recipe,
             l->insn[0] ? l->insn : "none (scalar reference kernels)");
-    fprintf(out,
-            "  created in %.0f ms: %.1f MB packed, %.2f GB/s; peak resident growth %.1f MB "
-            "(limit 1.15 x packed + 64 MB = %.1f MB: %s)\n",
-            l->create_ms, l->packed_bytes / 1e6, l->pack_gbs, l->rss_growth / 1e6,
-            l->rss_limit / 1e6, l->rss_growth <= l->rss_limit ? "within" : "OVER");
+    fputs("  created: ", out);
+    create_stats_print(out, &l->create);
+    fputc('\n', out);
+    fprintf(out, "  read ceiling at %d thread%s: %.2f GB/s (the fastest pass so far, eviction "
+                 "reads before each forward included)\n",
+            l->threads, l->threads == 1 ? "" : "s", f->read_gbs[bench_floors_slot(f, l->threads)]);
 }
 
 void bench_report_header(FILE *out)
@@ -86,10 +87,14 @@ static json_t *result_json(const bench_result *r)
     json_object_set_new(o, "floor_ms", json_real(r->floor_ms));
     json_object_set_new(o, "efficiency", json_real(r->efficiency));
     json_object_set_new(o, "bound", json_string(r->compute_bound ? "compute" : "memory"));
-    json_object_set_new(o, "create_ms", json_real(l->create_ms));
-    json_object_set_new(o, "packed_bytes", json_integer((json_int_t)l->packed_bytes));
-    json_object_set_new(o, "pack_gbps", json_real(l->pack_gbs));
-    json_object_set_new(o, "create_peak_rss_growth_bytes", json_integer((json_int_t)l->rss_growth));
+    const create_stats *c = &l->create;
+    json_object_set_new(o, "create_ms", json_real(c->ms));
+    json_object_set_new(o, "create_user_ms", json_real(c->user_ms));
+    json_object_set_new(o, "create_sys_ms", json_real(c->sys_ms));
+    json_object_set_new(o, "packed_bytes", json_integer((json_int_t)c->packed_bytes));
+    json_object_set_new(o, "pack_gbps", json_real(c->pack_gbs));
+    json_object_set_new(o, "pack_gbps_per_thread_cpu", json_real(c->pack_gbs_cpu));
+    json_object_set_new(o, "create_peak_rss_growth_bytes", json_integer((json_int_t)c->rss_growth));
     return o;
 }
 

@@ -8,13 +8,14 @@
 #include <stdio.h>
 
 #include "bench_machine.h"
+#include "create_stats.h"
 
 /* One layer as created for a run of cases. */
 typedef struct bench_layer_info {
     char preset[64], format[16], recipe[16], kernel[96], insn[32];
     int64_t hidden, inter, experts, resident, topk;
     int threads;
-    double create_ms, packed_bytes, pack_gbs, rss_growth, rss_limit;
+    create_stats create;
 } bench_layer_info;
 
 /* One (layer, tokens) case. */
@@ -28,7 +29,8 @@ typedef struct bench_result {
 } bench_result;
 
 void bench_report_floors(FILE *out, const bench_floors *f);
-void bench_report_layer(FILE *out, const bench_layer_info *l);
+/* The layer's creation figures and the read ceiling its cases were measured against. */
+void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors *f);
 void bench_report_header(FILE *out);
 void bench_report_row(FILE *out, const bench_result *r);
 /* The whole run as one JSON document; false when out of memory or on a write error. */

@@ -355,11 +355,7 @@ static int create_layer(const moe_model *model, int index, int threads, double e
     if (st) return cli_fail(PROG, 1, "%s", moe_last_error());
     const moe_layer_group_plan *routed = &(*out)->plan.groups[MOE_LG_ROUTED];
     info->threads = threads;
-    info->create_ms = cs.ms;
-    info->packed_bytes = cs.packed_bytes;
-    info->pack_gbs = cs.pack_gbs;
-    info->rss_growth = cs.rss_growth;
-    info->rss_limit = cs.rss_limit;
+    info->create = cs;
     snprintf(info->recipe, sizeof info->recipe, "%s", recipe_name(routed->recipe));
     snprintf(info->kernel, sizeof info->kernel, "%s", routed->ks->name);
     snprintf(info->insn, sizeof info->insn, "%s", recipe_insn(routed));
@@ -468,7 +464,7 @@ static void forward_work(const moe_layer *layer, const int32_t *ids, size_t t, b
 }
 
 static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t h,
-                      const bench_args *o, const bench_floors *f, const bench_layer_info *info,
+                      const bench_args *o, bench_floors *f, const bench_layer_info *info,
                       bench_result *r)
 {
     double ns[64], warm;
@@ -487,13 +483,21 @@ static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t
     r->repeats = n;
     r->ms = (n % 2 ? ns[n / 2] : (ns[n / 2 - 1] + ns[n / 2]) / 2) / 1e6;
     forward_work(layer, b->ids, t, r);
+    return 0;
+}
+
+/* The case's floor and efficiency against the floors as they stand (the read ceilings rise
+ * when an eviction pass beats them, so this runs once a layer's cases are done, and for
+ * every case again before the JSON and the plot). */
+static void set_floor(bench_result *r, const bench_floors *f)
+{
+    const bench_layer_info *info = r->layer;
     const int slot = bench_floors_slot(f, info->threads), insn = bench_floors_insn(f, info->insn);
     const double mem_ms = r->weight_bytes / f->read_gbs[slot] / 1e6;
     const double flop_ms = insn >= 0 ? r->flops / f->peak_gflops[insn][slot] / 1e6 : 0;
     r->compute_bound = flop_ms > mem_ms;
     r->floor_ms = r->compute_bound ? flop_ms : mem_ms;
     r->efficiency = r->floor_ms / r->ms;
-    return 0;
 }
 
 /* ---- A layer: every thread count and token count ---------------------------------- */
@@ -504,8 +508,7 @@ typedef struct results {
     size_t n, n_info;
 } results;
 
-static int bench_layer(const moe_model *model, int index, const bench_args *o,
-                       const bench_floors *f, const bench_layer_info *base, double expected,
+static int bench_layer(const moe_model *model, int index, const bench_args *o, bench_floors *f, const bench_layer_info *base, double expected,
                        results *res)
 {
     const moe_model_desc *d = moe_model_desc_of(model);
@@ -518,10 +521,6 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o,
         *info = *base;
         moe_layer *layer = NULL;
         if (create_layer(model, index, o->threads[i], expected, info, &layer)) return 1;
-        if (!o->json) {
-            bench_report_layer(stdout, info);
-            bench_report_header(stdout);
-        }
         buffers b;
         if (buffers_alloc(layer, max_t, (size_t)d->hidden, (size_t)ld->routing.top_k,
                           d->vocab_size, &b)) {
@@ -529,14 +528,24 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o,
             return 1;
         }
         int rc = 0;
+        const size_t first = res->n;
         for (int j = 0; j < o->n_tokens && !rc && res->n < MAX_RESULTS; j++) {
-            bench_result *r = &res->r[res->n];
-            rc = run_tokens(layer, &b, o->tokens[j], (size_t)d->hidden, o, f, info, r);
+            char what[64];
+            snprintf(what, sizeof what, "measuring %zu tokens, %d thread%s", o->tokens[j],
+                     info->threads, info->threads == 1 ? "" : "s");
+            progress(what, j, o->n_tokens);
+            rc = run_tokens(layer, &b, o->tokens[j], (size_t)d->hidden, o, f, info, &res->r[res->n]);
             if (!rc) res->n++;
-            if (!rc && !o->json) {
-                bench_report_row(stdout, r);
-                fflush(stdout);
-            }
+        }
+        progress_done();
+        for (size_t j = first; j < res->n; j++)
+            set_floor(&res->r[j], f);
+        if (!o->json) {
+            bench_report_layer(stdout, info, f);
+            bench_report_header(stdout);
+            for (size_t j = first; j < res->n; j++)
+                bench_report_row(stdout, &res->r[j]);
+            fflush(stdout);
         }
         buffers_free(&b);
         moe_layer_destroy(layer);
@@ -555,7 +564,7 @@ static int first_routed_layer(const moe_model_desc *d)
 }
 
 /* Opens DIR and benches its layer (o->layer, else the first routed one). */
-static int bench_model(const char *dir, const bench_args *o, const bench_floors *f,
+static int bench_model(const char *dir, const bench_args *o, bench_floors *f,
                        bench_layer_info *base, double expected, results *res)
 {
     moe_model *model = NULL;
@@ -595,7 +604,7 @@ static void remove_generated(const char *dir)
     rmdir(dir);
 }
 
-static int bench_preset_run(const bench_args *o, const bench_floors *f, results *res)
+static int bench_preset_run(const bench_args *o, bench_floors *f, results *res)
 {
     const bench_preset *p = bench_preset_find(o->preset); /* parse_args checked both */
     const char *format = o->format ? o->format : p->formats[0];
@@ -671,6 +680,8 @@ int moe_cmd_bench(int argc, char **argv)
         memset(&base, 0, sizeof base);
         rc = bench_model(o.model, &o, &f, &base, 0, res);
     }
+    for (size_t i = 0; i < res->n; i++)
+        set_floor(&res->r[i], &f); /* against the final ceilings */
     if (!rc && o.json && !bench_report_json(stdout, &f, res->r, res->n))
         rc = cli_fail(PROG, 1, "cannot write the JSON report");
     if (!rc && o.plot && !bench_report_svg(o.plot, &f, res->r, res->n))

@@ -753,10 +753,9 @@ static int print_packing(const inspect_args *o, const moe_model_desc *d, size_t 
             continue;
         }
         moe_layer_destroy(layer);
-        printf("  layer %d: %.1f MB packed in %.0f ms, %.2f GB/s; peak resident growth %.1f MB "
-               "(limit 1.15 x packed + 64 MB = %.1f MB: %s)\n",
-               i, cs.packed_bytes / 1e6, cs.ms, cs.pack_gbs, cs.rss_growth / 1e6,
-               cs.rss_limit / 1e6, cs.rss_growth <= cs.rss_limit ? "within" : "OVER");
+        printf("  layer %d: ", i);
+        create_stats_print(stdout, &cs);
+        putchar('\n');
     }
     moe_model_close(model);
     return 0;
