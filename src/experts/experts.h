@@ -84,6 +84,23 @@ moe_status moe_expert_group_alloc(moe_expert_group *g, const char *what);
 moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_src *gate,
                                  const moe_weight_src *up, const moe_weight_src *down);
 
+/* Told that the checkpoint bytes [lo, lo + bytes) (one part's rows of a projection) are
+ * packed and will not be read again. */
+typedef void moe_expert_pack_done(void *ctx, const void *lo, size_t bytes);
+
+/* Packs expert E as moe_expert_group_pack does (the same packed bytes), but in parts of
+ * MOE_EXPERT_PACK_PART_ROWS rows (rounded up to the FP8 scale block) wherever a projection's
+ * rows lie in memory order (col_stride 1, non-negative strides), calling DONE after each part
+ * with each of its projections' rows: a caller gives those pages back at once, so packing
+ * holds about one part of the checkpoint per thread, not a whole expert (a Mixtral expert is
+ * 352 MB). Projections laid out otherwise are packed whole, without DONE. On error a message
+ * may name a row relative to its part: callers pack the failing expert again with
+ * moe_expert_group_pack for the message that names the row in the whole matrix. */
+#define MOE_EXPERT_PACK_PART_ROWS 256
+moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_weight_src *gate,
+                                       const moe_weight_src *up, const moe_weight_src *down,
+                                       moe_expert_pack_done *done, void *ctx);
+
 void moe_expert_group_free(moe_expert_group *g);
 
 /* The packed gate/up and down bytes of expert E. */

@@ -1,4 +1,5 @@
 /* group.c — a packed MLP group: sizes from the kernel set, allocation, packing each expert. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -99,6 +100,104 @@ moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_sr
     moe_status st = g->ks->pack_gateup(gate, up, dst);
     if (st) return moe_error_context(st, "expert %d gate/up: ", e);
     st = g->ks->pack_down(down, dst + g->gateup_bytes);
+    if (st) return moe_error_context(st, "expert %d down: ", e);
+    return MOE_OK;
+}
+
+/* ---- Packing in parts ------------------------------------------------------------------ */
+
+/* Bytes of one element step along a row of S's data (MXFP4 strides count bytes). */
+static size_t data_elem_bytes(const moe_expert_group *g, const moe_weight_src *s)
+{
+    return g->ks->format == MOE_EXPERT_FMT_MXFP4 ? 1 : moe_dtype_bits(s->dtype) / 8;
+}
+
+/* Elements (MXFP4: bytes) of one row of S's data. */
+static int64_t row_elems(const moe_expert_group *g, const moe_weight_src *s)
+{
+    return g->ks->format == MOE_EXPERT_FMT_MXFP4 ? s->cols / 2 : s->cols;
+}
+
+/* Whether S's rows lie one after another in memory, so a run of rows is one byte span. */
+static bool rows_in_order(const moe_expert_group *g, const moe_weight_src *s)
+{
+    return s->col_stride == 1 && s->row_stride >= row_elems(g, s) && s->scale_stride >= 0 &&
+           s->bias_stride >= 0 && (g->ks->format != MOE_EXPERT_FMT_FP8_BLOCK || s->block_rows > 0);
+}
+
+/* Rows [r0, r0 + n) of S as a source of their own (r0 a multiple of S's scale block rows). */
+static moe_weight_src rows_of(const moe_expert_group *g, const moe_weight_src *s, int64_t r0,
+                              int64_t n)
+{
+    moe_weight_src v = *s;
+    v.rows = n;
+    v.data = (const unsigned char *)s->data + (size_t)(r0 * s->row_stride) * data_elem_bytes(g, s);
+    if (s->scale && g->ks->format == MOE_EXPERT_FMT_MXFP4) {
+        v.scale = (const unsigned char *)s->scale + (size_t)(r0 * s->scale_stride);
+    } else if (s->scale) { /* row-major [ceil(rows / block_rows), ceil(cols / 128)] */
+        const int64_t ncols = (s->cols + MOE_EXPERT_KBLOCK - 1) / MOE_EXPERT_KBLOCK;
+        v.scale = (const unsigned char *)s->scale +
+                  (size_t)(r0 / s->block_rows * ncols) * (moe_dtype_bits(s->scale_dtype) / 8);
+    }
+    if (s->bias)
+        v.bias = (const unsigned char *)s->bias +
+                 (size_t)(r0 * s->bias_stride) * (moe_dtype_bits(s->bias_dtype) / 8);
+    return v;
+}
+
+/* Rows per part: MOE_EXPERT_PACK_PART_ROWS rounded up to whole tiles and scale blocks. */
+static int64_t part_rows(const moe_expert_group *g, const moe_weight_src *s)
+{
+    int64_t unit = g->ks->nr;
+    if (g->ks->format == MOE_EXPERT_FMT_FP8_BLOCK && s->block_rows > unit) unit = s->block_rows;
+    return (MOE_EXPERT_PACK_PART_ROWS + unit - 1) / unit * unit;
+}
+
+static void part_done(const moe_expert_group *g, const moe_weight_src *v,
+                      moe_expert_pack_done *done, void *ctx)
+{
+    /* From the first row's first byte to the last row's last: a part of gpt-oss's interleaved
+     * gate/up spans its up rows too, which the same part packs, and nothing of the next. */
+    const int64_t elems = (v->rows - 1) * v->row_stride + row_elems(g, v);
+    done(ctx, v->data, (size_t)elems * data_elem_bytes(g, v));
+}
+
+moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_weight_src *gate,
+                                       const moe_weight_src *up, const moe_weight_src *down,
+                                       moe_expert_pack_done *done, void *ctx)
+{
+    if (!g->packed || e < 0 || e >= g->n_experts || !gate || !up || !down || !done)
+        return moe_expert_group_pack(g, e, gate, up, down); /* its checks and messages */
+    unsigned char *dst = g->packed + (size_t)e * g->expert_stride;
+    moe_status st = MOE_OK;
+    if (rows_in_order(g, gate) && rows_in_order(g, up) && gate->rows == up->rows &&
+        gate->block_rows == up->block_rows) {
+        const int64_t step = part_rows(g, gate);
+        for (int64_t r0 = 0; r0 < gate->rows && !st; r0 += step) {
+            const int64_t n = gate->rows - r0 < step ? gate->rows - r0 : step;
+            const moe_weight_src vg = rows_of(g, gate, r0, n), vu = rows_of(g, up, r0, n);
+            st = g->ks->pack_gateup(&vg, &vu, dst + (size_t)(r0 / g->ks->nr) * g->gateup_tile_bytes);
+            if (!st) {
+                part_done(g, &vg, done, ctx);
+                part_done(g, &vu, done, ctx);
+            }
+        }
+    } else {
+        st = g->ks->pack_gateup(gate, up, dst);
+    }
+    if (st) return moe_error_context(st, "expert %d gate/up: ", e);
+    dst += g->gateup_bytes;
+    if (rows_in_order(g, down)) {
+        const int64_t step = part_rows(g, down);
+        for (int64_t r0 = 0; r0 < down->rows && !st; r0 += step) {
+            const int64_t n = down->rows - r0 < step ? down->rows - r0 : step;
+            const moe_weight_src v = rows_of(g, down, r0, n);
+            st = g->ks->pack_down(&v, dst + (size_t)(r0 / g->ks->nr) * g->down_tile_bytes);
+            if (!st) part_done(g, &v, done, ctx);
+        }
+    } else {
+        st = g->ks->pack_down(down, dst);
+    }
     if (st) return moe_error_context(st, "expert %d down: ", e);
     return MOE_OK;
 }

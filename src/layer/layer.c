@@ -26,19 +26,44 @@ static void release_slices(const moe_ckpt *ckpt, const moe_tensor *const *t, int
                                    t[r]->nbytes / (uint64_t)n);
 }
 
-static moe_status pack_one(moe_layer_group_plan *g, int e)
+/* The tensors an expert's parts are read from, for giving their pages back. */
+typedef struct part_release {
+    const moe_ckpt *ckpt;
+    const moe_tensor *const *t; /* the expert's own tensors, or the group's stacked ones */
+} part_release;
+
+/* moe_expert_pack_done: the packed rows' pages, in whichever tensor holds them. */
+static void release_part(void *ctx, const void *lo, size_t bytes)
+{
+    const part_release *pr = ctx;
+    const unsigned char *p = lo;
+    for (int r = 0; r < MOE_LAYER_ROLES; r++) {
+        const moe_tensor *t = pr->t[r];
+        if (!t) continue;
+        const unsigned char *b = t->data;
+        if (p >= b && (uint64_t)(p - b) <= t->nbytes && bytes <= t->nbytes - (uint64_t)(p - b))
+            moe_ckpt_release_range(pr->ckpt, t, (uint64_t)(p - b), bytes);
+    }
+}
+
+/* Packs expert E; PR (when not NULL) gets each packed part's pages back as it goes. */
+static moe_status pack_one(moe_layer_group_plan *g, int e, const part_release *pr)
 {
     moe_status st = moe_layer_check_scales(g, e);
     if (st) return st;
     moe_weight_src gate, up, down;
     moe_layer_sources(g, e, &gate, &up, &down);
-    return moe_expert_group_pack(&g->group, e, &gate, &up, &down);
+    if (!pr) return moe_expert_group_pack(&g->group, e, &gate, &up, &down);
+    return moe_expert_group_pack_parts(&g->group, e, &gate, &up, &down, release_part,
+                                       (void *)pr);
 }
 
 /* Packs every expert of a group with the layer's threads (experts are independent and write
- * disjoint bytes), giving each expert's checkpoint pages back once it is packed (its own
- * tensors, or its slice of stacked ones; the whole of the group's tensors once all are). A worker's error message stays in its own thread, so the
- * lowest failing expert is packed again here, where the message reaches the caller. */
+ * disjoint bytes), giving the checkpoint's pages back as it goes: each part's rows as soon as
+ * they are packed, then the rest of the expert's own tensors (scales, biases) or its slice of
+ * stacked ones, and the whole of the group's tensors once all are. A worker's error message
+ * stays in its own thread and may name a row within a part, so the lowest failing expert is
+ * packed again here, whole, where the message reaches the caller. */
 static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
 {
     moe_layer_group_plan *g = &l->plan.groups[id];
@@ -50,7 +75,8 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
     int failed = g->n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads)
     for (int e = 0; e < g->n; e++) {
-        if (pack_one(g, e) != MOE_OK) {
+        const part_release pr = {ckpt, g->per_expert ? g->per_expert[e] : g->one};
+        if (pack_one(g, e, &pr) != MOE_OK) {
 #pragma omp critical(moe_layer_pack)
             failed = e < failed ? e : failed;
         } else if (g->per_expert) {
@@ -60,7 +86,7 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
         }
     }
     if (failed < g->n) {
-        st = pack_one(g, failed);
+        st = pack_one(g, failed, NULL);
         return moe_error_context(st ? st : MOE_EVALUE, "%s: ", what);
     }
     release_all(ckpt, g->one);
