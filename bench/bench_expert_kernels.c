@@ -40,9 +40,14 @@
  *
  * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
  * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
- * thread is what the kernel cost), wall time on more, medians of several passes. Usage:
- * bench_expert_kernels [--ref] [--quick] [--mxfp4] (only the MXFP4 part) [--threads N]
- * (the MXFP4 part; default 1) [--set TEXT] (only the MXFP4 sets whose name contains TEXT). */
+ * thread is what the kernel cost), wall time on more, medians of several passes.
+ *
+ * --mid adds, per bf16/FP8 set, the mid batch: m = 1..32 tokens per expert streaming from
+ * memory (every tile once, in calls of at most MR tokens), as a fraction of the floor
+ * max(bytes / read, flops / peak) — where an engine falls between its vector and its
+ * prefill path. Usage:
+ * bench_expert_kernels [--ref] [--quick] [--mid] [--mxfp4] (only the MXFP4 part) [--threads N]
+ * (the MXFP4 part; default 1) [--set TEXT] (only the sets whose name contains TEXT). */
 
 #define H 7168
 #define I 2048
@@ -196,6 +201,51 @@ static void decode_expert(const moe_expert_kernels *ks, const packed *pk, int e,
     for (int t = 0; t < H / MOE_EXPERT_NR; t++)
         ks->down(1, I, (const void *const *)a->h, base + pk->down_tb * (size_t)t,
                  a->y + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
+}
+
+/* Mid batch: every tile once from memory for m tokens, in calls of at most MR tokens per
+ * tile (the engine's order: a tile's calls back to back, so it is read from memory once). */
+static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a,
+                          size_t es, size_t m)
+{
+    const size_t mr = (size_t)ks->mr;
+    const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
+    for (int t = 0; t < I / MOE_EXPERT_NR; t++)
+        for (size_t c = 0; c < m; c += mr)
+            ks->gateup(m - c < mr ? m - c : mr, H, (const void *const *)&a->x[c],
+                       base + pk->gateup_tb * (size_t)t, &act,
+                       a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I, MOE_EXPERT_NR);
+    base += pk->gateup_bytes;
+    for (int t = 0; t < H / MOE_EXPERT_NR; t++)
+        for (size_t c = 0; c < m; c += mr)
+            ks->down(m - c < mr ? m - c : mr, I, (const void *const *)&a->h[c],
+                     base + pk->down_tb * (size_t)t, a->y + c * H + (size_t)t * MOE_EXPERT_NR, H,
+                     MOE_EXPERT_NR);
+}
+
+static const size_t mid_m[] = {1, 2, 4, 8, 16, 32};
+#define MID_COUNT (sizeof mid_m / sizeof mid_m[0])
+
+/* The fraction of the floor max(bytes / read, flops / peak) at each m of mid_m, passes over
+ * all n experts (each pass after a read-floor pass, ratios taken pass by pass; medians). */
+static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, size_t es,
+                      const bench_buffer *buf, double peak, int passes, double *eff)
+{
+    for (size_t j = 0; j < MID_COUNT; j++) {
+        const size_t m = mid_m[j];
+        const double flops = 2.0 * (double)m * 3.0 * H * I * pk->n;
+        const double bytes = (double)pk->expert_bytes * pk->n;
+        double ratio[8];
+        stream_expert(ks, pk, 0, a, es, m);
+        for (int p = 0; p < passes; p++) {
+            const double rd = read_floor(buf), t0 = thread_ns();
+            for (int e = 0; e < pk->n; e++)
+                stream_expert(ks, pk, e, a, es, m);
+            const double ns = thread_ns() - t0, mem = bytes / rd, fl = flops / peak;
+            ratio[p] = (mem > fl ? mem : fl) / ns;
+        }
+        eff[j] = bench_median(ratio, passes);
+    }
 }
 
 /* Prefill: tiles in groups that, with one chunk of activations, fill about 1.5 MiB of the
@@ -551,13 +601,14 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
 
 int main(int argc, char **argv)
 {
-    bool with_ref = false, quick = false, only_mx = false;
+    bool with_ref = false, quick = false, only_mx = false, mid = false;
     int threads = 1;
     const char *only_set = NULL;
     for (int i = 1; i < argc; i++) {
         with_ref = with_ref || !strcmp(argv[i], "--ref");
         quick = quick || !strcmp(argv[i], "--quick");
         only_mx = only_mx || !strcmp(argv[i], "--mxfp4");
+        mid = mid || !strcmp(argv[i], "--mid");
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         if (!strcmp(argv[i], "--set") && i + 1 < argc) only_set = argv[++i];
     }
@@ -607,6 +658,7 @@ int main(int argc, char **argv)
         const moe_expert_kernels *ks = k->fn.expert_set;
         if ((ks->isa & ~allowed) != 0) continue;
         if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;
+        if (only_set && !strstr(ks->name, only_set)) continue;
         const size_t es = ks->recipe == MOE_RECIPE_BF16 ? 2 : 4;
         packed pk;
         const size_t one = ks->gateup_tile_bytes(H) * (I / 16) + ks->down_tile_bytes(I) * (H / 16);
@@ -649,6 +701,14 @@ int main(int argc, char **argv)
             const double pre = flops / bench_median(t, reps);
             printf("%-40s %9.2f %5.0f%% %10.1f %5.0f%% %s\n", ks->name, dec, 100 * dec_ratio, pre,
                    peak[insn] > 0 ? 100 * pre / peak[insn] : 0.0, bench_insn_name(insn));
+            if (mid) {
+                double eff[MID_COUNT];
+                mid_batch(ks, &pk, &a, es, &buf, peak[insn], passes, eff);
+                printf("%-40s mid batch, fraction of max(bytes/read, flops/peak) at m =", "");
+                for (size_t j = 0; j < MID_COUNT; j++)
+                    printf(" %zu: %.2f", mid_m[j], eff[j]);
+                putchar('\n');
+            }
         }
         fflush(stdout);
         acts_free(&a);

@@ -52,6 +52,7 @@ rc=0
 "$moe" bench --model "$tmp/none" --tokens 1 --threads 1 >"$tmp/out" 2>"$tmp/err" || rc=$?
 check "missing model: exit 1 (got $rc)" test "$rc" -eq 1
 check "missing model: names the folder" grep -qF "$tmp/none" "$tmp/err"
+check "missing model: fails before measuring anything (nothing on stdout)" test ! -s "$tmp/out"
 
 # A tiny run: the JSON has every field per case, values consistent with each other.
 "$moe" gen --family qwen3_moe --layers 1 --hidden 256 --experts 8 --topk 2 --intermediate 128 \
@@ -59,6 +60,11 @@ check "missing model: names the folder" grep -qF "$tmp/none" "$tmp/err"
 "$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1,2 --time-ms 1 --json --plot "$tmp/r.svg" \
   >"$tmp/r.json" 2>"$tmp/err"
 check "json run: nothing on stderr" test ! -s "$tmp/err"
+rc=0
+"$moe" bench --model "$tmp/q" --layer 5 --tokens 1 --threads 1 >"$tmp/out" 2>"$tmp/err" || rc=$?
+check "--layer past the model: exit 1 (got $rc)" test "$rc" -eq 1
+check "--layer past the model: says so" grep -qF "layer 5 is not a MoE layer" "$tmp/err"
+check "--layer past the model: nothing on stdout" test ! -s "$tmp/out"
 check "json and svg are consistent" python3 - "$tmp/r.json" "$tmp/r.svg" <<'PY'
 import json, sys, xml.etree.ElementTree as ET
 doc = json.load(open(sys.argv[1]))

@@ -563,36 +563,44 @@ static int first_routed_layer(const moe_model_desc *d)
     return -1;
 }
 
-/* Opens DIR and benches its layer (o->layer, else the first routed one). */
-static int bench_model(const char *dir, const bench_args *o, bench_floors *f,
+/* Opens DIR and finds the layer to bench (o->layer, else the first routed one): before the
+ * floors are measured, so a wrong folder or layer fails at once. */
+static int open_model(const char *dir, const bench_args *o, moe_model **model, int *index)
+{
+    *model = NULL;
+    if (moe_model_open(dir, NULL, model)) return cli_fail(PROG, 1, "%s", moe_last_error());
+    const moe_model_desc *d = moe_model_desc_of(*model);
+    *index = o->layer >= 0 ? (int)o->layer : first_routed_layer(d);
+    if (*index < 0 || *index >= d->n_layers || d->layers[*index].kind == MOE_LAYER_DENSE) {
+        const int rc = cli_fail(PROG, 1, "%s: layer %d is not a MoE layer (the model has %d layers)",
+                                dir, *index, d->n_layers);
+        moe_model_close(*model);
+        *model = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+/* Benches layer INDEX of MODEL (open_model's), then closes the model. */
+static int bench_model(moe_model *model, int index, const bench_args *o, bench_floors *f,
                        bench_layer_info *base, double expected, results *res)
 {
-    moe_model *model = NULL;
-    if (moe_model_open(dir, NULL, &model)) return cli_fail(PROG, 1, "%s", moe_last_error());
     const moe_model_desc *d = moe_model_desc_of(model);
-    int index = o->layer >= 0 ? (int)o->layer : first_routed_layer(d);
-    int rc = 0;
-    if (index < 0 || index >= d->n_layers || d->layers[index].kind == MOE_LAYER_DENSE)
-        rc = cli_fail(PROG, 1, "%s: layer %d is not a MoE layer (the model has %d layers)", dir,
-                      index, d->n_layers);
-    if (!rc) {
-        const moe_layer_desc *ld = &d->layers[index];
-        if (!base->preset[0]) {
-            snprintf(base->preset, sizeof base->preset, "%s layer %d", d->model_type, index);
-            snprintf(base->format, sizeof base->format, "%s",
-                     moe_weight_format_name(ld->experts.format));
-            base->experts = base->resident = ld->routing.n_experts;
-        }
-        base->hidden = d->hidden;
-        base->inter = ld->experts.intermediate;
-        base->topk = ld->routing.top_k;
-        rc = bench_layer(model, index, o, f, base, expected, res);
+    const moe_layer_desc *ld = &d->layers[index];
+    if (!base->preset[0]) {
+        snprintf(base->preset, sizeof base->preset, "%s layer %d", d->model_type, index);
+        snprintf(base->format, sizeof base->format, "%s",
+                 moe_weight_format_name(ld->experts.format));
+        base->experts = base->resident = ld->routing.n_experts;
     }
+    base->hidden = d->hidden;
+    base->inter = ld->experts.intermediate;
+    base->topk = ld->routing.top_k;
+    const int rc = bench_layer(model, index, o, f, base, expected, res);
     moe_model_close(model);
     return rc;
 }
 
-/* Removes what a temporary run generated. */
 static void remove_generated(const char *dir)
 {
     static const char *names[] = {"model.safetensors", "config.json"};
@@ -646,7 +654,10 @@ static int bench_preset_run(const bench_args *o, bench_floors *f, results *res)
     struct stat sb;
     int rc = 0;
     if (stat(cfg, &sb) != 0) rc = generate(p, format, resident, where, expected);
-    if (!rc) rc = bench_model(where, o, f, &base, expected, res);
+    moe_model *model = NULL;
+    int index = 0;
+    if (!rc) rc = open_model(where, o, &model, &index);
+    if (!rc) rc = bench_model(model, index, o, f, &base, expected, res);
     if (!o->dir) {
         remove_generated(where);
         rmdir(root);
@@ -666,10 +677,14 @@ int moe_cmd_bench(int argc, char **argv)
     int max_threads = 1;
     for (int i = 0; i < o.n_threads; i++)
         if (o.threads[i] > max_threads) max_threads = o.threads[i];
+    moe_model *model = NULL;
+    int index = 0;
+    if (o.model && open_model(o.model, &o, &model, &index)) return 1;
     results *res = calloc(1, sizeof *res);
     bench_floors f;
     if (!res || !bench_floors_measure(&f, max_threads)) {
         free(res);
+        moe_model_close(model);
         return cli_fail(PROG, 1, "out of memory for the bandwidth buffer");
     }
     if (!o.json) bench_report_floors(stdout, &f);
@@ -678,7 +693,7 @@ int moe_cmd_bench(int argc, char **argv)
     } else {
         bench_layer_info base;
         memset(&base, 0, sizeof base);
-        rc = bench_model(o.model, &o, &f, &base, 0, res);
+        rc = bench_model(model, index, &o, &f, &base, 0, res);
     }
     for (size_t i = 0; i < res->n; i++)
         set_floor(&res->r[i], &f); /* against the final ceilings */
