@@ -198,19 +198,50 @@ static void block_bytes(const moe_weight_src *s, int64_t r, int64_t b, unsigned 
     memcpy(out, row_bytes(s, r) + b * (BLK / 2), 16);
 }
 
+/* Blocks (16 bytes each) ahead of the one being packed that a row's prefetch asks for. */
+#define PF_BLOCKS 16
+
+/* Bytes 0..3 of x to bytes 0, 2, 4, 6. */
+static uint64_t spread_bytes(uint64_t x)
+{
+    x = (x | x << 16) & 0x0000FFFF0000FFFFull;
+    return (x | x << 8) & 0x00FF00FF00FF00FFull;
+}
+
+static void store_u32(unsigned char *p, uint64_t v)
+{
+    const uint32_t u = (uint32_t)v;
+    memcpy(p, &u, sizeof u);
+}
+
 /* One unit: 16 rows of block b, the checkpoint's adjacent nibble pairs regrouped into quads
- * (kernels/ref/expert_mxfp4_layout.h). */
+ * (kernels/ref/expert_mxfp4_layout.h): row n's byte k (k < 16) holds code k in its low nibble
+ * and code k + 16 in its high one, and bytes 4c..4c+3 go to chunk c at 4n. Eight bytes at a
+ * time in 64-bit words (little-endian: byte i of a word is bits 8i..8i+7); unpack, which the
+ * tests check against the checkpoint, reads the layout byte by byte. */
 static void pack_unit(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *unit)
 {
+    const uint64_t lo4 = 0x0F0F0F0F0F0F0F0Full;
     for (int n = 0; n < NR; n++) {
-        unsigned char src[16], code[BLK];
+        unsigned char src[16];
+        /* A tile reads its 16 rows side by side, 16 bytes at a time: more streams than the
+         * hardware prefetcher follows, so each row's line PF_BLOCKS blocks ahead is asked for
+         * as the row enters a new line (a hint: past the row's end it fetches nothing used). */
+        if (b % 4 == 0 && r0 + n < s->rows)
+            __builtin_prefetch(row_bytes(s, r0 + n) + (b + PF_BLOCKS) * (BLK / 2));
         block_bytes(s, r0 + n, b, src);
-        for (int i = 0; i < 16; i++) {
-            code[2 * i] = src[i] & 0x0F;
-            code[2 * i + 1] = src[i] >> 4;
-        }
-        for (size_t k = 0; k < 16; k++)
-            unit[moe_mx_code_byte((size_t)n, k)] = (unsigned char)(code[k] | code[k + 16] << 4);
+        uint64_t a, c; /* codes 0..15 and 16..31, two per byte, the even one low */
+        memcpy(&a, src, 8);
+        memcpy(&c, src + 8, 8);
+        const uint64_t even = (a & lo4) | (c & lo4) << 4; /* byte i: out byte 2i */
+        const uint64_t odd = (a >> 4 & lo4) | (c & ~lo4); /* byte i: out byte 2i + 1 */
+        const uint64_t w0 = spread_bytes(even & 0xFFFFFFFFu) | spread_bytes(odd & 0xFFFFFFFFu) << 8;
+        const uint64_t w1 = spread_bytes(even >> 32) | spread_bytes(odd >> 32) << 8;
+        unsigned char *at = unit + 4 * n;
+        store_u32(at, w0);
+        store_u32(at + MOE_MX_CHUNK, w0 >> 32);
+        store_u32(at + 2 * MOE_MX_CHUNK, w1);
+        store_u32(at + 3 * MOE_MX_CHUNK, w1 >> 32);
     }
 }
 
