@@ -28,11 +28,33 @@ bool bench_floors_measure(bench_floors *f, int threads)
         if (!bench_insn_supported((bench_insn)i)) continue;
         const int k = f->n_insns++;
         f->insn[k] = bench_insn_name((bench_insn)i);
+        f->insn_id[k] = i;
         for (int s = 0; s < slots; s++)
             f->peak_gflops[k][s] = bench_peak_gflops((bench_insn)i, s ? f->threads : 1, 5);
         f->peak_gflops[k][1] = f->peak_gflops[k][slots - 1];
     }
     return true;
+}
+
+static void keep_max(double *v, double x)
+{
+    if (x > *v) *v = x;
+}
+
+void bench_floors_refresh(bench_floors *f, int threads)
+{
+    const int slot = bench_floors_slot(f, threads);
+    if (threads != (slot ? f->threads : 1)) return;
+    /* With one thread in all, slot 1 mirrors slot 0. */
+    const int last = f->threads > 1 ? slot : 1;
+    const double read = bench_stream_read(f->flush, threads, 3);
+    for (int s = slot; s <= last; s++)
+        keep_max(&f->read_gbs[s], read);
+    for (int k = 0; k < f->n_insns; k++) {
+        const double peak = bench_peak_gflops((bench_insn)f->insn_id[k], threads, 3);
+        for (int s = slot; s <= last; s++)
+            keep_max(&f->peak_gflops[k][s], peak);
+    }
 }
 
 void bench_floors_free(bench_floors *f)

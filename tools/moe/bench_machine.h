@@ -13,6 +13,7 @@ typedef struct bench_floors {
     double read_gbs[2];                  /* [0]: 1 thread, [1]: all threads */
     int n_insns;                         /* the instructions this CPU has */
     const char *insn[BENCH_MAX_INSNS];   /* e.g. "vfmadd231ps zmm" */
+    int insn_id[BENCH_MAX_INSNS];        /* its bench_insn (bench/bench_util.h) */
     double peak_gflops[BENCH_MAX_INSNS][2];
     void *flush;                         /* the eviction buffer (bench_util.h) */
 } bench_floors;
@@ -21,6 +22,10 @@ typedef struct bench_floors {
  * memory. */
 bool bench_floors_measure(bench_floors *f, int threads);
 void bench_floors_free(bench_floors *f);
+/* Measures the read floor and every peak at THREADS (1 or f->threads) again, keeping the
+ * faster of each (about a second): run before each layer's cases, so a start that caught the
+ * other core busy does not set the ceilings of the whole run. */
+void bench_floors_refresh(bench_floors *f, int threads);
 
 /* Index of INSN in f->insn, or -1 when this CPU lacks it. */
 int bench_floors_insn(const bench_floors *f, const char *insn);

@@ -529,6 +529,8 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o, b
         }
         int rc = 0;
         const size_t first = res->n;
+        progress("measuring the floors again", 0, 1);
+        bench_floors_refresh(f, o->threads[i]);
         for (int j = 0; j < o->n_tokens && !rc && res->n < MAX_RESULTS; j++) {
             char what[64];
             snprintf(what, sizeof what, "measuring %zu tokens, %d thread%s", o->tokens[j],
