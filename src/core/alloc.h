@@ -15,8 +15,10 @@ void moe_free(void *ptr);
 /* For the packed weights, read by every forward and written once at creation: memory aligned
  * to 2 MiB for sizes of 2 MiB and more (64 bytes below), with transparent huge pages asked
  * for (madvise MADV_HUGEPAGE; the system's "madvise" mode honours it). Faulting in fresh
- * memory 4 KiB at a time ran at 0.3-0.9 GB/s on the development VM and bounded packing;
- * 2 MiB pages fault at 5 GB/s there, and streaming forwards need fewer TLB entries.
+ * memory 4 KiB at a time ran at 0.3-1.2 GB/s on the development VM and bounded packing;
+ * 2 MiB pages fault at 3-6 GB/s there (in memory the guest used recently: its first touch
+ * of a page is a host fault whatever the size), and streaming forwards need fewer TLB
+ * entries.
  * Counts as one allocation for the hook below; freed with moe_free. */
 void *moe_malloc_huge(size_t size);
 
