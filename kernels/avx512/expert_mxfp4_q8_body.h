@@ -322,18 +322,53 @@ MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_row *r
         }                                                                                          \
     } while (0)
 
+/* The call's tokens: their prepared rows' parts. */
+typedef struct mx_tokens {
+    mx_row r[MX_MR];
+} mx_tokens;
+
+MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, size_t k)
+{
+    for (size_t t = 0; t < m; t++)
+        tk->r[t] = mx_row_of(v[t], k);
+}
+
+/* Every group of the m tokens over the decoded gate/up block b. */
+MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
+                               __m512 wg, __m512 wu, float (*tot)[MX_NR])
+{
+    (void)k;
+    for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
+        const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
+        MX_GROUP_DISPATCH(mx_gateup_group, g, buf, tk->r + t0, b, wg, wu, tot + 2 * t0);
+    }
+}
+
+MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
+                             __m512 w, float (*tot)[MX_NR])
+{
+    (void)k;
+    for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
+        const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
+        MX_GROUP_DISPATCH(mx_down_group, g, buf, tk->r + t0, b, w, tot + t0);
+    }
+}
+
+#endif
+
+/* The buffered paths, one driver for both group sets (mx_tokens, mx_gateup_block and
+ * mx_down_block above): the tile's steps in order, each block decoded once into buf, then
+ * every group of tokens over it; totals on the stack, the epilogue as the direct path's. */
 static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
                                const unsigned char *tile, const moe_act_params *act, float *h,
                                size_t hs, size_t n_valid)
 {
     __m512i buf[16] __attribute__((aligned(64)));
+    mx_tokens tk __attribute__((aligned(64)));
     float tot[2 * MX_MR][MX_NR] __attribute__((aligned(64)));
-    mx_row r[MX_MR];
-    for (size_t t = 0; t < m; t++) {
-        r[t] = mx_row_of(xv[t], k);
-        _mm512_store_ps(tot[2 * t], _mm512_setzero_ps());
-        _mm512_store_ps(tot[2 * t + 1], _mm512_setzero_ps());
-    }
+    mx_tokens_init(&tk, m, xv, k);
+    for (size_t t = 0; t < 2 * m; t++)
+        _mm512_store_ps(tot[t], _mm512_setzero_ps());
     const __m512i lut = mx_lut();
     const size_t nb = k / MX_BLK;
     for (size_t s = 0, b = 0; b < nb; s++) {
@@ -346,10 +381,7 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
             mx_decode_unit(ug, lut, buf, 4);
             mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
             const __m512 wg = mx_half_scales(line + 32 * i), wu = mx_half_scales(line + 32 * i + 16);
-            for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
-                const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
-                MX_GROUP_DISPATCH(mx_gateup_group, g, buf, r + t0, b, wg, wu, tot + 2 * t0);
-            }
+            mx_gateup_block(&tk, m, k, b, buf, wg, wu, tot);
         }
     }
     const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
@@ -365,12 +397,11 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
                              float *y, size_t ys, size_t n_valid)
 {
     __m512i buf[8] __attribute__((aligned(64)));
+    mx_tokens tk __attribute__((aligned(64)));
     float tot[MX_MR][MX_NR] __attribute__((aligned(64)));
-    mx_row r[MX_MR];
-    for (size_t t = 0; t < m; t++) {
-        r[t] = mx_row_of(hv[t], k);
+    mx_tokens_init(&tk, m, hv, k);
+    for (size_t t = 0; t < m; t++)
         _mm512_store_ps(tot[t], _mm512_setzero_ps());
-    }
     const __m512i lut = mx_lut();
     const size_t nb = k / MX_BLK;
     for (size_t s = 0, b = 0; b < nb; s++) {
@@ -380,11 +411,7 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
         mx_prefetch(line + MX_PF);
         for (size_t i = 0; i < len; i++, b++) {
             mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
-            const __m512 w = mx_half_scales(line + 16 * i);
-            for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
-                const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
-                MX_GROUP_DISPATCH(mx_down_group, g, buf, r + t0, b, w, tot + t0);
-            }
+            mx_down_block(&tk, m, k, b, buf, mx_half_scales(line + 16 * i), tot);
         }
     }
     const __m512 bias = _mm512_loadu_ps(tile);
@@ -393,7 +420,6 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
         _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
 }
 
-#endif
 
 /* ---- Entry points ------------------------------------------------------------------------ */
 

@@ -182,87 +182,50 @@ MX_INLINE mx_split mx_split_of(size_t m, size_t gmax)
     return s;
 }
 
-static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv, const unsigned char *tile,
-                               const moe_act_params *act, float *h, size_t hs, size_t n_valid)
-{
-    __m512i buf[16] __attribute__((aligned(64)));
+/* The call's tokens: their prepared rows, the current block's activations gathered from
+ * them, and the groups the m tokens run in. */
+typedef struct mx_tokens {
     mx_xblock xb __attribute__((aligned(64)));
-    float tot[2 * MX_MR][MX_NR] __attribute__((aligned(64)));
     const unsigned char *rows[MX_MR];
-    for (size_t t = 0; t < m; t++) {
-        rows[t] = xv[t];
-        _mm512_store_ps(tot[2 * t], _mm512_setzero_ps());
-        _mm512_store_ps(tot[2 * t + 1], _mm512_setzero_ps());
-    }
-    const __m512i lut = mx_lut();
-    const size_t nb = k / MX_BLK;
-    const mx_split sp = mx_split_of(m, MX_GROUP_GATEUP);
-    for (size_t s = 0, b = 0; b < nb; s++) {
-        const size_t len = moe_mx_step_len(2, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(2, s);
-        const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
-        mx_prefetch(line + MX_PF);
-        for (size_t i = 0; i < len; i++, b++) {
-            const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
-            mx_decode_unit(ug, lut, buf, 4);
-            mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
-            const __m512 wg = mx_half_scales(line + 32 * i),
-                         wu = mx_half_scales(line + 32 * i + 16);
-            mx_gather(m, rows, k, b, &xb);
-            for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
-                g = sp.base + (j < sp.extra);
-                switch (g) {
-                    MX_CASES_BELOW_12(mx_gateup_group, buf, &xb, t0, wg, wu, tot + 2 * t0)
-                default: mx_gateup_group(MX_GROUP_GATEUP, buf, &xb, t0, wg, wu, tot + 2 * t0);
-                }
-            }
+    mx_split gateup, down;
+} mx_tokens;
+
+MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, size_t k)
+{
+    (void)k;
+    for (size_t t = 0; t < m; t++)
+        tk->rows[t] = v[t];
+    tk->gateup = mx_split_of(m, MX_GROUP_GATEUP);
+    tk->down = mx_split_of(m, MX_GROUP_DOWN);
+}
+
+/* Every group of the m tokens over the decoded gate/up block b. */
+MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
+                               __m512 wg, __m512 wu, float (*tot)[MX_NR])
+{
+    const mx_split sp = tk->gateup;
+    mx_gather(m, tk->rows, k, b, &tk->xb);
+    for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
+        g = sp.base + (j < sp.extra);
+        switch (g) {
+            MX_CASES_BELOW_12(mx_gateup_group, buf, &tk->xb, t0, wg, wu, tot + 2 * t0)
+        default: mx_gateup_group(MX_GROUP_GATEUP, buf, &tk->xb, t0, wg, wu, tot + 2 * t0);
         }
-    }
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = mx_rows(n_valid);
-    for (size_t t = 0; t < m; t++) {
-        const __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * t]), bg);
-        const __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * t + 1]), bu);
-        _mm512_mask_storeu_ps(h + t * hs, mask, mx_act(act, g, u));
     }
 }
 
-static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
-                             float *y, size_t ys, size_t n_valid)
+MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
+                             __m512 w, float (*tot)[MX_NR])
 {
-    __m512i buf[8] __attribute__((aligned(64)));
-    mx_xblock xb __attribute__((aligned(64)));
-    float tot[MX_MR][MX_NR] __attribute__((aligned(64)));
-    const unsigned char *rows[MX_MR];
-    for (size_t t = 0; t < m; t++) {
-        rows[t] = hv[t];
-        _mm512_store_ps(tot[t], _mm512_setzero_ps());
-    }
-    const __m512i lut = mx_lut();
-    const size_t nb = k / MX_BLK;
-    const mx_split sp = mx_split_of(m, MX_GROUP_DOWN);
-    for (size_t s = 0, b = 0; b < nb; s++) {
-        const size_t len = moe_mx_step_len(1, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(1, s);
-        const unsigned char *line = base + len * MOE_MX_UNIT;
-        mx_prefetch(line + MX_PF);
-        for (size_t i = 0; i < len; i++, b++) {
-            mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
-            const __m512 w = mx_half_scales(line + 16 * i);
-            mx_gather(m, rows, k, b, &xb);
-            for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
-                g = sp.base + (j < sp.extra);
-                switch (g) {
-                    MX_CASES_BELOW_16(mx_down_group, buf, &xb, t0, w, tot + t0)
-                default: mx_down_group(MX_GROUP_DOWN, buf, &xb, t0, w, tot + t0);
-                }
-            }
+    const mx_split sp = tk->down;
+    mx_gather(m, tk->rows, k, b, &tk->xb);
+    for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
+        g = sp.base + (j < sp.extra);
+        switch (g) {
+            MX_CASES_BELOW_16(mx_down_group, buf, &tk->xb, t0, w, tot + t0)
+        default: mx_down_group(MX_GROUP_DOWN, buf, &tk->xb, t0, w, tot + t0);
         }
     }
-    const __m512 bias = _mm512_loadu_ps(tile);
-    const __mmask16 mask = mx_rows(n_valid);
-    for (size_t t = 0; t < m; t++)
-        _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
 }
 
 #endif
