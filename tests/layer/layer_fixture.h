@@ -607,6 +607,22 @@ static inline void *fx_workspace(const moe_layer *l, size_t n_tokens, size_t *si
     return p;
 }
 
+/* Forward arguments for N rows of f32 hidden states X (H each) into Y with workspace WS;
+ * the optional outputs and token ids unset (callers add what they need). */
+static inline moe_forward_args fx_args(size_t n, size_t h, const float *x, float *y, void *ws,
+                                       size_t ws_size)
+{
+    moe_forward_args a = {.size = sizeof a,
+                          .n_tokens = n,
+                          .hidden_size = h,
+                          .hidden = x,
+                          .hidden_dtype = MOE_DTYPE_F32,
+                          .out = y,
+                          .workspace = ws,
+                          .workspace_size = ws_size};
+    return a;
+}
+
 /* The ISA levels to try: each one's caps, capped by what this machine allows. */
 static inline size_t fx_levels(moe_cpu_caps *caps, const char **names)
 {

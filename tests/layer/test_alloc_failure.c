@@ -127,16 +127,9 @@ static void forward_ok(const moe_layer *l, const char *what)
     void *ws = fx_workspace(l, n, &ws_size);
     REQUIRE(x && y);
     fx_hidden(4, n * h, x);
-    moe_forward_args a = {.size = sizeof a,
-                          .n_tokens = n,
-                          .hidden_size = h,
-                          .hidden = x,
-                          .hidden_dtype = MOE_DTYPE_F32,
-                          .token_ids = tokens,
-                          .token_id_dtype = MOE_DTYPE_I32,
-                          .out = y,
-                          .workspace = ws,
-                          .workspace_size = ws_size};
+    moe_forward_args a = fx_args(n, h, x, y, ws, ws_size);
+    a.token_ids = tokens;
+    a.token_id_dtype = MOE_DTYPE_I32;
     moe_alloc_fail_nth(1);
     const moe_status st = moe_layer_forward(l, &a);
     const uint64_t calls = moe_alloc_calls();

@@ -277,16 +277,7 @@ static moe_status open_create_forward(const open_job *j, float *out)
     if (!st) {
         size_t ws_size;
         void *ws = fx_workspace(l, OC_TOKENS, &ws_size);
-        moe_forward_args a;
-        memset(&a, 0, sizeof a);
-        a.size = sizeof a;
-        a.n_tokens = OC_TOKENS;
-        a.hidden_size = j->h;
-        a.hidden = j->x;
-        a.hidden_dtype = MOE_DTYPE_F32;
-        a.out = out;
-        a.workspace = ws;
-        a.workspace_size = ws_size;
+        const moe_forward_args a = fx_args(OC_TOKENS, j->h, j->x, out, ws, ws_size);
         st = moe_layer_forward(l, &a);
         free(ws);
     }

@@ -60,8 +60,6 @@ static off_t file_size(const char *path)
     return sb.st_size;
 }
 
-/* The forward output of layer LAYER of M for fixed hidden states (threads = 1), or NULL with
- * *ST set when create fails (*ST = MOE_OK otherwise). */
 /* TOKENS rows of fixed hidden states through L (created from M); the output, malloc'd. */
 static float *forward_layer(const moe_model *m, const moe_layer *l)
 {
@@ -71,20 +69,15 @@ static float *forward_layer(const moe_model *m, const moe_layer *l)
     fx_hidden(9, TOKENS * h, x);
     size_t ws_size;
     void *ws = fx_workspace(l, TOKENS, &ws_size);
-    moe_forward_args a = {.size = sizeof a,
-                          .n_tokens = TOKENS,
-                          .hidden_size = h,
-                          .hidden = x,
-                          .hidden_dtype = MOE_DTYPE_F32,
-                          .out = y,
-                          .workspace = ws,
-                          .workspace_size = ws_size};
+    const moe_forward_args a = fx_args(TOKENS, h, x, y, ws, ws_size);
     CHECK_STATUS(moe_layer_forward(l, &a), MOE_OK);
     free(x);
     free(ws);
     return y;
 }
 
+/* The forward output of layer LAYER of M for fixed hidden states (threads = 1), or NULL with
+ * *ST set when create fails (*ST = MOE_OK otherwise). */
 static float *forward_of(const moe_model *m, moe_status *st)
 {
     const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};

@@ -124,19 +124,10 @@ static void forward(const moe_layer *l, size_t n, const float *x, const int32_t 
 {
     size_t ws_size;
     void *ws = fx_workspace(l, n, &ws_size);
-    moe_forward_args a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.n_tokens = n;
-    a.hidden_size = (size_t)l->plan.desc->hidden;
-    a.hidden = x;
-    a.hidden_dtype = MOE_DTYPE_F32;
+    moe_forward_args a = fx_args(n, (size_t)l->plan.desc->hidden, x, out, ws, ws_size);
     a.token_ids = tokens;
     a.token_id_dtype = MOE_DTYPE_I32;
-    a.out = out;
     a.ids_out = ids;
-    a.workspace = ws;
-    a.workspace_size = ws_size;
     moe_status st = moe_layer_forward(l, &a);
     if (st) fprintf(stderr, "forward: %s\n", moe_last_error());
     REQUIRE(st == MOE_OK);
@@ -218,16 +209,7 @@ static void test_token_ids(const char *dir)
     void *ws = fx_workspace(l, N, &ws_size);
     int32_t t32[N] = {1, 2, 3, 4, 5};
     int64_t t64[N] = {1, 2, 3, 4, 5};
-    moe_forward_args a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.n_tokens = N;
-    a.hidden_size = h;
-    a.hidden = x;
-    a.hidden_dtype = MOE_DTYPE_F32;
-    a.out = out;
-    a.workspace = ws;
-    a.workspace_size = ws_size;
+    moe_forward_args a = fx_args(N, h, x, out, ws, ws_size);
 
     /* No token ids: a clear error, nothing written. */
     memset(out, POISON, N * h * 4);
