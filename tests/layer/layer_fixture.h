@@ -2,6 +2,7 @@
 #ifndef MOE_TEST_LAYER_FIXTURE_H
 #define MOE_TEST_LAYER_FIXTURE_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,6 +606,35 @@ static inline void *fx_workspace(const moe_layer *l, size_t n_tokens, size_t *si
     void *p = aligned_alloc(64, (*size + 63) / 64 * 64);
     REQUIRE(p);
     return p;
+}
+
+/* A pointer no call returns: a failed create must leave *out holding it. */
+static char fx_sentinel_ __attribute__((unused));
+#define SENTINEL ((void *)&fx_sentinel_)
+
+/* Open file descriptors of this process. */
+static inline int fx_fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    REQUIRE(d);
+    int n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* This process's mappings of files whose path contains ROOT. */
+static inline int fx_map_count(const char *root)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    REQUIRE(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, root) != NULL;
+    fclose(f);
+    return n;
 }
 
 /* Forward arguments for N rows of f32 hidden states X (H each) into Y with workspace WS;

@@ -1,6 +1,5 @@
 /* test_alloc_failure.c — every allocation reached by open, create and router create, failed in
  * turn. */
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include "layer_fixture.h"
@@ -16,34 +15,6 @@
  * counted. A successful forward on each layer then checks that the handle is whole, and that
  * forward allocates nothing.
  */
-
-static char sentinel_;
-#define SENTINEL ((void *)&sentinel_)
-
-/* Open file descriptors of this process. */
-static int fd_count(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    REQUIRE(d);
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
-/* Mappings of files under ROOT. */
-static int map_count(const char *root)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    REQUIRE(f);
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, root) != NULL;
-    fclose(f);
-    return n;
-}
 
 /* One operation under test: returns its status and stores its handle (if any) in *out. */
 typedef struct op {
@@ -88,7 +59,7 @@ static const char *g_root;
 /* Walks n = 1, 2, ... for O; returns the number of allocations of a successful run. */
 static uint64_t walk(const op *o)
 {
-    const int fds = fd_count(), maps = map_count(g_root);
+    const int fds = fx_fd_count(), maps = fx_map_count(g_root);
     for (uint64_t n = 1;; n++) {
         void *h = SENTINEL;
         moe_alloc_fail_nth(n);
@@ -109,10 +80,10 @@ static uint64_t walk(const op *o)
         CHECKF(h == SENTINEL, "%s: allocation %llu failed: *out was written", o->what,
                (unsigned long long)n);
         if (st == MOE_OK && h != SENTINEL) o->release(h);
-        CHECKF(fd_count() == fds, "%s: allocation %llu failed: %d file descriptors left open",
-               o->what, (unsigned long long)n, fd_count() - fds);
-        CHECKF(map_count(g_root) == maps, "%s: allocation %llu failed: %d mappings left", o->what,
-               (unsigned long long)n, map_count(g_root) - maps);
+        CHECKF(fx_fd_count() == fds, "%s: allocation %llu failed: %d file descriptors left open",
+               o->what, (unsigned long long)n, fx_fd_count() - fds);
+        CHECKF(fx_map_count(g_root) == maps, "%s: allocation %llu failed: %d mappings left", o->what,
+               (unsigned long long)n, fx_map_count(g_root) - maps);
         if (test_failures_ > 50) return calls; /* one broken path fails every n after it */
     }
 }

@@ -123,9 +123,6 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 
 /* ---- Calls that must fail and write nothing ------------------------------------------------ */
 
-static char sentinel_;
-#define SENTINEL ((void *)&sentinel_)
-
 static int open_dir(const char *dir, const moe_open_options *o)
 {
     moe_model *m = SENTINEL;

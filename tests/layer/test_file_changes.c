@@ -1,5 +1,4 @@
 /* test_file_changes.c — checkpoint files that lie about their size or change after open. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -15,36 +14,10 @@
  * same bits as one created from an untouched checkpoint.
  */
 
-static char sentinel_;
-#define SENTINEL ((void *)&sentinel_)
-
 static const fam_case *const FC = &fam_cases[2]; /* deepseek_v3 FP8: layer 1 is MoE */
 enum { LAYER = 1, TOKENS = 5 };
 
 static char root[] = "/tmp/moe_file_changes_XXXXXX";
-
-static int fd_count(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    REQUIRE(d);
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
-static int map_count(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    REQUIRE(f);
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, root) != NULL;
-    fclose(f);
-    return n;
-}
 
 static bool has(const char *s) { return strstr(moe_last_error(), s) != NULL; }
 
@@ -148,7 +121,7 @@ static void test_short_shard(void)
         moe_st_writer_destroy(w);
     }
     REQUIRE(truncate(p, file_size(p) - 4 * 262144 + 100) == 0);
-    const int fds = fd_count(), maps = map_count();
+    const int fds = fx_fd_count(), maps = fx_map_count(root);
     for (int no_mmap = 0; no_mmap < 2; no_mmap++) {
         const moe_open_options o = {sizeof o, no_mmap};
         moe_model *m = SENTINEL;
@@ -157,7 +130,7 @@ static void test_short_shard(void)
         CHECKF(has("s2.safetensors") && has("tensor 'b' ends at byte 1048576") &&
                    has("holds only 100 data bytes"),
                "%s", moe_last_error());
-        CHECK(fd_count() == fds && map_count() == maps);
+        CHECK(fx_fd_count() == fds && fx_map_count(root) == maps);
     }
     for (int s = 1; s <= 2; s++) {
         snprintf(p, sizeof p, "%s/s%d.safetensors", dir, s);
