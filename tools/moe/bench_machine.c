@@ -36,25 +36,22 @@ bool bench_floors_measure(bench_floors *f, int threads)
     return true;
 }
 
-static void keep_max(double *v, double x)
+/* Raises V[slot of THREADS] to X, and V[1] with it when one thread is all the run has (slot 1
+ * then mirrors slot 0); nothing for a thread count the floors were not measured at. */
+static void raise_ceiling(const bench_floors *f, int threads, double v[2], double x)
 {
-    if (x > *v) *v = x;
+    const int slot = bench_floors_slot(f, threads);
+    if (threads != (slot ? f->threads : 1)) return;
+    for (int s = slot; s <= (f->threads > 1 ? slot : 1); s++)
+        if (x > v[s]) v[s] = x;
 }
 
 void bench_floors_refresh(bench_floors *f, int threads)
 {
-    const int slot = bench_floors_slot(f, threads);
-    if (threads != (slot ? f->threads : 1)) return;
-    /* With one thread in all, slot 1 mirrors slot 0. */
-    const int last = f->threads > 1 ? slot : 1;
-    const double read = bench_stream_read(f->flush, threads, 3);
-    for (int s = slot; s <= last; s++)
-        keep_max(&f->read_gbs[s], read);
-    for (int k = 0; k < f->n_insns; k++) {
-        const double peak = bench_peak_gflops((bench_insn)f->insn_id[k], threads, 3);
-        for (int s = slot; s <= last; s++)
-            keep_max(&f->peak_gflops[k][s], peak);
-    }
+    raise_ceiling(f, threads, f->read_gbs, bench_stream_read(f->flush, threads, 3));
+    for (int k = 0; k < f->n_insns; k++)
+        raise_ceiling(f, threads, f->peak_gflops[k],
+                      bench_peak_gflops((bench_insn)f->insn_id[k], threads, 3));
 }
 
 void bench_floors_free(bench_floors *f)
@@ -75,9 +72,8 @@ void bench_evict(bench_floors *f, int threads)
 {
     const double t0 = bench_now_ns();
     bench_flush(f->flush, threads);
-    const double gbs = (double)bench_shares_bytes(f->flush, threads) / (bench_now_ns() - t0);
-    const int slot = bench_floors_slot(f, threads);
-    if (threads == (slot ? f->threads : 1) && gbs > f->read_gbs[slot]) f->read_gbs[slot] = gbs;
+    raise_ceiling(f, threads, f->read_gbs,
+                  (double)bench_shares_bytes(f->flush, threads) / (bench_now_ns() - t0));
 }
 
 /* The number after KEY in FILE (a "Key:   123 kB" line), times 1024; 0 if absent. */
