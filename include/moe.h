@@ -110,6 +110,7 @@ typedef struct moe_cpu_caps {
     bool avx512_bf16; /* AVX512-BF16 (vdpbf16ps); implies avx512 */
     bool avx512_vnni; /* AVX512-VNNI (vpdpbusd); implies avx512 */
     bool avx512_fp16; /* AVX512-FP16; implies avx512 */
+    bool avx512_vbmi; /* AVX512-VBMI (vpermb, vpermt2b: byte tables); implies avx512 */
 } moe_cpu_caps;
 
 /* What the machine has, what this build compiled kernels for, and what libmoe will use

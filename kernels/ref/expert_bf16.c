@@ -67,8 +67,8 @@ static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t
 static uint32_t fp8_pair(const unsigned char *tile, int np, int p, size_t n, size_t k, size_t q)
 {
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np);
-    return fp8_code_bf16(codes[moe_xl_fp8_code_at(1, np, 2 * q, p, n)]) |
-           fp8_code_bf16(codes[moe_xl_fp8_code_at(1, np, 2 * q + 1, p, n)]) << 16;
+    return fp8_code_bf16(codes[moe_xl_fp8_code_at(MOE_XL_FP8_PAIRS, np, 2 * q, p, n)]) |
+           fp8_code_bf16(codes[moe_xl_fp8_code_at(MOE_XL_FP8_PAIRS, np, 2 * q + 1, p, n)]) << 16;
 }
 
 static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,

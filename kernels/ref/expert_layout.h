@@ -20,7 +20,7 @@
  *
  * FP8 layouts (format FP8_BLOCK): [bias: np × 16 f32] [scales: for each 128-K block b and
  * projection p, one f32 = scale · 2^8; padded to 64 bytes] then the E4M3 codes, one byte
- * each, in one of two orders:
+ * each, in one of three orders:
  *   - k-major (the f32 recipe): for each k < kpad and projection p, the 16 codes of rows
  *     0..15 at k. Decoded with the f16 trick: ((code & 0x7F) << 7 | (code & 0x80) << 8) read
  *     as an f16 is exactly e4m3(code) · 2^-8 for every non-NaN code (subnormals included),
@@ -29,6 +29,13 @@
  *     n at k = 2q, byte 2n + 1 row n at 2q + 1, the order of vdpbf16ps's operand; the codes
  *     become the bf16 of e4m3(code) · 2^-8 with integer operations (normal codes:
  *     (mag << 4) + (112 << 7); the 7 subnormal magnitudes and 0 from a table).
+ *   - groups (the f32 recipe with byte tables, kernels/avx512vbmi/): the k-major codes cut
+ *     into 64-byte groups (2 k of gate and up, or 4 k of down), each group's 64 codes
+ *     reordered for the decode: vector v < 4 of the group (its 16 codes at offsets 16v..16v+15
+ *     of the k-major group: gate k, up k, gate k+1, up k+1; or down k..k+3), row n, sits at
+ *     16·(n/4) + 8·(v/2) + 2·(n%4) + v%2. Two 128-entry byte lookups (vpermt2b) give the low
+ *     and high bytes of the bf16 of e4m3(code) · 2^-8, vpunpck{l,h}bw interleaves them into
+ *     bf16 words, and shift / mask split the words into the four f32 vectors in row order.
  *
  * Every part is a multiple of 64 bytes, so tiles packed back to back from a 64-byte aligned
  * buffer keep every vector load aligned.
@@ -55,12 +62,19 @@ static inline size_t moe_xl_fp8_codes(int64_t k, int np)
 {
     return moe_xl_bias_bytes(np) + moe_xl_fp8_scale_bytes(k, np);
 }
+/* The orders of the codes in an FP8 tile (above). */
+enum { MOE_XL_FP8_KMAJOR = 0, MOE_XL_FP8_PAIRS = 1, MOE_XL_FP8_GROUPS = 2 };
+
 /* Where the code of row n at step k of projection p sits in the code area of an FP8 tile of
- * np projections, in the k-major order or in the pairs order. */
-static inline size_t moe_xl_fp8_code_at(int pairs, int np, size_t k, int p, size_t n)
+ * np projections, in the given order. */
+static inline size_t moe_xl_fp8_code_at(int order, int np, size_t k, int p, size_t n)
 {
-    if (!pairs) return k * (size_t)np * MOE_XL_NR + (size_t)p * MOE_XL_NR + n;
-    return k / 2 * (size_t)np * 2 * MOE_XL_NR + (size_t)p * 2 * MOE_XL_NR + 2 * n + (k & 1);
+    if (order == MOE_XL_FP8_PAIRS)
+        return k / 2 * (size_t)np * 2 * MOE_XL_NR + (size_t)p * 2 * MOE_XL_NR + 2 * n + (k & 1);
+    const size_t i = k * (size_t)np * MOE_XL_NR + (size_t)p * MOE_XL_NR + n;
+    if (order == MOE_XL_FP8_KMAJOR) return i;
+    const size_t v = i % 64 / MOE_XL_NR;
+    return i - i % 64 + 16 * (n / 4) + 8 * (v / 2) + 2 * (n % 4) + v % 2;
 }
 
 /* Bytes of one k-pair (bf16) or one k (FP8) step of the weights. */
@@ -84,11 +98,16 @@ moe_status moe_xl_fp8_pack_down(const moe_weight_src *down, void *dst);
 moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                     const moe_weight_dst *up);
 moe_status moe_xl_fp8_unpack_down(const void *packed, const moe_weight_dst *down);
-/* The same with the codes in the pairs order. */
+/* The same with the codes in the pairs order (fp8p) and in the groups order (fp8g). */
 moe_status moe_xl_fp8p_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
 moe_status moe_xl_fp8p_pack_down(const moe_weight_src *down, void *dst);
 moe_status moe_xl_fp8p_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                      const moe_weight_dst *up);
 moe_status moe_xl_fp8p_unpack_down(const void *packed, const moe_weight_dst *down);
+moe_status moe_xl_fp8g_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
+moe_status moe_xl_fp8g_pack_down(const moe_weight_src *down, void *dst);
+moe_status moe_xl_fp8g_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up);
+moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *down);
 
 #endif

@@ -16,10 +16,12 @@
  * one element at a time through the strides.
  */
 
-/* The layouts: bf16 pairs, FP8 k-major, FP8 pairs (kernels/ref/expert_layout.h). */
+/* The layouts: bf16 pairs, then FP8 in each code order: FMT_FP8 + MOE_XL_FP8_<order>
+ * (kernels/ref/expert_layout.h). */
 #define FMT_BF16 0
 #define FMT_FP8 1
-#define FMT_FP8P 2
+#define FMT_FP8P (FMT_FP8 + MOE_XL_FP8_PAIRS)
+#define FMT_FP8G (FMT_FP8 + MOE_XL_FP8_GROUPS)
 #define NR MOE_XL_NR
 
 /* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
@@ -280,7 +282,7 @@ static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
     }
 }
 
-static void pack_fp8_tile(const moe_weight_src *const *src, int np, int64_t r0, int pairs,
+static void pack_fp8_tile(const moe_weight_src *const *src, int np, int64_t r0, int order,
                           unsigned char *tile)
 {
     const int64_t k = src[0]->cols, kpad = moe_xl_kpad(k), nb = moe_xl_nblocks(k);
@@ -294,22 +296,23 @@ static void pack_fp8_tile(const moe_weight_src *const *src, int np, int64_t r0, 
             memcpy(sc + ((size_t)b * (size_t)np + (size_t)p) * sizeof s, &s, sizeof s);
         }
     unsigned char *codes = tile + moe_xl_fp8_codes(k, np);
-    const size_t step = moe_xl_fp8_step_bytes(np);
+    /* Zeros past kpad to the 64-byte boundary, first: in the groups order the last group's
+     * padding lies between its codes. */
+    const size_t used = (size_t)kpad * moe_xl_fp8_step_bytes(np), last = used & ~(size_t)63;
+    memset(codes + last, 0, ((used + 63) & ~(size_t)63) - last);
     const unsigned char *rows[2][NR];
     int64_t kk = 0;
     if (contiguous_rows(src, np, r0, 1, rows))
         for (; kk < k; kk++) /* inside the rows: plain streams, no bounds per code */
             for (int p = 0; p < np; p++)
                 for (int n = 0; n < NR; n++)
-                    codes[moe_xl_fp8_code_at(pairs, np, (size_t)kk, p, (size_t)n)] =
+                    codes[moe_xl_fp8_code_at(order, np, (size_t)kk, p, (size_t)n)] =
                         rows[p][n][kk];
     for (; kk < kpad; kk++)
         for (int p = 0; p < np; p++)
             for (int n = 0; n < NR; n++)
-                codes[moe_xl_fp8_code_at(pairs, np, (size_t)kk, p, (size_t)n)] =
+                codes[moe_xl_fp8_code_at(order, np, (size_t)kk, p, (size_t)n)] =
                     (unsigned char)code_at(src[p], r0 + n, kk, 1);
-    const size_t used = (size_t)kpad * step, padded = (used + 63) & ~(size_t)63;
-    memset(codes + used, 0, padded - used);
 }
 
 static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *dst)
@@ -324,7 +327,7 @@ static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *
         if (fmt == FMT_BF16)
             pack_bf16_tile(src, np, t * NR, tile);
         else
-            pack_fp8_tile(src, np, t * NR, fmt == FMT_FP8P, tile);
+            pack_fp8_tile(src, np, t * NR, fmt - FMT_FP8, tile);
     }
     return MOE_OK;
 }
@@ -362,6 +365,17 @@ moe_status moe_xl_fp8p_pack_down(const moe_weight_src *down, void *dst)
     return pack(&down, 1, FMT_FP8P, dst);
 }
 
+moe_status moe_xl_fp8g_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
+{
+    const moe_weight_src *src[2] = {gate, up};
+    return pack(src, 2, FMT_FP8G, dst);
+}
+
+moe_status moe_xl_fp8g_pack_down(const moe_weight_src *down, void *dst)
+{
+    return pack(&down, 1, FMT_FP8G, dst);
+}
+
 /* ---- Unpacking ----------------------------------------------------------------------- */
 
 static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
@@ -396,7 +410,7 @@ static uint32_t packed_code(const unsigned char *packed, int fmt, int np, int p,
     const size_t n = (size_t)(r % NR);
     if (fmt != FMT_BF16)
         return tile[moe_xl_fp8_codes(k, np) +
-                    moe_xl_fp8_code_at(fmt == FMT_FP8P, np, (size_t)c, p, n)];
+                    moe_xl_fp8_code_at(fmt - FMT_FP8, np, (size_t)c, p, n)];
     uint32_t d;
     memcpy(&d,
            tile + moe_xl_bf16_weights(np) + (size_t)(c / 2) * moe_xl_bf16_pair_bytes(np) +
@@ -492,4 +506,16 @@ moe_status moe_xl_fp8p_unpack_gateup(const void *packed, const moe_weight_dst *g
 moe_status moe_xl_fp8p_unpack_down(const void *packed, const moe_weight_dst *down)
 {
     return unpack(packed, &down, 1, FMT_FP8P);
+}
+
+moe_status moe_xl_fp8g_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up)
+{
+    const moe_weight_dst *dst[2] = {gate, up};
+    return unpack(packed, dst, 2, FMT_FP8G);
+}
+
+moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *down)
+{
+    return unpack(packed, &down, 1, FMT_FP8G);
 }

@@ -16,7 +16,8 @@ enum {
     MOE_FEAT_AVX512_BF16 = 1u << 2, /* vdpbf16ps, vcvtne2ps2bf16 */
     MOE_FEAT_AVX512_VNNI = 1u << 3, /* vpdpbusd */
     MOE_FEAT_AVX512_FP16 = 1u << 4, /* native half-precision arithmetic */
-    MOE_FEAT_ALL_ = (1u << 5) - 1
+    MOE_FEAT_AVX512_VBMI = 1u << 5, /* vpermt2b: 128-entry byte tables */
+    MOE_FEAT_ALL_ = (1u << 6) - 1
 };
 
 /* The caps as a feature mask, and back. Bits outside MOE_FEAT_ALL_ are ignored. */
@@ -31,7 +32,7 @@ void moe_cpu_mask_format(uint32_t mask, char *buf, size_t size);
 
 /*
  * Makes a caps struct consistent with the level order of moe.h: avx512 needs avx2, and
- * bf16, vnni and fp16 each need avx512; a flag whose prerequisite is missing is cleared.
+ * bf16, vnni, fp16 and vbmi each need avx512; a flag whose prerequisite is missing is cleared.
  * Detection already yields consistent caps; this matters for caps built by hand or masks.
  */
 moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
@@ -52,8 +53,8 @@ void moe_cpu_detect(moe_cpu_caps *caps, char brand[64]);
 moe_status moe_isa_level_parse(const char *name, moe_isa_level *level);
 
 /*
- * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512 and
- * VNNI; avx512bf16 adds BF16 and FP16 (everything). An out-of-range level permits nothing.
+ * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512, VNNI
+ * and VBMI; avx512bf16 adds BF16 and FP16 (everything). An out-of-range level permits nothing.
  */
 uint32_t moe_isa_level_mask(moe_isa_level level);
 

@@ -28,6 +28,7 @@
 #define C7_AVX512BW (1u << 30)
 #define C7_AVX512VL (1u << 31)
 /* CPUID.(7,0):ECX and EDX, CPUID.(7,1):EAX */
+#define C7_ECX_AVX512VBMI (1u << 1)
 #define C7_ECX_AVX512VNNI (1u << 11)
 #define C7_EDX_AVX512FP16 (1u << 23)
 #define C71_EAX_AVX512BF16 (1u << 5)
@@ -84,6 +85,7 @@ static moe_cpu_caps read_caps(void)
     if (!caps.avx512) return caps;
 
     caps.avx512_vnni = all_set(ecx7, C7_ECX_AVX512VNNI);
+    caps.avx512_vbmi = all_set(ecx7, C7_ECX_AVX512VBMI);
     caps.avx512_fp16 = all_set(edx7, C7_EDX_AVX512FP16);
     if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
         caps.avx512_bf16 = all_set(a, C71_EAX_AVX512BF16);

@@ -23,6 +23,9 @@ moe_cpu_caps moe_kernels_compiled(void)
 #ifdef MOE_COMPILED_AVX512VNNI
     caps.avx512_vnni = true;
 #endif
+#ifdef MOE_COMPILED_AVX512VBMI
+    caps.avx512_vbmi = true;
+#endif
     /* No kernels/avx512fp16/ folder exists, so avx512_fp16 is never compiled. */
     return moe_cpu_caps_normalize(caps);
 }

@@ -115,6 +115,7 @@ typedef union moe_kernel_fn {
 #define MOE_REQ_AVX512 ((uint32_t)(MOE_FEAT_AVX2 | MOE_FEAT_AVX512))
 #define MOE_REQ_AVX512BF16 (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_BF16)
 #define MOE_REQ_AVX512VNNI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VNNI)
+#define MOE_REQ_AVX512VBMI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VBMI)
 
 /* A registered kernel. Registry entries are constant and live for the whole process. */
 typedef struct moe_kernel {
@@ -129,7 +130,7 @@ typedef struct moe_kernel {
 const char *moe_kernel_family_name(moe_kernel_family family);
 
 /* The ISA token a requirement mask stands for ("ref", "avx2", "avx512", "avx512bf16",
- * "avx512vnni"), or NULL for a mask that is none of the MOE_REQ_* values. */
+ * "avx512vnni", "avx512vbmi"), or NULL for a mask that is none of the MOE_REQ_* values. */
 const char *moe_kernel_isa_token(uint32_t isa);
 
 /*

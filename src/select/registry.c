@@ -150,6 +150,7 @@ const char *moe_kernel_isa_token(uint32_t isa)
     case MOE_REQ_AVX512: return "avx512";
     case MOE_REQ_AVX512BF16: return "avx512bf16";
     case MOE_REQ_AVX512VNNI: return "avx512vnni";
+    case MOE_REQ_AVX512VBMI: return "avx512vbmi";
     }
     return NULL;
 }

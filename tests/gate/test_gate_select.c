@@ -9,7 +9,8 @@
 
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
 {
-    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16};
+    moe_cpu_caps c = {.avx2 = avx2, .avx512 = avx512, .avx512_bf16 = bf16, .avx512_vnni = vnni,
+                      .avx512_fp16 = fp16};
     return c;
 }
 
@@ -53,14 +54,14 @@ typedef struct caps_case {
 } caps_case;
 
 static const caps_case machines[] = {
-    {"no AVX2", {0, 0, 0, 0, 0}},
-    {"AVX2 only", {1, 0, 0, 0, 0}},
-    {"AVX-512 without BF16", {1, 1, 0, 0, 0}},
-    {"AVX-512 + VNNI", {1, 1, 0, 1, 0}},
-    {"AVX-512 + BF16", {1, 1, 1, 0, 0}},
-    {"everything", {1, 1, 1, 1, 1}},
-    {"avx512 flags without avx2", {0, 1, 1, 1, 1}},
-    {"bf16 without avx512", {1, 0, 1, 0, 0}},
+    {"no AVX2", {0, 0, 0, 0, 0, 0}},
+    {"AVX2 only", {1, 0, 0, 0, 0, 0}},
+    {"AVX-512 without BF16", {1, 1, 0, 0, 0, 0}},
+    {"AVX-512 + VNNI", {1, 1, 0, 1, 0, 0}},
+    {"AVX-512 + BF16", {1, 1, 1, 0, 0, 0}},
+    {"everything", {1, 1, 1, 1, 1, 1}},
+    {"avx512 flags without avx2", {0, 1, 1, 1, 1, 1}},
+    {"bf16 without avx512", {1, 0, 1, 0, 0, 0}},
 };
 
 static const moe_dtype weights[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F16};

@@ -15,9 +15,9 @@ _Static_assert(MOE_EXPERT_FMT_MXFP4 == (int)MOE_WFMT_MXFP4, "format values");
 _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_GPTOSS_GLU == 2,
                "activation kinds");
 
-static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
+static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16, bool vbmi)
 {
-    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16};
+    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16, vbmi};
     return c;
 }
 
@@ -42,7 +42,8 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
 {
     const bool fp8 = format == MOE_EXPERT_FMT_FP8_BLOCK;
     const bool avx2 = c->avx2, avx512 = avx2 && c->avx512, bf16 = avx512 && c->avx512_bf16;
-    (void)avx2, (void)avx512, (void)bf16;
+    const bool vbmi = avx512 && c->avx512_vbmi;
+    (void)avx2, (void)avx512, (void)bf16, (void)vbmi;
     if (recipe == MOE_RECIPE_BF16) {
 #ifdef MOE_COMPILED_AVX512BF16
         if (bf16)
@@ -51,6 +52,9 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
 #endif
         return fp8 ? "moe_expert_fp8_bf16_8x16__ref" : "moe_expert_bf16_bf16_8x16__ref";
     }
+#ifdef MOE_COMPILED_AVX512VBMI
+    if (fp8 && vbmi) return "moe_expert_fp8_f32_32x16__avx512vbmi";
+#endif
 #ifdef MOE_COMPILED_AVX512
     if (avx512)
         return fp8 ? "moe_expert_fp8_f32_32x16__avx512" : "moe_expert_bf16_f32_8x16__avx512";
@@ -140,16 +144,19 @@ static void test_mxfp4_ladder(const moe_cpu_caps *caps, size_t ncaps)
 static void test_ladder(void)
 {
     const moe_cpu_caps caps[] = {
-        make_caps(0, 0, 0, 0, 0),
-        make_caps(1, 0, 0, 0, 0),
-        make_caps(1, 1, 0, 0, 0),
-        make_caps(1, 1, 0, 1, 0),
-        make_caps(1, 1, 1, 0, 0),
-        make_caps(1, 1, 1, 1, 1),
+        make_caps(0, 0, 0, 0, 0, 0),
+        make_caps(1, 0, 0, 0, 0, 0),
+        make_caps(1, 1, 0, 0, 0, 0),
+        make_caps(1, 1, 0, 1, 0, 0),
+        make_caps(1, 1, 1, 0, 0, 0),
+        make_caps(1, 1, 1, 1, 1, 0),
+        make_caps(1, 1, 0, 0, 0, 1),
+        make_caps(1, 1, 1, 1, 1, 1),
         /* Inconsistent structs are normalized: bf16 without avx512 is no bf16, avx512
          * without avx2 no avx512. */
-        make_caps(1, 0, 1, 0, 0),
-        make_caps(0, 1, 1, 1, 1),
+        make_caps(1, 0, 1, 0, 0, 0),
+        make_caps(0, 1, 1, 1, 1, 1),
+        make_caps(1, 0, 0, 0, 0, 1),
     };
     const int formats[] = {MOE_EXPERT_FMT_BF16, MOE_EXPERT_FMT_FP8_BLOCK};
     const moe_expert_recipe recipes[] = {MOE_RECIPE_F32, MOE_RECIPE_BF16};
@@ -191,21 +198,33 @@ static void test_reasons(void)
     moe_expert_choice ch;
     moe_expert_problem p = problem(MOE_EXPERT_FMT_FP8_BLOCK, MOE_RECIPE_F32);
 #if defined(MOE_COMPILED_AVX2) && defined(MOE_COMPILED_AVX512)
-    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0);
+    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&avx2, &p, &ch), MOE_OK);
     CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_8x16__avx2: moe_expert_fp8_f32_32x16__avx512 "
                               "needs avx512, which is not allowed; recipe f32 (f32 activations, "
                               "fp32 FMA)"),
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX512);
-    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1);
+    moe_cpu_caps novbmi = make_caps(1, 1, 1, 1, 1, 0);
+    CHECK_STATUS(moe_select_experts(&novbmi, &p, &ch), MOE_OK);
+#ifdef MOE_COMPILED_AVX512VBMI
+    CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_32x16__avx512: "
+                              "moe_expert_fp8_f32_32x16__avx512vbmi needs avx512_vbmi, which is not "
+                              "allowed; recipe f32 (f32 activations, fp32 FMA)"),
+           "reason '%s'", ch.reason);
+    CHECK(ch.missing == MOE_FEAT_AVX512_VBMI);
+    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1, 1);
     CHECK_STATUS(moe_select_experts(&all, &p, &ch), MOE_OK);
+    CHECKF(strstr(ch.reason, "avx512vbmi allowed; preferred over moe_expert_fp8_f32_32x16__avx512"),
+           "reason '%s'", ch.reason);
+#else
     CHECKF(strstr(ch.reason, "avx512 allowed; preferred over moe_expert_fp8_f32_8x16__avx2"),
            "reason '%s'", ch.reason);
+#endif
     CHECK(ch.missing == 0);
 #endif
 #ifdef MOE_COMPILED_AVX512BF16
-    moe_cpu_caps nobf16 = make_caps(1, 1, 0, 0, 0);
+    moe_cpu_caps nobf16 = make_caps(1, 1, 0, 0, 0, 0);
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_BF16);
     CHECK_STATUS(moe_select_experts(&nobf16, &p, &ch), MOE_OK);
     CHECKF(strstr(ch.reason,
@@ -233,7 +252,7 @@ static void expect_error(const moe_cpu_caps *caps, const moe_expert_problem *p, 
 
 static void test_errors(void)
 {
-    const moe_cpu_caps caps = make_caps(1, 1, 1, 1, 1);
+    const moe_cpu_caps caps = make_caps(1, 1, 1, 1, 1, 0);
     const moe_expert_problem good = problem(MOE_EXPERT_FMT_FP8_BLOCK, MOE_RECIPE_F32);
     moe_expert_choice ch;
     CHECK_STATUS(moe_select_experts(NULL, &good, &ch), MOE_EINVAL);
@@ -311,7 +330,7 @@ static void test_errors(void)
 /* Same arguments, same answer, whatever the environment says. */
 static void test_purity(void)
 {
-    const moe_cpu_caps caps = make_caps(1, 0, 0, 0, 0);
+    const moe_cpu_caps caps = make_caps(1, 0, 0, 0, 0, 0);
     const moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
     moe_expert_choice a, b;
     CHECK_STATUS(moe_select_experts(&caps, &p, &a), MOE_OK);

@@ -114,7 +114,8 @@ static moe_status select_any(moe_kernel_family f, const moe_cpu_caps *caps, moe_
 
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
 {
-    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16};
+    moe_cpu_caps c = {.avx2 = avx2, .avx512 = avx512, .avx512_bf16 = bf16, .avx512_vnni = vnni,
+                      .avx512_fp16 = fp16};
     return c;
 }
 

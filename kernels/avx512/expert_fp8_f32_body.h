@@ -1,0 +1,327 @@
+/* expert_fp8_f32_body.h — internal: the AVX-512 FP8 micro-kernels of the f32 recipe, over a decode the includer supplies. */
+#ifndef MOE_KERNELS_AVX512_EXPERT_FP8_F32_BODY_H
+#define MOE_KERNELS_AVX512_EXPERT_FP8_F32_BODY_H
+
+#include "kernels/avx512/expert_f32_common.h"
+
+/*
+ * Included by exactly one file per kernel set, after it defines the decode of its code order:
+ *
+ *   fp8_dec             whatever the decode keeps in registers (constants, tables)
+ *   fp8_dec_init()      builds it, once per call
+ *   fp8_decode64(d, c, w)  the 64 codes of the group at c into w[0..3], the f32 weights
+ *                       e4m3(code) · 2^-8 of 16 rows each: gate k, up k, gate k + 1, up k + 1
+ *                       for gate/up tiles (c at an even k), down k .. k + 3 for down tiles
+ *                       (c at a k divisible by 4).
+ *
+ * The code area of every FP8 layout is padded with zero codes to a multiple of 64 bytes, so
+ * a group at the end of K is always whole (the padding decodes to zeros and is never used).
+ * Everything here is static; the includer defines the kernel set struct from gateup_fp8 and
+ * down_fp8.
+ *
+ * Up to 8 tokens (the direct path) the weights are decoded in registers at every call; from
+ * 9 tokens on (MR_FP8 32) each 128-K block is decoded once into a stack buffer (f32, 16 KB for
+ * gate/up) and the tokens run over it in groups of 8, their weights loaded from L1. Each
+ * element's arithmetic is the same on both paths: the block's chain in k order, then one FMA
+ * with the block scale into the total.
+ */
+
+#define MR_FP8 32 /* FP8 weights: 9..32 tokens take the buffered path */
+#define GROUP 8
+
+INLINE void gateup_fp8_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
+                         const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    const float *x[MR];
+    /* The totals over blocks: touched once per block, so memory is the right place. */
+    float tot[2 * MR][NR] __attribute__((aligned(64)));
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = xv[i];
+        _mm512_store_ps(tot[2 * i], _mm512_setzero_ps());
+        _mm512_store_ps(tot[2 * i + 1], _mm512_setzero_ps());
+    }
+    const fp8_dec dec = fp8_dec_init();
+    const unsigned char *sc = tile + moe_xl_bias_bytes(2);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
+        const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
+        __m512 bg[MR], bu[MR];
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            bg[i] = bu[i] = _mm512_setzero_ps();
+        size_t kk = k0;
+        for (; kk + 2 <= k1; kk += 2) {
+            const unsigned char *c = codes + kk * 32;
+            prefetch(c + PF_BYTES);
+            __m512 w[4];
+            fp8_decode64(&dec, c, w);
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                const __m512 x0 = _mm512_set1_ps(x[i][kk]), x1 = _mm512_set1_ps(x[i][kk + 1]);
+                bg[i] = _mm512_fmadd_ps(w[0], x0, bg[i]);
+                bu[i] = _mm512_fmadd_ps(w[1], x0, bu[i]);
+                bg[i] = _mm512_fmadd_ps(w[2], x1, bg[i]);
+                bu[i] = _mm512_fmadd_ps(w[3], x1, bu[i]);
+            }
+        }
+        if (kk < k1) { /* k odd: the last k, first half of its group */
+            __m512 w[4];
+            fp8_decode64(&dec, codes + kk * 32, w);
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                const __m512 xb = _mm512_set1_ps(x[i][kk]);
+                bg[i] = _mm512_fmadd_ps(w[0], xb, bg[i]);
+                bu[i] = _mm512_fmadd_ps(w[1], xb, bu[i]);
+            }
+        }
+        const __m512 sg = _mm512_set1_ps(load_f32(sc)), su = _mm512_set1_ps(load_f32(sc + 4));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            _mm512_store_ps(tot[2 * i], _mm512_fmadd_ps(bg[i], sg, _mm512_load_ps(tot[2 * i])));
+            _mm512_store_ps(tot[2 * i + 1],
+                            _mm512_fmadd_ps(bu[i], su, _mm512_load_ps(tot[2 * i + 1])));
+        }
+    }
+    const __m512 bgv = _mm512_loadu_ps(tile), buv = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = rows_mask(n_valid);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * i]), bgv);
+        __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * i + 1]), buv);
+        _mm512_mask_storeu_ps(h + i * hs, mask, act16(act, g, u));
+    }
+}
+
+INLINE void down_fp8_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
+                       float *y, size_t ys, size_t n_valid)
+{
+    const float *x[MR];
+    float tot[MR][NR] __attribute__((aligned(64)));
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = hv[i];
+        _mm512_store_ps(tot[i], _mm512_setzero_ps());
+    }
+    const fp8_dec dec = fp8_dec_init();
+    const unsigned char *sc = tile + moe_xl_bias_bytes(1);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
+        const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
+        __m512 a[MR], b[MR]; /* the chains of the block's even and odd k-pairs */
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            a[i] = b[i] = _mm512_setzero_ps();
+        size_t kk = k0;
+        for (; kk + 4 <= k1; kk += 4) {
+            const unsigned char *c = codes + kk * 16;
+            prefetch(c + PF_BYTES);
+            __m512 w[4];
+            fp8_decode64(&dec, c, w);
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                a[i] = _mm512_fmadd_ps(w[0], _mm512_set1_ps(x[i][kk]), a[i]);
+                b[i] = _mm512_fmadd_ps(w[2], _mm512_set1_ps(x[i][kk + 2]), b[i]);
+                a[i] = _mm512_fmadd_ps(w[1], _mm512_set1_ps(x[i][kk + 1]), a[i]);
+                b[i] = _mm512_fmadd_ps(w[3], _mm512_set1_ps(x[i][kk + 3]), b[i]);
+            }
+        }
+        /* The rest of the block (at most 3 k, one group): k and k + 1 are an even pair
+         * (chain a), k + 2 starts an odd one (chain b). */
+        if (kk < k1) {
+            __m512 w[4];
+            fp8_decode64(&dec, codes + kk * 16, w);
+            for (size_t j = 0; kk + j < k1; j++) {
+                UNROLL
+                for (size_t i = 0; i < M; i++) {
+                    const __m512 xb = _mm512_set1_ps(x[i][kk + j]);
+                    if (j >= 2)
+                        b[i] = _mm512_fmadd_ps(w[j], xb, b[i]);
+                    else
+                        a[i] = _mm512_fmadd_ps(w[j], xb, a[i]);
+                }
+            }
+        }
+        const __m512 s = _mm512_set1_ps(load_f32(sc));
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            _mm512_store_ps(tot[i],
+                            _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_load_ps(tot[i])));
+    }
+    const __m512 bias = _mm512_loadu_ps(tile);
+    const __mmask16 mask = rows_mask(n_valid);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), bias));
+}
+
+/* ---- 9..32 tokens: each 128-K block of the tile decoded once into L1 ------------------ */
+
+/* The groups of 64 codes from codes on into f32 (64 floats per group). */
+INLINE void fp8_decode(const unsigned char *codes, size_t groups, float *buf)
+{
+    const fp8_dec dec = fp8_dec_init();
+    for (size_t j = 0; j < groups; j++) {
+        __m512 w[4];
+        fp8_decode64(&dec, codes + 64 * j, w);
+        for (int v = 0; v < 4; v++)
+            _mm512_store_ps(buf + 64 * j + 16 * v, w[v]);
+    }
+}
+
+INLINE void gateup_group(const size_t M, const float *buf, size_t n, const float *const *x,
+                         size_t k0, __m512 sg, __m512 su, float (*tot)[NR])
+{
+    __m512 bg[GROUP], bu[GROUP];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        bg[i] = bu[i] = _mm512_setzero_ps();
+    for (size_t kk = 0; kk < n; kk++) {
+        const __m512 g = _mm512_load_ps(buf + 32 * kk), u = _mm512_load_ps(buf + 32 * kk + 16);
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const __m512 xb = _mm512_set1_ps(x[i][k0 + kk]);
+            bg[i] = _mm512_fmadd_ps(g, xb, bg[i]);
+            bu[i] = _mm512_fmadd_ps(u, xb, bu[i]);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        _mm512_store_ps(tot[2 * i], _mm512_fmadd_ps(bg[i], sg, _mm512_load_ps(tot[2 * i])));
+        _mm512_store_ps(tot[2 * i + 1], _mm512_fmadd_ps(bu[i], su, _mm512_load_ps(tot[2 * i + 1])));
+    }
+}
+
+/* One group over a decoded down block of n k (buf: 16 floats per k), two chains by pair. */
+INLINE void down_group(const size_t M, const float *buf, size_t n, const float *const *x, size_t k0,
+                       __m512 s, float (*tot)[NR])
+{
+    __m512 a[GROUP], b[GROUP];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        a[i] = b[i] = _mm512_setzero_ps();
+    size_t kk = 0;
+    for (; kk + 4 <= n; kk += 4) {
+        const float *w = buf + 16 * kk;
+        const __m512 a0 = _mm512_load_ps(w), a1 = _mm512_load_ps(w + 16);
+        const __m512 b0 = _mm512_load_ps(w + 32), b1 = _mm512_load_ps(w + 48);
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const float *xi = x[i] + k0 + kk;
+            a[i] = _mm512_fmadd_ps(a0, _mm512_set1_ps(xi[0]), a[i]);
+            b[i] = _mm512_fmadd_ps(b0, _mm512_set1_ps(xi[2]), b[i]);
+            a[i] = _mm512_fmadd_ps(a1, _mm512_set1_ps(xi[1]), a[i]);
+            b[i] = _mm512_fmadd_ps(b1, _mm512_set1_ps(xi[3]), b[i]);
+        }
+    }
+    /* The rest of the block (at most 3 k): k and k + 1 are an even pair (chain a), k + 2
+     * starts an odd one (chain b). */
+    for (size_t j = 0; kk + j < n; j++) {
+        const __m512 w = _mm512_load_ps(buf + 16 * (kk + j));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const __m512 xb = _mm512_set1_ps(x[i][k0 + kk + j]);
+            if (j >= 2)
+                b[i] = _mm512_fmadd_ps(w, xb, b[i]);
+            else
+                a[i] = _mm512_fmadd_ps(w, xb, a[i]);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        _mm512_store_ps(tot[i],
+                        _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_load_ps(tot[i])));
+}
+
+#define GROUP_DISPATCH(body, m, ...)                                                               \
+    do {                                                                                           \
+        switch (m) {                                                                               \
+        case 1: body(1, __VA_ARGS__); break;                                                       \
+        case 2: body(2, __VA_ARGS__); break;                                                       \
+        case 3: body(3, __VA_ARGS__); break;                                                       \
+        case 4: body(4, __VA_ARGS__); break;                                                       \
+        case 5: body(5, __VA_ARGS__); break;                                                       \
+        case 6: body(6, __VA_ARGS__); break;                                                       \
+        case 7: body(7, __VA_ARGS__); break;                                                       \
+        default: body(8, __VA_ARGS__); break;                                                      \
+        }                                                                                          \
+    } while (0)
+
+static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
+                                const unsigned char *tile, const moe_act_params *act, float *h,
+                                size_t hs, size_t n_valid)
+{
+    float buf[MOE_XL_KB * 2 * NR] __attribute__((aligned(64)));
+    float tot[2 * MR_FP8][NR] __attribute__((aligned(64)));
+    const float *x[MR_FP8];
+    for (size_t i = 0; i < m; i++) {
+        x[i] = xv[i];
+        _mm512_store_ps(tot[2 * i], _mm512_setzero_ps());
+        _mm512_store_ps(tot[2 * i + 1], _mm512_setzero_ps());
+    }
+    const unsigned char *sc = tile + moe_xl_bias_bytes(2);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
+        const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
+        fp8_decode(codes + k0 * 32, (n + 1) / 2, buf);
+        const __m512 sg = _mm512_set1_ps(load_f32(sc)), su = _mm512_set1_ps(load_f32(sc + 4));
+        for (size_t c = 0; c < m; c += GROUP)
+            GROUP_DISPATCH(gateup_group, m - c, buf, n, x + c, k0, sg, su, tot + 2 * c);
+    }
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = rows_mask(n_valid);
+    for (size_t i = 0; i < m; i++) {
+        __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * i]), bg);
+        __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * i + 1]), bu);
+        _mm512_mask_storeu_ps(h + i * hs, mask, act16(act, g, u));
+    }
+}
+
+static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
+                              float *y, size_t ys, size_t n_valid)
+{
+    float buf[MOE_XL_KB * NR] __attribute__((aligned(64)));
+    float tot[MR_FP8][NR] __attribute__((aligned(64)));
+    const float *x[MR_FP8];
+    for (size_t i = 0; i < m; i++) {
+        x[i] = hv[i];
+        _mm512_store_ps(tot[i], _mm512_setzero_ps());
+    }
+    const unsigned char *sc = tile + moe_xl_bias_bytes(1);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
+        const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
+        fp8_decode(codes + k0 * 16, (n + 3) / 4, buf);
+        const __m512 s = _mm512_set1_ps(load_f32(sc));
+        for (size_t c = 0; c < m; c += GROUP)
+            GROUP_DISPATCH(down_group, m - c, buf, n, x + c, k0, s, tot + c);
+    }
+    const __m512 b = _mm512_loadu_ps(tile);
+    const __mmask16 mask = rows_mask(n_valid);
+    for (size_t i = 0; i < m; i++)
+        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), b));
+}
+
+
+
+/* ---- Dispatch on m ------------------------------------------------------------------ */
+
+static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    if (m > MR)
+        gateup_fp8_buffered(m, k, x, tile, act, h, h_stride, n_valid);
+    else
+        DISPATCH(gateup_fp8_m, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    if (m > MR)
+        down_fp8_buffered(m, k, h, tile, y, y_stride, n_valid);
+    else
+        DISPATCH(down_fp8_m, m, k, h, tile, y, y_stride, n_valid);
+}
+
+#endif
