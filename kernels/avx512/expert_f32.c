@@ -32,8 +32,8 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     const size_t pairs = k / 2;
     for (size_t q = 0; q < pairs; q++, w += 128) {
-        prefetch(w + PF_BYTES);
-        prefetch(w + PF_BYTES + 64);
+        prefetch_ahead(w);
+        prefetch_ahead(w + 64);
         const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + 64);
         const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
         const __m512 u0 = _mm512_castsi512_ps(_mm512_slli_epi32(lu, 16));
@@ -83,8 +83,8 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
     const size_t full = k / 2;
     size_t q = 0;
     for (; q + 2 <= full; q += 2, w += 128) {
-        prefetch(w + PF_BYTES);
-        prefetch(w + PF_BYTES + 64);
+        prefetch_ahead(w);
+        prefetch_ahead(w + 64);
         const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + 64);
         const __m512 a0 = _mm512_castsi512_ps(_mm512_slli_epi32(l0, 16));
         const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(l0, hi));

@@ -27,6 +27,7 @@
 #define NR MOE_XL_NR
 #define MR 8 /* bf16 weights; FP8 weights up to 8 tokens (the direct path) */
 #define PF_BYTES 8192
+#define PF_L1_BYTES 2048
 #define INLINE static inline __attribute__((always_inline))
 /* Every loop over the tokens of a tile unrolls, so its accumulators are registers. */
 #define UNROLL _Pragma("GCC unroll 8")
@@ -38,7 +39,12 @@ INLINE float load_f32(const unsigned char *p)
     return v;
 }
 
-INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+/* The line PF_BYTES past p into L2, and the one PF_L1_BYTES past p into L1. */
+INLINE void prefetch_ahead(const unsigned char *p)
+{
+    _mm_prefetch((const char *)p + PF_BYTES, _MM_HINT_T1);
+    _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
+}
 
 /* The epilogue: moe_xr_act (kernels/ref/expert_ref.h) on 16 lanes. */
 INLINE __m512 act16(const moe_act_params *a, __m512 g, __m512 u)

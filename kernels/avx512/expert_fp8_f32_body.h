@@ -53,7 +53,7 @@ INLINE void gateup_fp8_m(const size_t M, size_t k, const void *const *xv, const 
         size_t kk = k0;
         for (; kk + 2 <= k1; kk += 2) {
             const unsigned char *c = codes + kk * 32;
-            prefetch(c + PF_BYTES);
+            prefetch_ahead(c);
             __m512 w[4];
             fp8_decode64(&dec, c, w);
             UNROLL
@@ -115,7 +115,7 @@ INLINE void down_fp8_m(const size_t M, size_t k, const void *const *hv, const un
         size_t kk = k0;
         for (; kk + 4 <= k1; kk += 4) {
             const unsigned char *c = codes + kk * 16;
-            prefetch(c + PF_BYTES);
+            prefetch_ahead(c);
             __m512 w[4];
             fp8_decode64(&dec, c, w);
             UNROLL
