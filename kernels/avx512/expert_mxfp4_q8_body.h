@@ -43,10 +43,16 @@
 #define MX_MR 32
 #define MX_DIRECT 4
 #define MX_PF 8192
+#define MX_PF_L1 2048
 #define MX_INLINE static inline __attribute__((always_inline))
 #define MX_UNROLL _Pragma("GCC unroll 16")
 
-MX_INLINE void mx_prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+/* The line MX_PF past p into L2, and the one MX_PF_L1 past p into L1. */
+MX_INLINE void mx_prefetch_ahead(const unsigned char *p)
+{
+    _mm_prefetch((const char *)p + MX_PF, _MM_HINT_T1);
+    _mm_prefetch((const char *)p + MX_PF_L1, _MM_HINT_T0);
+}
 
 MX_INLINE __m512i mx_lut(void)
 {
@@ -152,7 +158,7 @@ MX_INLINE void mx_gateup_direct(const size_t M, size_t k, const void *const *xv,
         const size_t len = moe_mx_step_len(2, nb, s);
         const unsigned char *base = tile + moe_mx_step_at(2, s);
         const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
-        mx_prefetch(line + MX_PF);
+        mx_prefetch_ahead(line);
         for (size_t i = 0; i < len; i++, b++) {
             const unsigned char *ug = base + i * 2 * MOE_MX_UNIT, *uu = ug + MOE_MX_UNIT;
             __m512i ig[MX_DIRECT], iu[MX_DIRECT];
@@ -161,8 +167,8 @@ MX_INLINE void mx_gateup_direct(const size_t M, size_t k, const void *const *xv,
                 ig[t] = iu[t] = mx_bcast(r[t].corr + 4 * b);
             MX_UNROLL
             for (size_t c = 0; c < 4; c++) {
-                mx_prefetch(ug + 64 * c + MX_PF);
-                mx_prefetch(uu + 64 * c + MX_PF);
+                mx_prefetch_ahead(ug + 64 * c);
+                mx_prefetch_ahead(uu + 64 * c);
                 __m512i gl, gh, ul, uh;
                 mx_decode(ug + 64 * c, lut, &gl, &gh);
                 mx_decode(uu + 64 * c, lut, &ul, &uh);
@@ -207,7 +213,7 @@ MX_INLINE void mx_down_direct(const size_t M, size_t k, const void *const *hv,
         const size_t len = moe_mx_step_len(1, nb, s);
         const unsigned char *base = tile + moe_mx_step_at(1, s);
         const unsigned char *line = base + len * MOE_MX_UNIT;
-        mx_prefetch(line + MX_PF);
+        mx_prefetch_ahead(line);
         for (size_t i = 0; i < len; i++, b++) {
             const unsigned char *u = base + i * MOE_MX_UNIT;
             __m512i is[MX_DIRECT];
@@ -216,7 +222,7 @@ MX_INLINE void mx_down_direct(const size_t M, size_t k, const void *const *hv,
                 is[t] = mx_bcast(r[t].corr + 4 * b);
             MX_UNROLL
             for (size_t c = 0; c < 4; c++) {
-                mx_prefetch(u + 64 * c + MX_PF);
+                mx_prefetch_ahead(u + 64 * c);
                 __m512i wl, wh;
                 mx_decode(u + 64 * c, lut, &wl, &wh);
                 MX_UNROLL
@@ -246,7 +252,7 @@ MX_INLINE void mx_decode_unit(const unsigned char *u, __m512i lut, __m512i *buf,
 {
     MX_UNROLL
     for (size_t c = 0; c < 4; c++) {
-        mx_prefetch(u + 64 * c + MX_PF);
+        mx_prefetch_ahead(u + 64 * c);
         mx_decode(u + 64 * c, lut, &buf[stride * c], &buf[stride * c + 1]);
     }
 }
@@ -375,7 +381,7 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
         const size_t len = moe_mx_step_len(2, nb, s);
         const unsigned char *base = tile + moe_mx_step_at(2, s);
         const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
-        mx_prefetch(line + MX_PF);
+        mx_prefetch_ahead(line);
         for (size_t i = 0; i < len; i++, b++) {
             const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
             mx_decode_unit(ug, lut, buf, 4);
@@ -408,7 +414,7 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
         const size_t len = moe_mx_step_len(1, nb, s);
         const unsigned char *base = tile + moe_mx_step_at(1, s);
         const unsigned char *line = base + len * MOE_MX_UNIT;
-        mx_prefetch(line + MX_PF);
+        mx_prefetch_ahead(line);
         for (size_t i = 0; i < len; i++, b++) {
             mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
             mx_down_block(&tk, m, k, b, buf, mx_half_scales(line + 16 * i), tot);
