@@ -19,9 +19,10 @@
  * accumulators live in registers. Weights are widened in registers, never in memory (the
  * kernel sets say how).
  *
- * Prefetch runs 8 KB ahead (into L2) in the tile and on into the next one: decode streams
- * each tile once from memory, and the hardware prefetcher alone left a quarter of the read
- * bandwidth unused on the development machine (a 1 KB distance into L1 did no better).
+ * Prefetch runs 8 KB ahead into L2 and 2 KB ahead into L1, in the tile and on into the next
+ * one: decode streams each tile once from memory. The hardware prefetcher alone left a
+ * quarter of the read bandwidth unused on the development machine; the L1 prefetch beside
+ * the L2 one took another 5–12 % at 1–16 tokens (bench/NOTES.md, v3).
  */
 
 #define NR MOE_XL_NR

@@ -34,8 +34,8 @@
  * register-blocked by hand (kernels/avx512vnni/expert_mxfp4_q8_groups.h); the vpmaddubsw
  * set's are below. Same operations per element in every path, so same bits for every m.
  *
- * Prefetch: 8 KB ahead into L2, every 64 bytes consumed, into the next tile too; decode
- * streams each tile once from memory.
+ * Prefetch: 8 KB ahead into L2 and 2 KB ahead into L1, every 64 bytes consumed, into the
+ * next tile too; decode streams each tile once from memory.
  */
 
 #define MX_NR MOE_MX_NR
