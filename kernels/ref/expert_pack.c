@@ -282,6 +282,97 @@ static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
     }
 }
 
+/* Exchanges the bits of m << s in *a with the bits of m in *b. */
+static inline void swap_masked(uint64_t *a, uint64_t *b, int s, uint64_t m)
+{
+    const uint64_t t = ((*a >> s) ^ *b) & m;
+    *b ^= t;
+    *a ^= t << s;
+}
+
+/* x[r] byte c becomes x[c] byte r: an 8 × 8 byte transpose in three rounds of swaps
+ * (bytes in 2 × 2 blocks, then 2-byte pairs, then 4-byte halves). */
+static inline void transpose8x8(uint64_t x[8])
+{
+    const uint64_t m1 = 0x00FF00FF00FF00FFull, m2 = 0x0000FFFF0000FFFFull, m4 = 0xFFFFFFFFull;
+    swap_masked(&x[0], &x[1], 8, m1);
+    swap_masked(&x[2], &x[3], 8, m1);
+    swap_masked(&x[4], &x[5], 8, m1);
+    swap_masked(&x[6], &x[7], 8, m1);
+    swap_masked(&x[0], &x[2], 16, m2);
+    swap_masked(&x[1], &x[3], 16, m2);
+    swap_masked(&x[4], &x[6], 16, m2);
+    swap_masked(&x[5], &x[7], 16, m2);
+    swap_masked(&x[0], &x[4], 32, m4);
+    swap_masked(&x[1], &x[5], 32, m4);
+    swap_masked(&x[2], &x[6], 32, m4);
+    swap_masked(&x[3], &x[7], 32, m4);
+}
+
+/* The 4 bytes of x at the even bytes of a word (byte i to byte 2i). */
+static inline uint64_t spread4(uint64_t x)
+{
+    x &= 0xFFFFFFFFull;
+    x = (x | x << 16) & 0x0000FFFF0000FFFFull;
+    return (x | x << 8) & 0x00FF00FF00FF00FFull;
+}
+
+/* One 64-byte group in the groups order from its four k-major vectors, as words: w[2v + h]
+ * holds rows 8h..8h+7 of vector v. Rows 4a..4a+3 of vectors 2b and 2b + 1 interleave at
+ * byte 16a + 8b (kernels/ref/expert_layout.h). */
+static void store_group(const uint64_t w[8], unsigned char *dst)
+{
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 2; b++) {
+            const int sh = 32 * (a % 2);
+            const uint64_t even = w[2 * (2 * b) + a / 2] >> sh;
+            const uint64_t odd = w[2 * (2 * b + 1) + a / 2] >> sh;
+            const uint64_t v = spread4(even) | spread4(odd) << 8;
+            memcpy(dst + 16 * a + 8 * b, &v, 8);
+        }
+}
+
+/* Contiguous rows, k in [0, k8) (k8 a multiple of 8): each 8 k of 8 rows read as 8 words and
+ * transposed into the k-major order, which the groups order interleaves word by word and the
+ * pairs order byte by byte (each order is a permutation within the k-major 64-byte groups). */
+static void pack_fp8_rows(const unsigned char *const rows[2][NR], int np, int64_t k8, int order,
+                          unsigned char *codes)
+{
+    const size_t step = moe_xl_fp8_step_bytes(np);
+    unsigned char perm[64]; /* the pairs order: where each k-major byte of a group goes */
+    if (order == MOE_XL_FP8_PAIRS)
+        for (size_t kk = 0; kk < 64 / step; kk++)
+            for (int p = 0; p < np; p++)
+                for (int n = 0; n < NR; n++)
+                    perm[kk * step + (size_t)p * NR + (size_t)n] =
+                        (unsigned char)moe_xl_fp8_code_at(order, np, kk, p, (size_t)n);
+    uint64_t kw[8 * 2 * 2]; /* 8 k in the k-major order, as words: whole groups */
+    for (int64_t k0 = 0; k0 < k8; k0 += 8) {
+        for (int p = 0; p < np; p++)
+            for (int h = 0; h < 2; h++) {
+                uint64_t x[8];
+                for (int r = 0; r < 8; r++)
+                    memcpy(&x[r], rows[p][8 * h + r] + k0, 8);
+                transpose8x8(x);
+                for (int j = 0; j < 8; j++)
+                    kw[(j * np + p) * 2 + h] = x[j];
+            }
+        unsigned char *dst = codes + (size_t)k0 * step;
+        const size_t bytes = 8 * step;
+        if (order == MOE_XL_FP8_KMAJOR) {
+            memcpy(dst, kw, bytes);
+        } else if (order == MOE_XL_FP8_GROUPS) {
+            for (size_t g = 0; g < bytes / 64; g++)
+                store_group(kw + 8 * g, dst + 64 * g);
+        } else {
+            const unsigned char *km = (const unsigned char *)kw;
+            for (size_t g = 0; g < bytes; g += 64)
+                for (size_t i = 0; i < 64; i++)
+                    dst[g + perm[i]] = km[g + i];
+        }
+    }
+}
+
 static void pack_fp8_tile(const moe_weight_src *const *src, int np, int64_t r0, int order,
                           unsigned char *tile)
 {
@@ -302,13 +393,11 @@ static void pack_fp8_tile(const moe_weight_src *const *src, int np, int64_t r0, 
     memset(codes + last, 0, ((used + 63) & ~(size_t)63) - last);
     const unsigned char *rows[2][NR];
     int64_t kk = 0;
-    if (contiguous_rows(src, np, r0, 1, rows))
-        for (; kk < k; kk++) /* inside the rows: plain streams, no bounds per code */
-            for (int p = 0; p < np; p++)
-                for (int n = 0; n < NR; n++)
-                    codes[moe_xl_fp8_code_at(order, np, (size_t)kk, p, (size_t)n)] =
-                        rows[p][n][kk];
-    for (; kk < kpad; kk++)
+    if (contiguous_rows(src, np, r0, 1, rows)) {
+        kk = k & ~(int64_t)7;
+        pack_fp8_rows(rows, np, kk, order, codes);
+    }
+    for (; kk < kpad; kk++) /* the rest, the padding, and strided or edge tiles */
         for (int p = 0; p < np; p++)
             for (int n = 0; n < NR; n++)
                 codes[moe_xl_fp8_code_at(order, np, (size_t)kk, p, (size_t)n)] =
