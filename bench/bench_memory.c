@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "bench_util.h"
 
@@ -12,19 +13,21 @@
  * One thread, three rounds (the machine is shared: compare within a round).
  *
  * Reads: a 1 GiB buffer in 2 MiB pages, written once, read with 64-byte loads as S side by
- * side streams (S = 1, 2, 4; each stream one S-th of the buffer), without and with
- * `prefetcht1` 8 KB ahead in every stream (two lines per 128 bytes, as the expert kernels
- * prefetch). GB/s, the best of three passes. A decode kernel reads one tile after another: one
- * stream with prefetch.
+ * side streams (S = 1, 2, 4; each stream one S-th of the buffer): without prefetch ("-"),
+ * with `prefetcht1` 8 KB ahead in every stream ("L2"), and with `prefetcht0` 2 KB ahead as
+ * well ("L2+L1", as the AVX-512 expert kernels prefetch); two lines per 128 bytes. GB/s, the
+ * best of three passes. A decode kernel reads one tile after another: one stream with prefetch.
  *
  * Faults: 2000 MiB of fresh anonymous memory touched once per 4 KiB, in 4 KiB pages and with
  * MADV_HUGEPAGE, then memset: GB/s of the first touch (what creating a layer pays for the
- * packed bytes' pages) and of writing memory already faulted in.
+ * packed bytes' pages), the user and system CPU milliseconds it took (where the process
+ * accounting puts the page clearing), and GB/s of writing memory already faulted in.
  */
 
 #define READ_BYTES ((size_t)1 << 30)
 #define FAULT_BYTES ((size_t)2000 << 20)
 #define PF_AHEAD 8192
+#define PF_L1_AHEAD 2048
 
 #if BENCH_X86
 __attribute__((target("avx512f"))) static uint64_t read_streams(const char *p, size_t bytes,
@@ -39,6 +42,10 @@ __attribute__((target("avx512f"))) static uint64_t read_streams(const char *p, s
             if (prefetch && (i & 127) == 0) {
                 _mm_prefetch(x + PF_AHEAD, _MM_HINT_T1);
                 _mm_prefetch(x + PF_AHEAD + 64, _MM_HINT_T1);
+                if (prefetch == 2) {
+                    _mm_prefetch(x + PF_L1_AHEAD, _MM_HINT_T0);
+                    _mm_prefetch(x + PF_L1_AHEAD + 64, _MM_HINT_T0);
+                }
             }
             acc[s] = _mm512_xor_si512(acc[s], _mm512_load_si512((const void *)x));
         }
@@ -65,7 +72,7 @@ static void reads(void)
     for (int round = 0; round < 3; round++) {
         printf("round %d reads:", round + 1);
         for (int streams = 1; streams <= 4; streams *= 2)
-            for (int pf = 0; pf < 2; pf++) {
+            for (int pf = 0; pf < 3; pf++) {
                 double best = 1e30;
                 for (int r = 0; r < 3; r++) {
                     const double t0 = bench_now_ns();
@@ -73,8 +80,9 @@ static void reads(void)
                     const double dt = bench_now_ns() - t0;
                     if (dt < best) best = dt;
                 }
-                printf("  %d stream%s%s %.2f", streams, streams > 1 ? "s" : "",
-                       pf ? " +pf" : "", (double)READ_BYTES / best);
+                static const char *const pf_name[] = {"-", "L2", "L2+L1"};
+                printf("  %d stream%s %s %.2f", streams, streams > 1 ? "s" : "", pf_name[pf],
+                       (double)READ_BYTES / best);
             }
         printf(" GB/s\n");
     }
@@ -82,6 +90,11 @@ static void reads(void)
 #else
     printf("reads: x86-64 only (skipped)\n");
 #endif
+}
+
+static double ms_between(const struct timeval *a, const struct timeval *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_usec - a->tv_usec) / 1e3;
 }
 
 static void faults(void)
@@ -96,14 +109,19 @@ static void faults(void)
                 break;
             }
             if (huge) (void)madvise(p, FAULT_BYTES, MADV_HUGEPAGE);
+            struct rusage u0, u1;
+            getrusage(RUSAGE_SELF, &u0);
             const double t0 = bench_now_ns();
             for (size_t i = 0; i < FAULT_BYTES; i += 4096)
                 p[i] = 1;
             const double t1 = bench_now_ns();
+            getrusage(RUSAGE_SELF, &u1);
             memset(p, 2, FAULT_BYTES);
             const double t2 = bench_now_ns();
-            printf("  %s pages: first touch %.2f, memset after %.2f", huge ? "2 MiB" : "4 KiB",
-                   (double)FAULT_BYTES / (t1 - t0), (double)FAULT_BYTES / (t2 - t1));
+            printf("  %s pages: first touch %.2f (user %.0f ms, system %.0f ms), memset after %.2f",
+                   huge ? "2 MiB" : "4 KiB", (double)FAULT_BYTES / (t1 - t0),
+                   ms_between(&u0.ru_utime, &u1.ru_utime), ms_between(&u0.ru_stime, &u1.ru_stime),
+                   (double)FAULT_BYTES / (t2 - t1));
             munmap(p, FAULT_BYTES);
         }
         printf(" GB/s\n");

@@ -158,12 +158,11 @@ INLINE void down_fp8_m(const size_t M, size_t k, const void *const *hv, const un
 /* ---- 9..32 tokens: each 128-K block of the tile decoded once into L1 ------------------ */
 
 /* The groups of 64 codes from codes on into f32 (64 floats per group). */
-INLINE void fp8_decode(const unsigned char *codes, size_t groups, float *buf)
+INLINE void fp8_decode(const fp8_dec *dec, const unsigned char *codes, size_t groups, float *buf)
 {
-    const fp8_dec dec = fp8_dec_init();
     for (size_t j = 0; j < groups; j++) {
         __m512 w[4];
-        fp8_decode64(&dec, codes + 64 * j, w);
+        fp8_decode64(dec, codes + 64 * j, w);
         for (int v = 0; v < 4; v++)
             _mm512_store_ps(buf + 64 * j + 16 * v, w[v]);
     }
@@ -233,20 +232,6 @@ INLINE void down_group(const size_t M, const float *buf, size_t n, const float *
                         _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_load_ps(tot[i])));
 }
 
-#define GROUP_DISPATCH(body, m, ...)                                                               \
-    do {                                                                                           \
-        switch (m) {                                                                               \
-        case 1: body(1, __VA_ARGS__); break;                                                       \
-        case 2: body(2, __VA_ARGS__); break;                                                       \
-        case 3: body(3, __VA_ARGS__); break;                                                       \
-        case 4: body(4, __VA_ARGS__); break;                                                       \
-        case 5: body(5, __VA_ARGS__); break;                                                       \
-        case 6: body(6, __VA_ARGS__); break;                                                       \
-        case 7: body(7, __VA_ARGS__); break;                                                       \
-        default: body(8, __VA_ARGS__); break;                                                      \
-        }                                                                                          \
-    } while (0)
-
 static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
                                 const unsigned char *tile, const moe_act_params *act, float *h,
                                 size_t hs, size_t n_valid)
@@ -259,14 +244,15 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
         _mm512_store_ps(tot[2 * i], _mm512_setzero_ps());
         _mm512_store_ps(tot[2 * i + 1], _mm512_setzero_ps());
     }
+    const fp8_dec dec = fp8_dec_init();
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
-        fp8_decode(codes + k0 * 32, (n + 1) / 2, buf);
+        fp8_decode(&dec, codes + k0 * 32, (n + 1) / 2, buf);
         const __m512 sg = _mm512_set1_ps(load_f32(sc)), su = _mm512_set1_ps(load_f32(sc + 4));
         for (size_t c = 0; c < m; c += GROUP)
-            GROUP_DISPATCH(gateup_group, m - c, buf, n, x + c, k0, sg, su, tot + 2 * c);
+            DISPATCH(gateup_group, m - c < GROUP ? m - c : GROUP, buf, n, x + c, k0, sg, su, tot + 2 * c);
     }
     const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
     const __mmask16 mask = rows_mask(n_valid);
@@ -287,14 +273,15 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
         x[i] = hv[i];
         _mm512_store_ps(tot[i], _mm512_setzero_ps());
     }
+    const fp8_dec dec = fp8_dec_init();
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
-        fp8_decode(codes + k0 * 16, (n + 3) / 4, buf);
+        fp8_decode(&dec, codes + k0 * 16, (n + 3) / 4, buf);
         const __m512 s = _mm512_set1_ps(load_f32(sc));
         for (size_t c = 0; c < m; c += GROUP)
-            GROUP_DISPATCH(down_group, m - c, buf, n, x + c, k0, s, tot + c);
+            DISPATCH(down_group, m - c < GROUP ? m - c : GROUP, buf, n, x + c, k0, s, tot + c);
     }
     const __m512 b = _mm512_loadu_ps(tile);
     const __mmask16 mask = rows_mask(n_valid);

@@ -6,7 +6,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/avx512/math_avx512.h"
+#include "kernels/avx512/expert_shared.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
 
 /*
@@ -95,31 +95,6 @@ MX_INLINE __m512i mx_bcast(const unsigned char *p)
     return _mm512_set1_epi32(v);
 }
 
-MX_INLINE float mx_f32(const unsigned char *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* The epilogue: moe_xr_act (kernels/ref/expert_ref.h) on 16 lanes. */
-MX_INLINE __m512 mx_act(const moe_act_params *a, __m512 g, __m512 u)
-{
-    if (a->kind != 0) {
-        const __m512 lim = _mm512_set1_ps(a->limit), nlim = _mm512_set1_ps(-a->limit);
-        g = _mm512_min_ps(lim, g);
-        u = _mm512_min_ps(lim, u);
-        u = _mm512_max_ps(nlim, u);
-    }
-    if (a->kind == 2) {
-        __m512 s = moe_sigmoid_avx512(_mm512_mul_ps(_mm512_set1_ps(a->alpha), g));
-        return _mm512_mul_ps(_mm512_mul_ps(g, s), _mm512_add_ps(u, _mm512_set1_ps(1.0f)));
-    }
-    return _mm512_mul_ps(_mm512_mul_ps(g, moe_sigmoid_avx512(g)), u);
-}
-
-MX_INLINE __mmask16 mx_rows(size_t n_valid) { return (__mmask16)((1u << n_valid) - 1u); }
-
 /* A prepared row's parts (kernels/expert.h). */
 typedef struct mx_row {
     const unsigned char *q, *xs, *corr;
@@ -135,7 +110,7 @@ MX_INLINE mx_row mx_row_of(const void *p, size_t k)
 /* acc = fma(cvt(isum), wsh · xs_b, acc). */
 MX_INLINE __m512 mx_scale_add(__m512i isum, __m512 wsh, const mx_row *r, size_t b, __m512 acc)
 {
-    const __m512 s = _mm512_mul_ps(wsh, _mm512_set1_ps(mx_f32(r->xs + 4 * b)));
+    const __m512 s = _mm512_mul_ps(wsh, _mm512_set1_ps(load_f32(r->xs + 4 * b)));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
 }
 
@@ -189,10 +164,10 @@ MX_INLINE void mx_gateup_direct(const size_t M, size_t k, const void *const *xv,
         }
     }
     const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = mx_rows(n_valid);
+    const __mmask16 mask = rows_mask(n_valid);
     MX_UNROLL
     for (size_t t = 0; t < M; t++) {
-        const __m512 v = mx_act(act, _mm512_add_ps(ag[t], bg), _mm512_add_ps(au[t], bu));
+        const __m512 v = act16(act, _mm512_add_ps(ag[t], bg), _mm512_add_ps(au[t], bu));
         _mm512_mask_storeu_ps(h + t * hs, mask, v);
     }
 }
@@ -238,7 +213,7 @@ MX_INLINE void mx_down_direct(const size_t M, size_t k, const void *const *hv,
         }
     }
     const __m512 bias = _mm512_loadu_ps(tile);
-    const __mmask16 mask = mx_rows(n_valid);
+    const __mmask16 mask = rows_mask(n_valid);
     MX_UNROLL
     for (size_t t = 0; t < M; t++)
         _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(acc[t], bias));
@@ -313,21 +288,6 @@ MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_row *r
         _mm512_store_ps(tot[t], mx_scale_add(is[t], w, &r[t], b, _mm512_load_ps(tot[t])));
 }
 
-/* One instantiation per group size, so every loop over a group's tokens unrolls. */
-#define MX_GROUP_DISPATCH(body, g, ...)                                                            \
-    do {                                                                                           \
-        switch (g) {                                                                               \
-        case 1: body(1, __VA_ARGS__); break;                                                       \
-        case 2: body(2, __VA_ARGS__); break;                                                       \
-        case 3: body(3, __VA_ARGS__); break;                                                       \
-        case 4: body(4, __VA_ARGS__); break;                                                       \
-        case 5: body(5, __VA_ARGS__); break;                                                       \
-        case 6: body(6, __VA_ARGS__); break;                                                       \
-        case 7: body(7, __VA_ARGS__); break;                                                       \
-        default: body(MX_GROUP, __VA_ARGS__); break;                                               \
-        }                                                                                          \
-    } while (0)
-
 /* The call's tokens: their prepared rows' parts. */
 typedef struct mx_tokens {
     mx_row r[MX_MR];
@@ -346,7 +306,7 @@ MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, cons
     (void)k;
     for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
         const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
-        MX_GROUP_DISPATCH(mx_gateup_group, g, buf, tk->r + t0, b, wg, wu, tot + 2 * t0);
+        DISPATCH(mx_gateup_group, g, buf, tk->r + t0, b, wg, wu, tot + 2 * t0);
     }
 }
 
@@ -356,7 +316,7 @@ MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const 
     (void)k;
     for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
         const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
-        MX_GROUP_DISPATCH(mx_down_group, g, buf, tk->r + t0, b, w, tot + t0);
+        DISPATCH(mx_down_group, g, buf, tk->r + t0, b, w, tot + t0);
     }
 }
 
@@ -391,11 +351,11 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
         }
     }
     const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = mx_rows(n_valid);
+    const __mmask16 mask = rows_mask(n_valid);
     for (size_t t = 0; t < m; t++) {
         const __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * t]), bg);
         const __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * t + 1]), bu);
-        _mm512_mask_storeu_ps(h + t * hs, mask, mx_act(act, g, u));
+        _mm512_mask_storeu_ps(h + t * hs, mask, act16(act, g, u));
     }
 }
 
@@ -421,7 +381,7 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
         }
     }
     const __m512 bias = _mm512_loadu_ps(tile);
-    const __mmask16 mask = mx_rows(n_valid);
+    const __mmask16 mask = rows_mask(n_valid);
     for (size_t t = 0; t < m; t++)
         _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
 }

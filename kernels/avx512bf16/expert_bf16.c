@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "kernels/ref/expert_layout.h"
-#include "kernels/avx512/math_avx512.h"
+#include "kernels/avx512/expert_shared.h"
 #include "select/kernel.h"
 
 /*
@@ -35,13 +35,6 @@
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-static float load_f32(const unsigned char *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
 /* The bf16 pair (x[2q], x[2q+1]) of a row, or (x[k-1], 0) when 2q + 1 == k, broadcast. */
@@ -56,22 +49,6 @@ INLINE __m512bh x_pair(const uint16_t *x, size_t q, size_t k)
     return (__m512bh)_mm512_set1_epi32((int)v);
 }
 
-/* moe_xr_act on 16 lanes, as the AVX-512 f32 sets. */
-INLINE __m512 act16(const moe_act_params *a, __m512 g, __m512 u)
-{
-    if (a->kind != 0) {
-        const __m512 lim = _mm512_set1_ps(a->limit), nlim = _mm512_set1_ps(-a->limit);
-        g = _mm512_min_ps(lim, g);
-        u = _mm512_min_ps(lim, u);
-        u = _mm512_max_ps(nlim, u);
-    }
-    if (a->kind == 2) {
-        __m512 s = moe_sigmoid_avx512(_mm512_mul_ps(_mm512_set1_ps(a->alpha), g));
-        return _mm512_mul_ps(_mm512_mul_ps(g, s), _mm512_add_ps(u, _mm512_set1_ps(1.0f)));
-    }
-    return _mm512_mul_ps(_mm512_mul_ps(g, moe_sigmoid_avx512(g)), u);
-}
-
 /* moe_f32_to_bf16 on 16 lanes, narrowed to 16 words. */
 INLINE __m256i to_bf16(__m512 v)
 {
@@ -83,8 +60,6 @@ INLINE __m256i to_bf16(__m512 v)
     r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
     return _mm512_cvtepi32_epi16(r);
 }
-
-INLINE __mmask16 rows_mask(size_t n_valid) { return (__mmask16)((1u << n_valid) - 1u); }
 
 /* 32 codes in the pairs order to the bf16 pairs of e4m3(code) · 2^-8. Normal codes (exponent
  * field e ≥ 1): the magnitude shifted into the bf16 exponent and mantissa, the exponent bias
@@ -258,21 +233,6 @@ INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *h
     for (size_t i = 0; i < M; i++)
         _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(acc[i][0], b));
 }
-
-#define DISPATCH(body, m, ...)                                                                     \
-    do {                                                                                           \
-        switch (m) {                                                                               \
-        case 1: body(1, __VA_ARGS__); break;                                                       \
-        case 2: body(2, __VA_ARGS__); break;                                                       \
-        case 3: body(3, __VA_ARGS__); break;                                                       \
-        case 4: body(4, __VA_ARGS__); break;                                                       \
-        case 5: body(5, __VA_ARGS__); break;                                                       \
-        case 6: body(6, __VA_ARGS__); break;                                                       \
-        case 7: body(7, __VA_ARGS__); break;                                                       \
-        case 8: body(8, __VA_ARGS__); break;                                                       \
-        default: break;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
