@@ -95,6 +95,37 @@ circles = svg.findall("{http://www.w3.org/2000/svg}circle")
 assert len(circles) == len(cases), len(circles)
 PY
 
+# Shared experts of another recipe (DeepSeek-V4: MXFP4 routed, FP8 shared) are bounded by
+# their own instruction's peak: the compute term is the sum of both parts' times.
+"$moe" gen --family deepseek_v4 --dtype mxfp4 --layers 1 --hidden 256 --experts 8 --topk 2 \
+  --intermediate 128 --out "$tmp/v4" >/dev/null
+"$moe" bench --model "$tmp/v4" --tokens 1,64 --threads 1 --time-ms 1 --json >"$tmp/v4.json" 2>"$tmp/err"
+check "v4 json run: nothing on stderr" test ! -s "$tmp/err"
+check "v4: the shared expert's flops at its own peak" python3 - "$tmp/v4.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+f = doc["floors"]
+peak = lambda insn: f["peaks"][insn]["gflops_1_thread"] * 1e9 if insn else None
+for c in doc["cases"]:
+    assert c["flops_shared"] == 2 * c["tokens"] * 3 * 256 * 128, c
+    mem = c["weight_bytes_read"] / (f["read_gbps_1_thread"] * 1e9) * 1e3
+    if not c["insn"]:  # the scalar reference kernels: no compute floor
+        assert c["shared_insn"] is None and abs(c["floor_ms"] - mem) <= 1e-6 * mem, c
+        continue
+    if c["shared_insn"] is None:
+        comp = c["flops"] / peak(c["insn"]) * 1e3
+    else:
+        assert c["shared_insn"] != c["insn"] and c["shared_kernel"], c
+        comp = ((c["flops"] - c["flops_shared"]) / peak(c["insn"]) +
+                c["flops_shared"] / peak(c["shared_insn"])) * 1e3
+    if c["tokens"] == 64 and c["shared_insn"]:  # 0.5 MB of weights: compute-bound here
+        assert comp > mem, (c, mem, comp)
+    want = max(mem, comp)
+    assert abs(c["floor_ms"] - want) <= 1e-6 * want, (c, mem, comp)
+    if c["recipe"] == "q8" and c["insn"].startswith("vp"):  # FP8 shared: an FMA, not q8
+        assert c["shared_insn"] is not None and c["shared_insn"].startswith("vfmadd"), c
+PY
+
 # The table: each layer's read ceiling is at least the one measured at the start (eviction
 # passes can only raise it), and its rows' floors are computed against it.
 "$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1 --time-ms 1 >"$tmp/table" 2>"$tmp/err"

@@ -27,6 +27,8 @@ void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors
             (long long)l->resident, (long long)l->experts, l->threads, l->threads == 1 ? "" : "s");
     fprintf(out, "  experts: %s, recipe %s; compute floor: %s\n", l->kernel, l->recipe,
             l->insn[0] ? l->insn : "none (scalar reference kernels)");
+    if (l->shared_insn[0])
+        fprintf(out, "  shared experts: %s; compute floor: %s\n", l->shared_kernel, l->shared_insn);
     fputs("  created: ", out);
     create_stats_print(out, &l->create);
     fputc('\n', out);
@@ -75,6 +77,9 @@ static json_t *result_json(const bench_result *r)
     json_object_set_new(o, "format", json_string(l->format));
     json_object_set_new(o, "recipe", json_string(l->recipe));
     json_object_set_new(o, "kernel", json_string(l->kernel));
+    json_object_set_new(o, "insn", json_string(l->insn));
+    json_object_set_new(o, "shared_kernel", l->shared_insn[0] ? json_string(l->shared_kernel) : json_null());
+    json_object_set_new(o, "shared_insn", l->shared_insn[0] ? json_string(l->shared_insn) : json_null());
     json_object_set_new(o, "resident_experts", json_integer(l->resident));
     json_object_set_new(o, "tokens", json_integer((json_int_t)r->tokens));
     json_object_set_new(o, "threads", json_integer(l->threads));
@@ -82,6 +87,7 @@ static json_t *result_json(const bench_result *r)
     json_object_set_new(o, "experts_hit", json_integer(r->hit));
     json_object_set_new(o, "weight_bytes_read", json_integer((json_int_t)r->weight_bytes));
     json_object_set_new(o, "flops", json_integer((json_int_t)r->flops));
+    json_object_set_new(o, "flops_shared", json_integer((json_int_t)r->shared_flops));
     json_object_set_new(o, "bandwidth_gbps", json_real(r->weight_bytes / s / 1e9));
     json_object_set_new(o, "gflops", json_real(r->flops / s / 1e9));
     json_object_set_new(o, "floor_ms", json_real(r->floor_ms));

@@ -13,6 +13,9 @@
 /* One layer as created for a run of cases. */
 typedef struct bench_layer_info {
     char preset[64], format[16], recipe[16], kernel[96], insn[32];
+    /* The shared experts' set and instruction when they run another recipe (DeepSeek-V4's
+     * FP8 shared expert beside MXFP4 routed ones); empty otherwise. */
+    char shared_kernel[96], shared_insn[32];
     int64_t hidden, inter, experts, resident, topk;
     int threads;
     create_stats create;
@@ -24,7 +27,9 @@ typedef struct bench_result {
     size_t tokens;
     int repeats, hit;
     double ms, weight_bytes, flops;
-    double floor_ms, efficiency; /* floor = max(bytes / read, flops / peak) */
+    double shared_flops; /* the part of flops the shared experts run (in flops) */
+    /* floor = max(bytes / read, Σ flops / peak of the instruction each part runs on) */
+    double floor_ms, efficiency;
     bool compute_bound;
 } bench_result;
 

@@ -38,7 +38,8 @@ static void help(void)
            "Measures one MoE layer (router gate, routing, routed and shared experts, combine)\n"
            "on this machine, and each result against the machine's own floor, measured in the\n"
            "same run: floor = max(weight bytes read / read bandwidth, flops / peak of the\n"
-           "instruction the experts' recipe runs on); efficiency = floor / measured time.\n"
+           "instruction the experts' recipe runs on, shared experts of another recipe at\n"
+           "their own); efficiency = floor / measured time.\n"
            "Before each timed forward a buffer twice the last-level cache is read, so the\n"
            "weights come from memory as in a model whose other layers evicted them.\n"
            "\n"
@@ -359,6 +360,12 @@ static int create_layer(const moe_model *model, int index, int threads, double e
     snprintf(info->recipe, sizeof info->recipe, "%s", recipe_name(routed->recipe));
     snprintf(info->kernel, sizeof info->kernel, "%s", routed->ks->name);
     snprintf(info->insn, sizeof info->insn, "%s", recipe_insn(routed));
+    const moe_layer_group_plan *shared = &(*out)->plan.groups[MOE_LG_SHARED];
+    info->shared_kernel[0] = info->shared_insn[0] = 0;
+    if (shared->present && strcmp(recipe_insn(shared), info->insn)) {
+        snprintf(info->shared_kernel, sizeof info->shared_kernel, "%s", shared->ks->name);
+        snprintf(info->shared_insn, sizeof info->shared_insn, "%s", recipe_insn(shared));
+    }
     return 0;
 }
 
@@ -457,9 +464,12 @@ static void forward_work(const moe_layer *layer, const int32_t *ids, size_t t, b
     const double h = (double)routed->group.hidden, in = (double)routed->group.inter;
     r->weight_bytes = (double)p->gate_bytes + (double)r->hit * (double)routed->group.expert_stride;
     r->flops = 2.0 * (double)t * ((double)e * h + (double)k * 3.0 * h * in);
+    r->shared_flops = 0;
     if (shared->present) {
         r->weight_bytes += (double)shared->group.packed_bytes;
-        r->flops += 2.0 * (double)t * 3.0 * (double)shared->group.hidden * (double)shared->group.inter;
+        r->shared_flops =
+            2.0 * (double)t * 3.0 * (double)shared->group.hidden * (double)shared->group.inter;
+        r->flops += r->shared_flops;
     }
 }
 
@@ -486,15 +496,27 @@ static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t
     return 0;
 }
 
+/* Milliseconds FLOPS take at the peak of INSN (a bench_floors name) at SLOT; 0 for none (the
+ * scalar reference kernels have no compute floor). */
+static double flop_ms_at(const bench_floors *f, const char *insn, int slot, double flops)
+{
+    const int i = bench_floors_insn(f, insn);
+    return i >= 0 ? flops / f->peak_gflops[i][slot] / 1e6 : 0;
+}
+
 /* The case's floor and efficiency against the floors as they stand (the read ceilings rise
  * when an eviction pass beats them, so this runs once a layer's cases are done, and for
- * every case again before the JSON and the plot). */
+ * every case again before the JSON and the plot). Shared experts of another recipe are
+ * bounded by their own instruction's peak; the gate and the rest by the routed one's. */
 static void set_floor(bench_result *r, const bench_floors *f)
 {
     const bench_layer_info *info = r->layer;
-    const int slot = bench_floors_slot(f, info->threads), insn = bench_floors_insn(f, info->insn);
+    const int slot = bench_floors_slot(f, info->threads);
     const double mem_ms = r->weight_bytes / f->read_gbs[slot] / 1e6;
-    const double flop_ms = insn >= 0 ? r->flops / f->peak_gflops[insn][slot] / 1e6 : 0;
+    const bool own = info->shared_insn[0] != 0;
+    const double flop_ms =
+        flop_ms_at(f, info->insn, slot, own ? r->flops - r->shared_flops : r->flops) +
+        (own ? flop_ms_at(f, info->shared_insn, slot, r->shared_flops) : 0);
     r->compute_bound = flop_ms > mem_ms;
     r->floor_ms = r->compute_bound ? flop_ms : mem_ms;
     r->efficiency = r->floor_ms / r->ms;
