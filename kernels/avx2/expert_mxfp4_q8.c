@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/avx2/math_avx2.h"
+#include "kernels/avx2/q8_prepare.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
 #include "select/kernel.h"
 
@@ -279,5 +280,5 @@ const moe_expert_kernels moe_expert_mxfp4_q8_16x16__avx2 = {
     .gateup = gateup,
     .down = down,
     .act_row_bytes = moe_q8_row_bytes,
-    .prepare_act = moe_q8_prepare_ref,
+    .prepare_act = q8_prepare_avx2,
 };

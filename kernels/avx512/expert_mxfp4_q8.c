@@ -1,6 +1,7 @@
 /* expert_mxfp4_q8.c — the AVX-512 expert kernel set of the Q8 recipe (MXFP4), vpmaddubsw, 32x16. */
 #define MOE_MX_VNNI 0
 #include "kernels/avx512/expert_mxfp4_q8_body.h"
+#include "kernels/avx512/q8_prepare.h"
 #include "select/kernel.h"
 
 /*
@@ -25,5 +26,5 @@ const moe_expert_kernels moe_expert_mxfp4_q8_32x16__avx512 = {
     .gateup = mx_gateup,
     .down = mx_down,
     .act_row_bytes = moe_q8_row_bytes,
-    .prepare_act = moe_q8_prepare_ref,
+    .prepare_act = q8_prepare_avx512,
 };

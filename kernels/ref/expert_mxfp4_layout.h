@@ -102,5 +102,8 @@ moe_status moe_mx_unpack_down(const void *packed, const moe_weight_dst *down);
  * every set of the recipe uses (kernels/ref/expert_mxfp4_pack.c). */
 size_t moe_q8_row_bytes(int64_t k);
 void moe_q8_prepare_ref(size_t k, const float *x, void *dst);
+/* Zeros a prepared row's padding (after the codes, the scales and the corrections), which the
+ * SIMD preparations leave to this. */
+void moe_q8_zero_padding(size_t k, void *row);
 
 #endif

@@ -425,6 +425,15 @@ static void prepare_block(const float *x, int8_t *q, float *xs, int32_t *corr)
     *corr = -MOE_Q8_WOFFSET * sum;
 }
 
+void moe_q8_zero_padding(size_t k, void *row)
+{
+    unsigned char *r = row;
+    const size_t nb = k / BLK, so = moe_q8_scales_offset(k), co = moe_q8_corr_offset(k);
+    memset(r + nb * BLK, 0, so - nb * BLK);
+    memset(r + so + 4 * nb, 0, co - so - 4 * nb);
+    memset(r + co + 4 * nb, 0, moe_q8_row_bytes((int64_t)k) - co - 4 * nb);
+}
+
 void moe_q8_prepare_ref(size_t k, const float *x, void *dst)
 {
     unsigned char *row = dst;

@@ -664,12 +664,14 @@ static void test_sets(const moe_cpu_info *info)
 
 /* ---- Q8 rows at the edges ----------------------------------------------------------------- */
 
-static void test_prepare_edges(void)
+static void test_prepare_edges(const moe_cpu_info *info)
 {
-    const size_t k = 160; /* 5 blocks */
-    float x[160];
+    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
+    const size_t k = 192; /* 6 blocks */
+    float x[192];
     for (size_t s = 0; s < NSETS; s++) {
         const moe_expert_kernels *ks = sets[s].set;
+        if ((sets[s].isa & ~allowed) != 0) continue;
         CHECK(ks->act_row_bytes(0) == 0 && ks->act_row_bytes(-32) == 0);
         CHECK(ks->act_row_bytes(33) == 0 && ks->act_row_bytes((int64_t)1 << 41) == 0);
         CHECK(ks->act_row_bytes(32) == 64 * 3 && ks->act_row_bytes(2880) == 2880 + 2 * 384);
@@ -682,6 +684,8 @@ static void test_prepare_edges(void)
         for (int j = 0; j < BLK; j++) /* block 3: subnormal, d = amax/127 subnormal */
             x[3 * BLK + j] = (float)(ldexp(1.0, -140) * (j - 15.5));
         x[4 * BLK + 7] = 1e30f; /* block 4: one large value, the rest rounds to 0 */
+        for (int j = 0; j < BLK; j++) /* block 5: d = 1, the quotients on ties: x.5 */
+            x[5 * BLK + j] = j == 0 ? -127.0f : (float)(j - 16) + 0.5f;
         guarded g;
         unsigned char *row = guarded_alloc(&g, ks->act_row_bytes((int64_t)k));
         unsigned char want[192 + 128];
@@ -696,6 +700,9 @@ static void test_prepare_edges(void)
             zeros = zeros && row[j] == 0;
         CHECK(zeros);
         CHECK((int8_t)row[4 * BLK + 7] == 127 && row[4 * BLK + 8] == 0);
+        /* Ties to even: -14.5 -> -14, -13.5 -> -14, ..., -0.5 -> 0, 0.5 -> 0, 1.5 -> 2. */
+        CHECK((int8_t)row[5 * BLK + 1] == -14 && (int8_t)row[5 * BLK + 2] == -14);
+        CHECK(row[5 * BLK + 16] == 0 && row[5 * BLK + 15] == 0 && (int8_t)row[5 * BLK + 17] == 2);
         /* The subnormal block clamps: q never leaves [-127, 127]. */
         bool in_range = true;
         for (int j = 0; j < BLK; j++)
@@ -942,7 +949,7 @@ int main(void)
     moe_cpu_info info;
     REQUIRE(moe_cpu_query(&info) == MOE_OK);
     test_registry();
-    test_prepare_edges();
+    test_prepare_edges(&info);
     test_pack_errors();
     test_strided();
     test_nonfinite(&info);
