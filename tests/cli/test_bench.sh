@@ -148,6 +148,17 @@ PY
 check "inspect --pack: one line for layer 0" grep -qE "^  layer 0: [0-9.]+ MB packed in [0-9]+ ms, [0-9.]+ GB/s \(CPU: user [0-9]+ ms, [0-9.]+ GB/s per thread; system [0-9]+ ms\); peak resident growth [0-9.]+ MB \(limit 1.15 x packed \+ 64 MB = [0-9.]+ MB: (within|OVER)\)$" "$tmp/inspect"
 packed=$(python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["cases"][0]["packed_bytes"] / 1e6))' "$tmp/r.json")
 check "inspect --pack: the packed bytes moe bench reported ($packed MB)" grep -qF "layer 0: $packed MB packed" "$tmp/inspect"
+"$moe" inspect --pack --threads 1 "$tmp/q" >"$tmp/inspect1"
+check "inspect --pack --threads 1: says so" grep -qF "default options but threads = 1)" "$tmp/inspect1"
+check "inspect --pack --threads 1: the same packed bytes" grep -qF "layer 0: $packed MB packed" "$tmp/inspect1"
+for bad in "--threads 1" "--pack --threads 0" "--pack --threads x"; do
+  rc=0
+  # shellcheck disable=SC2086 # the options are words
+  "$moe" inspect $bad "$tmp/q" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  check "inspect $bad: exit 2 (got $rc)" test "$rc" -eq 2
+  check "inspect $bad: stderr names --threads" grep -qF -- "--threads" "$tmp/err"
+  check "inspect $bad: nothing on stdout" test ! -s "$tmp/out"
+done
 
 echo "test_bench: $checks checks, $failures failed"
 [ "$failures" -eq 0 ]

@@ -25,7 +25,7 @@
 
 static void help(void)
 {
-    printf("usage: moe inspect [--tensors] [--pack] [--no-mmap] DIR\n"
+    printf("usage: moe inspect [--tensors] [--pack [--threads N]] [--no-mmap] DIR\n"
            "       moe inspect [--no-mmap] FILE.safetensors\n"
            "\n"
            "DIR is a Hugging Face model folder: config.json and model.safetensors, or shards\n"
@@ -43,6 +43,8 @@ static void help(void)
            "  --pack      also create every layer, one at a time (default options), and print\n"
            "              what creation cost: time, packed bytes, packing GB/s and the peak\n"
            "              growth of resident memory against 1.15 x packed + 64 MB\n"
+           "  --threads N packing threads for --pack (default: every core, as the library's\n"
+           "              options->threads = 0; OMP_NUM_THREADS does not change it)\n"
            "  --no-mmap   read the files instead of mapping them\n"
            "  --help      this text\n"
            "\n"
@@ -57,6 +59,7 @@ typedef struct inspect_args {
     bool tensors;
     bool pack;
     bool no_mmap;
+    int64_t threads; /* --pack's options->threads; 0: the library's default */
 } inspect_args;
 
 /* Returns 0 to go on, 2 on a usage error, -1 after --help. */
@@ -65,9 +68,12 @@ static int parse_args(inspect_args *o, int argc, char **argv)
     cli_args a;
     cli_args_init(&a, PROG, argc, argv);
     memset(o, 0, sizeof *o);
+    const char *threads = NULL;
     for (const char *arg; (arg = cli_peek(&a));) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) return -1;
-        if (cli_flag(&a, "--tensors")) {
+        if (cli_option(&a, "--threads", &threads)) {
+            if (!threads) return 2;
+        } else if (cli_flag(&a, "--tensors")) {
             o->tensors = true;
         } else if (cli_flag(&a, "--pack")) {
             o->pack = true;
@@ -83,6 +89,8 @@ static int parse_args(inspect_args *o, int argc, char **argv)
         }
     }
     if (!o->path) return cli_usage_error(&a, "DIR or FILE is required (moe inspect --help)");
+    if (threads && !o->pack) return cli_usage_error(&a, "--threads needs --pack");
+    if (threads && !cli_int(&a, "--threads", threads, 1, 4096, &o->threads)) return 2;
     return 0;
 }
 
@@ -737,7 +745,11 @@ static int print_created(const inspect_args *o, const moe_model_desc *d, size_t 
 /* --pack: every layer created for real, one at a time, and what that cost. */
 static int print_packing(const inspect_args *o, const moe_model_desc *d, size_t problems)
 {
-    printf("\npacking (moe_layer_create of each layer, one at a time, default options)\n");
+    if (o->threads)
+        printf("\npacking (moe_layer_create of each layer, one at a time, default options but "
+               "threads = %d)\n", (int)o->threads);
+    else
+        printf("\npacking (moe_layer_create of each layer, one at a time, default options)\n");
     if (problems) {
         printf("  not done: the checkpoint has problems (below)\n");
         return 0;
@@ -748,7 +760,8 @@ static int print_packing(const inspect_args *o, const moe_model_desc *d, size_t 
     for (int i = 0; i < d->n_layers; i++) {
         moe_layer *layer = NULL;
         create_stats cs;
-        if (create_measured(model, i, NULL, &layer, &cs) != MOE_OK) {
+        const moe_layer_options lo = {.size = sizeof lo, .threads = (int)o->threads};
+        if (create_measured(model, i, &lo, &layer, &cs) != MOE_OK) {
             printf("  layer %d: not created: %s\n", i, without_layer(moe_last_error(), i));
             continue;
         }
