@@ -181,18 +181,33 @@ static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
     return MOE_OK;
 }
 
+/* Whether any of the n codes at row is a NaN (low 7 bits all ones), 8 at a time: with the
+ * sign bits cleared, adding 1 to each byte carries into its top bit only from 0x7F. */
+static bool any_nan_code(const unsigned char *row, int64_t n)
+{
+    const uint64_t low7 = 0x7F7F7F7F7F7F7F7Full, ones = 0x0101010101010101ull;
+    uint64_t top = 0;
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        uint64_t w;
+        memcpy(&w, row + c, sizeof w);
+        top |= (w & low7) + ones;
+    }
+    bool nan = (top & ~low7) != 0;
+    for (; c < n; c++)
+        nan |= (row[c] & 0x7Fu) == 0x7Fu;
+    return nan;
+}
+
 /* Every code and scale of an FP8 source: no NaN code (the kernels decode codes with integer
  * tricks that have no NaN), no scale the tile cannot carry. */
 static moe_status check_fp8_values(const moe_weight_src *s, const char *what)
 {
     for (int64_t r = 0; r < s->rows; r++) {
-        if (s->col_stride == 1) { /* a contiguous row: scan it in one vectorisable pass */
-            const unsigned char *row = at(s->data, r, s->row_stride, 0, 1, 1);
-            unsigned nan = 0;
-            for (int64_t c = 0; c < s->cols; c++)
-                nan |= (row[c] & 0x7Fu) == 0x7Fu;
-            if (!nan) continue;
-        }
+        /* A contiguous row without NaN (the rule) is scanned as words; otherwise, or to find
+         * the code to name, code by code. */
+        if (s->col_stride == 1 && !any_nan_code(at(s->data, r, s->row_stride, 0, 1, 1), s->cols))
+            continue;
         for (int64_t c = 0; c < s->cols; c++) {
             uint32_t code = code_at(s, r, c, 1);
             if ((code & 0x7Fu) == 0x7Fu)
