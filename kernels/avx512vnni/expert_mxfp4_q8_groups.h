@@ -40,21 +40,24 @@ MX_INLINE __m512i mx_dot_at(__m512i acc, __m512i wlo, __m512i whi, const unsigne
     return mx_dpbusd_at(mx_dpbusd_at(acc, wlo, x), whi, x + 16);
 }
 
-/* One block's activations of all m tokens, gathered from their rows before the groups run:
- * then a group addresses every token from one base register with constant offsets. (From the
- * m row pointers GCC ran out of general registers, parked pointers in xmm registers and
- * copied accumulators between zmm registers inside the vpdpbusd chains.) */
+/* One block's activations of all m tokens, gathered from their rows: then a group addresses
+ * every token from one base register with constant offsets. (From the m row pointers GCC ran
+ * out of general registers, parked pointers in xmm registers and copied accumulators between
+ * zmm registers inside the vpdpbusd chains.) Two of them, so block b + 1 is gathered group by
+ * group while the groups of block b run, its copies among their vpdpbusd rather than alone
+ * between blocks (bench/NOTES.md, "moe bench v4"). */
 typedef struct mx_xblock {
     unsigned char q[MX_MR][MX_BLK];
     float xs[MX_MR];
     int32_t corr[MX_MR];
 } mx_xblock;
 
-MX_INLINE void mx_gather(size_t m, const unsigned char *const *rows, size_t k, size_t b,
-                         mx_xblock *xb)
+/* Tokens t0 .. t1 - 1 of block b into xb. */
+MX_INLINE void mx_gather(size_t t0, size_t t1, const unsigned char *const *rows, size_t k,
+                         size_t b, mx_xblock *xb)
 {
     const size_t xo = moe_q8_scales_offset(k) + 4 * b, co = moe_q8_corr_offset(k) + 4 * b;
-    for (size_t t = 0; t < m; t++) {
+    for (size_t t = t0; t < t1; t++) {
         _mm256_store_si256((__m256i *)xb->q[t],
                            _mm256_loadu_si256((const __m256i *)(rows[t] + MX_BLK * b)));
         memcpy(&xb->xs[t], rows[t] + xo, 4);
@@ -185,7 +188,7 @@ MX_INLINE mx_split mx_split_of(size_t m, size_t gmax)
 /* The call's tokens: their prepared rows, the current block's activations gathered from
  * them, and the groups the m tokens run in. */
 typedef struct mx_tokens {
-    mx_xblock xb __attribute__((aligned(64)));
+    mx_xblock xb[2] __attribute__((aligned(64))); /* block b in xb[b % 2] */
     const unsigned char *rows[MX_MR];
     mx_split gateup, down;
 } mx_tokens;
@@ -199,18 +202,33 @@ MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, siz
     tk->down = mx_split_of(m, MX_GROUP_DOWN);
 }
 
+/* Block b's gathered activations; block 0's are gathered here, every later block's by the
+ * groups of the block before it (mx_gather_next). Blocks come in order 0, 1, ..., k/32 - 1. */
+MX_INLINE const mx_xblock *mx_gather_first(mx_tokens *tk, size_t m, size_t k, size_t b)
+{
+    if (b == 0) mx_gather(0, m, tk->rows, k, 0, &tk->xb[0]);
+    return &tk->xb[b % 2];
+}
+
+/* After a group of block b: its tokens t0 .. t1 - 1 of block b + 1, if there is one. */
+MX_INLINE void mx_gather_next(mx_tokens *tk, size_t t0, size_t t1, size_t k, size_t b)
+{
+    if (b + 1 < k / MX_BLK) mx_gather(t0, t1, tk->rows, k, b + 1, &tk->xb[(b + 1) % 2]);
+}
+
 /* Every group of the m tokens over the decoded gate/up block b. */
 MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
                                __m512 wg, __m512 wu, float (*tot)[MX_NR])
 {
     const mx_split sp = tk->gateup;
-    mx_gather(m, tk->rows, k, b, &tk->xb);
+    const mx_xblock *xb = mx_gather_first(tk, m, k, b);
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
         switch (g) {
-            MX_CASES_BELOW_12(mx_gateup_group, buf, &tk->xb, t0, wg, wu, tot + 2 * t0)
-        default: mx_gateup_group(MX_GROUP_GATEUP, buf, &tk->xb, t0, wg, wu, tot + 2 * t0);
+            MX_CASES_BELOW_12(mx_gateup_group, buf, xb, t0, wg, wu, tot + 2 * t0)
+        default: mx_gateup_group(MX_GROUP_GATEUP, buf, xb, t0, wg, wu, tot + 2 * t0);
         }
+        mx_gather_next(tk, t0, t0 + g, k, b);
     }
 }
 
@@ -218,13 +236,14 @@ MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const 
                              __m512 w, float (*tot)[MX_NR])
 {
     const mx_split sp = tk->down;
-    mx_gather(m, tk->rows, k, b, &tk->xb);
+    const mx_xblock *xb = mx_gather_first(tk, m, k, b);
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
         switch (g) {
-            MX_CASES_BELOW_16(mx_down_group, buf, &tk->xb, t0, w, tot + t0)
-        default: mx_down_group(MX_GROUP_DOWN, buf, &tk->xb, t0, w, tot + t0);
+            MX_CASES_BELOW_16(mx_down_group, buf, xb, t0, w, tot + t0)
+        default: mx_down_group(MX_GROUP_DOWN, buf, xb, t0, w, tot + t0);
         }
+        mx_gather_next(tk, t0, t0 + g, k, b);
     }
 }
 
