@@ -408,8 +408,9 @@ static const moe_act_params mx_act = {.kind = 2, .limit = 7.0f, .alpha = 1.702f}
 
 /* Tiles [lo, hi) of one phase of expert base for T tokens: groups of tiles that fit in L2
  * beside one chunk of activations, each group over all chunks of MR tokens (as
- * prefill_expert; with T ≤ MR, one chunk and the tiles in order). */
-static void mx_gateup_tiles(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
+ * prefill_expert; with T ≤ MR, one chunk and the tiles in order); a group is one call of the
+ * set's multi-tile entry when it has one (as the engine calls it). */
+static void mx_gateup_phase(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
                             const unsigned char *base, mx_acts *a, size_t T, int lo, int hi)
 {
     const size_t mr = (size_t)ks->mr, NH = (size_t)sh->h, NI = (size_t)sh->i;
@@ -417,23 +418,34 @@ static void mx_gateup_tiles(const moe_expert_kernels *ks, const mx_shape *sh, co
     for (int t0 = lo; t0 < hi; t0 += gg)
         for (size_t c = 0; c < T; c += mr) {
             const size_t m = T - c < mr ? T - c : mr;
-            for (int t = t0; t < t0 + gg && t < hi; t++)
-                ks->gateup(m, NH, &a->xq[c], base + pk->gateup_tb * (size_t)t, &mx_act,
-                           a->h + c * NI + (size_t)t * 16, NI, 16);
+            const int n = hi - t0 < gg ? hi - t0 : gg;
+            if (ks->gateup_tiles)
+                ks->gateup_tiles(m, NH, &a->xq[c], base + pk->gateup_tb * (size_t)t0, (size_t)n,
+                                 &mx_act, a->h + c * NI + (size_t)t0 * 16, NI, 16);
+            else
+                for (int t = t0; t < t0 + n; t++)
+                    ks->gateup(m, NH, &a->xq[c], base + pk->gateup_tb * (size_t)t, &mx_act,
+                               a->h + c * NI + (size_t)t * 16, NI, 16);
         }
 }
 
-static void mx_down_tiles(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
+static void mx_down_phase(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk,
                           const unsigned char *base, mx_acts *a, size_t T, int lo, int hi)
 {
     const size_t mr = (size_t)ks->mr, NH = (size_t)sh->h, NI = (size_t)sh->i;
     const int gd = group_of(pk->down_tb, mr * a->hrow);
+    const unsigned char *down = base + pk->gateup_bytes;
     for (int t0 = lo; t0 < hi; t0 += gd)
         for (size_t c = 0; c < T; c += mr) {
             const size_t m = T - c < mr ? T - c : mr;
-            for (int t = t0; t < t0 + gd && t < hi; t++)
-                ks->down(m, NI, &a->hq[c], base + pk->gateup_bytes + pk->down_tb * (size_t)t,
-                         a->y + c * NH + (size_t)t * 16, NH, 16);
+            const int n = hi - t0 < gd ? hi - t0 : gd;
+            if (ks->down_tiles)
+                ks->down_tiles(m, NI, &a->hq[c], down + pk->down_tb * (size_t)t0, (size_t)n,
+                               a->y + c * NH + (size_t)t0 * 16, NH, 16);
+            else
+                for (int t = t0; t < t0 + n; t++)
+                    ks->down(m, NI, &a->hq[c], down + pk->down_tb * (size_t)t,
+                             a->y + c * NH + (size_t)t * 16, NH, 16);
         }
 }
 
@@ -447,12 +459,12 @@ static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const pa
 #pragma omp parallel num_threads(threads)
     {
         const int id = omp_get_thread_num(), nt = omp_get_num_threads();
-        mx_gateup_tiles(ks, sh, pk, base, a, T, gt * id / nt, gt * (id + 1) / nt);
+        mx_gateup_phase(ks, sh, pk, base, a, T, gt * id / nt, gt * (id + 1) / nt);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (size_t c = 0; c < T; c++)
             ks->prepare_act((size_t)sh->i, a->h + c * (size_t)sh->i, a->hqbuf + c * a->hrow);
-        mx_down_tiles(ks, sh, pk, base, a, T, dt * id / nt, dt * (id + 1) / nt);
+        mx_down_phase(ks, sh, pk, base, a, T, dt * id / nt, dt * (id + 1) / nt);
     }
 }
 

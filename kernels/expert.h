@@ -186,6 +186,18 @@ typedef void moe_expert_gateup_ukernel(size_t m, size_t k, const void *const *x,
 typedef void moe_expert_down_ukernel(size_t m, size_t k, const void *const *h, const void *tile,
                                      float *y, size_t y_stride, size_t n_valid);
 
+/* The same as n_tiles calls of the ukernels above over consecutive tiles (tile i at
+ * tile + i · tile_bytes(k), its outputs NR elements after tile i - 1's in each h / y row),
+ * bit for bit: every tile but the last has NR valid rows, the last n_valid. A set may run
+ * the tiles side by side, so activations it reorganises per call serve several tiles. */
+typedef void moe_expert_gateup_tiles_ukernel(size_t m, size_t k, const void *const *x,
+                                             const void *tile, size_t n_tiles,
+                                             const moe_act_params *act, void *h, size_t h_stride,
+                                             size_t n_valid);
+typedef void moe_expert_down_tiles_ukernel(size_t m, size_t k, const void *const *h,
+                                           const void *tile, size_t n_tiles, float *y,
+                                           size_t y_stride, size_t n_valid);
+
 /* One kernel set: everything that must agree with one packed layout. */
 typedef struct moe_expert_kernels {
     const char *name; /* moe_expert_<format>_<recipe>_<MR>x<NR>__<isa> */
@@ -215,6 +227,9 @@ typedef struct moe_expert_kernels {
     moe_status (*unpack_down)(const void *packed, const moe_weight_dst *down);
     moe_expert_gateup_ukernel *gateup;
     moe_expert_down_ukernel *down;
+    /* Optional (NULL: the engine calls gateup / down tile by tile). */
+    moe_expert_gateup_tiles_ukernel *gateup_tiles;
+    moe_expert_down_tiles_ukernel *down_tiles;
     /* The activation rows of the Q8 recipe (above): bytes of one prepared row of k values (0
      * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
      * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any

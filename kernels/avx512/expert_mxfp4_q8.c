@@ -25,6 +25,8 @@ const moe_expert_kernels moe_expert_mxfp4_q8_32x16__avx512 = {
     .unpack_down = moe_mx_unpack_down,
     .gateup = mx_gateup,
     .down = mx_down,
+    .gateup_tiles = mx_gateup_tiles,
+    .down_tiles = mx_down_tiles,
     .act_row_bytes = moe_q8_row_bytes,
     .prepare_act = q8_prepare_avx512,
 };

@@ -33,6 +33,8 @@
  * their fp32 totals on the stack (touched once per block). The VNNI set's groups are
  * register-blocked by hand (kernels/avx512vnni/expert_mxfp4_q8_groups.h); the vpmaddubsw
  * set's are below. Same operations per element in every path, so same bits for every m.
+ * The multi-tile entries run up to MX_TILES tiles side by side on the buffered path (each
+ * block of each tile decoded in turn, the VNNI groups' gathered activations shared by all).
  *
  * Prefetch: 8 KB ahead into L2 and 2 KB ahead into L1, every 64 bytes consumed, into the
  * next tile too; decode streams each tile once from memory.
@@ -300,20 +302,20 @@ MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, siz
 }
 
 /* Every group of the m tokens over the decoded gate/up block b. */
-MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
-                               __m512 wg, __m512 wu, float (*tot)[MX_NR])
+MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
+                               const __m512i *buf, __m512 wg, __m512 wu, float (*tot)[MX_NR])
 {
-    (void)k;
+    (void)k, (void)first;
     for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
         const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
         DISPATCH(mx_gateup_group, g, buf, tk->r + t0, b, wg, wu, tot + 2 * t0);
     }
 }
 
-MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
-                             __m512 w, float (*tot)[MX_NR])
+MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
+                             const __m512i *buf, __m512 w, float (*tot)[MX_NR])
 {
-    (void)k;
+    (void)k, (void)first;
     for (size_t t0 = 0; t0 < m; t0 += MX_GROUP) {
         const size_t g = m - t0 < MX_GROUP ? m - t0 : MX_GROUP;
         DISPATCH(mx_down_group, g, buf, tk->r + t0, b, w, tot + t0);
@@ -323,69 +325,89 @@ MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const 
 #endif
 
 /* The buffered paths, one driver for both group sets (mx_tokens, mx_gateup_block and
- * mx_down_block above): the tile's steps in order, each block decoded once into buf, then
- * every group of tokens over it; totals on the stack, the epilogue as the direct path's. */
+ * mx_down_block above) over n ≤ MX_TILES consecutive tiles tb bytes apart: the tiles' steps
+ * in order, in each step every tile's block b decoded once into buf and every group of tokens
+ * run over it (first: the first tile of the block, when the VNNI groups gather), totals on
+ * the stack, the epilogue as the direct path's; tile j's outputs MX_NR elements after tile
+ * j - 1's, n_valid rows in the last. */
+#define MX_TILES 4
+
 static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
-                               const unsigned char *tile, const moe_act_params *act, float *h,
-                               size_t hs, size_t n_valid)
+                               const unsigned char *tile, size_t n, size_t tb,
+                               const moe_act_params *act, float *h, size_t hs, size_t n_valid)
 {
     __m512i buf[16] __attribute__((aligned(64)));
     mx_tokens tk __attribute__((aligned(64)));
-    float tot[2 * MX_MR][MX_NR] __attribute__((aligned(64)));
+    float tot[MX_TILES][2 * MX_MR][MX_NR] __attribute__((aligned(64)));
     mx_tokens_init(&tk, m, xv, k);
-    for (size_t t = 0; t < 2 * m; t++)
-        _mm512_store_ps(tot[t], _mm512_setzero_ps());
+    for (size_t j = 0; j < n; j++)
+        for (size_t t = 0; t < 2 * m; t++)
+            _mm512_store_ps(tot[j][t], _mm512_setzero_ps());
     const __m512i lut = mx_lut();
     const size_t nb = k / MX_BLK;
-    for (size_t s = 0, b = 0; b < nb; s++) {
+    for (size_t s = 0, b0 = 0; b0 < nb; s++) {
         const size_t len = moe_mx_step_len(2, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(2, s);
-        const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
-        mx_prefetch_ahead(line);
-        for (size_t i = 0; i < len; i++, b++) {
-            const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
-            mx_decode_unit(ug, lut, buf, 4);
-            mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
-            const __m512 wg = mx_half_scales(line + 32 * i), wu = mx_half_scales(line + 32 * i + 16);
-            mx_gateup_block(&tk, m, k, b, buf, wg, wu, tot);
+        for (size_t i = 0; i < len; i++) {
+            for (size_t j = 0; j < n; j++) {
+                const unsigned char *base = tile + j * tb + moe_mx_step_at(2, s);
+                const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
+                if (i == 0) mx_prefetch_ahead(line);
+                const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
+                mx_decode_unit(ug, lut, buf, 4);
+                mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
+                const __m512 wg = mx_half_scales(line + 32 * i);
+                const __m512 wu = mx_half_scales(line + 32 * i + 16);
+                mx_gateup_block(&tk, m, k, b0 + i, j == 0, buf, wg, wu, tot[j]);
+            }
         }
+        b0 += len;
     }
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t t = 0; t < m; t++) {
-        const __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * t]), bg);
-        const __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * t + 1]), bu);
-        _mm512_mask_storeu_ps(h + t * hs, mask, act16(act, g, u));
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *tj = tile + j * tb;
+        const __m512 bg = _mm512_loadu_ps(tj), bu = _mm512_loadu_ps(tj + 64);
+        const __mmask16 mask = rows_mask(j + 1 == n ? n_valid : MX_NR);
+        for (size_t t = 0; t < m; t++) {
+            const __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * t]), bg);
+            const __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * t + 1]), bu);
+            _mm512_mask_storeu_ps(h + t * hs + j * MX_NR, mask, act16(act, g, u));
+        }
     }
 }
 
 static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
-                             float *y, size_t ys, size_t n_valid)
+                             size_t n, size_t tb, float *y, size_t ys, size_t n_valid)
 {
     __m512i buf[8] __attribute__((aligned(64)));
     mx_tokens tk __attribute__((aligned(64)));
-    float tot[MX_MR][MX_NR] __attribute__((aligned(64)));
+    float tot[MX_TILES][MX_MR][MX_NR] __attribute__((aligned(64)));
     mx_tokens_init(&tk, m, hv, k);
-    for (size_t t = 0; t < m; t++)
-        _mm512_store_ps(tot[t], _mm512_setzero_ps());
+    for (size_t j = 0; j < n; j++)
+        for (size_t t = 0; t < m; t++)
+            _mm512_store_ps(tot[j][t], _mm512_setzero_ps());
     const __m512i lut = mx_lut();
     const size_t nb = k / MX_BLK;
-    for (size_t s = 0, b = 0; b < nb; s++) {
+    for (size_t s = 0, b0 = 0; b0 < nb; s++) {
         const size_t len = moe_mx_step_len(1, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(1, s);
-        const unsigned char *line = base + len * MOE_MX_UNIT;
-        mx_prefetch_ahead(line);
-        for (size_t i = 0; i < len; i++, b++) {
-            mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
-            mx_down_block(&tk, m, k, b, buf, mx_half_scales(line + 16 * i), tot);
+        for (size_t i = 0; i < len; i++) {
+            for (size_t j = 0; j < n; j++) {
+                const unsigned char *base = tile + j * tb + moe_mx_step_at(1, s);
+                const unsigned char *line = base + len * MOE_MX_UNIT;
+                if (i == 0) mx_prefetch_ahead(line);
+                mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
+                mx_down_block(&tk, m, k, b0 + i, j == 0, buf, mx_half_scales(line + 16 * i),
+                              tot[j]);
+            }
         }
+        b0 += len;
     }
-    const __m512 bias = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t t = 0; t < m; t++)
-        _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[t]), bias));
+    for (size_t j = 0; j < n; j++) {
+        const __m512 bias = _mm512_loadu_ps(tile + j * tb);
+        const __mmask16 mask = rows_mask(j + 1 == n ? n_valid : MX_NR);
+        for (size_t t = 0; t < m; t++)
+            _mm512_mask_storeu_ps(y + t * ys + j * MX_NR, mask,
+                                  _mm512_add_ps(_mm512_load_ps(tot[j][t]), bias));
+    }
 }
-
 
 /* ---- Entry points ------------------------------------------------------------------------ */
 
@@ -403,7 +425,7 @@ static void mx_gateup(size_t m, size_t k, const void *const *x, const void *tile
                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
     if (m > MX_DIRECT)
-        mx_gateup_buffered(m, k, x, tile, act, h, h_stride, n_valid);
+        mx_gateup_buffered(m, k, x, tile, 1, 0, act, h, h_stride, n_valid);
     else
         MX_DIRECT_DISPATCH(mx_gateup_direct, m, k, x, tile, act, h, h_stride, n_valid);
 }
@@ -412,9 +434,47 @@ static void mx_down(size_t m, size_t k, const void *const *h, const void *tile, 
                     size_t y_stride, size_t n_valid)
 {
     if (m > MX_DIRECT)
-        mx_down_buffered(m, k, h, tile, y, y_stride, n_valid);
+        mx_down_buffered(m, k, h, tile, 1, 0, y, y_stride, n_valid);
     else
         MX_DIRECT_DISPATCH(mx_down_direct, m, k, h, tile, y, y_stride, n_valid);
+}
+
+/* n_tiles tiles: MX_TILES at a time side by side on the buffered path (the VNNI groups then
+ * gather each block's activations once for all of them), tile by tile on the direct one. */
+static void mx_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
+                            size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
+                            size_t n_valid)
+{
+    const size_t tb = moe_mx_gateup_bytes((int64_t)k);
+    for (size_t i = 0; i < n_tiles; i += MX_TILES) {
+        const size_t n = n_tiles - i < MX_TILES ? n_tiles - i : MX_TILES;
+        const size_t nv = i + n == n_tiles ? n_valid : MX_NR;
+        const unsigned char *t = (const unsigned char *)tile + i * tb;
+        float *hi = (float *)h + i * MX_NR;
+        if (m > MX_DIRECT)
+            mx_gateup_buffered(m, k, x, t, n, tb, act, hi, h_stride, nv);
+        else
+            for (size_t j = 0; j < n; j++)
+                mx_gateup(m, k, x, t + j * tb, act, hi + j * MX_NR, h_stride,
+                          j + 1 == n ? nv : MX_NR);
+    }
+}
+
+static void mx_down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
+                          size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
+{
+    const size_t tb = moe_mx_down_bytes((int64_t)k);
+    for (size_t i = 0; i < n_tiles; i += MX_TILES) {
+        const size_t n = n_tiles - i < MX_TILES ? n_tiles - i : MX_TILES;
+        const size_t nv = i + n == n_tiles ? n_valid : MX_NR;
+        const unsigned char *t = (const unsigned char *)tile + i * tb;
+        float *yi = y + i * MX_NR;
+        if (m > MX_DIRECT)
+            mx_down_buffered(m, k, h, t, n, tb, yi, y_stride, nv);
+        else
+            for (size_t j = 0; j < n; j++)
+                mx_down(m, k, h, t + j * tb, yi + j * MX_NR, y_stride, j + 1 == n ? nv : MX_NR);
+    }
 }
 
 #endif

@@ -202,48 +202,52 @@ MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, siz
     tk->down = mx_split_of(m, MX_GROUP_DOWN);
 }
 
-/* Block b's gathered activations; block 0's are gathered here, every later block's by the
- * groups of the block before it (mx_gather_next). Blocks come in order 0, 1, ..., k/32 - 1. */
-MX_INLINE const mx_xblock *mx_gather_first(mx_tokens *tk, size_t m, size_t k, size_t b)
+/* Block b's gathered activations. Block 0's are gathered here, every later block's by the
+ * groups of the block before it on the call's first tile (mx_gather_next); the other tiles
+ * run over the same gathered blocks. Blocks come in order 0, 1, ..., k/32 - 1. */
+MX_INLINE const mx_xblock *mx_gather_first(mx_tokens *tk, size_t m, size_t k, size_t b,
+                                           bool first)
 {
-    if (b == 0) mx_gather(0, m, tk->rows, k, 0, &tk->xb[0]);
+    if (b == 0 && first) mx_gather(0, m, tk->rows, k, 0, &tk->xb[0]);
     return &tk->xb[b % 2];
 }
 
-/* After a group of block b: its tokens t0 .. t1 - 1 of block b + 1, if there is one. */
-MX_INLINE void mx_gather_next(mx_tokens *tk, size_t t0, size_t t1, size_t k, size_t b)
+/* After a group of block b on the first tile: its tokens t0 .. t1 - 1 of block b + 1, if there
+ * is one. */
+MX_INLINE void mx_gather_next(mx_tokens *tk, size_t t0, size_t t1, size_t k, size_t b, bool first)
 {
-    if (b + 1 < k / MX_BLK) mx_gather(t0, t1, tk->rows, k, b + 1, &tk->xb[(b + 1) % 2]);
+    if (first && b + 1 < k / MX_BLK)
+        mx_gather(t0, t1, tk->rows, k, b + 1, &tk->xb[(b + 1) % 2]);
 }
 
-/* Every group of the m tokens over the decoded gate/up block b. */
-MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
-                               __m512 wg, __m512 wu, float (*tot)[MX_NR])
+/* Every group of the m tokens over the decoded gate/up block b of one tile. */
+MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
+                               const __m512i *buf, __m512 wg, __m512 wu, float (*tot)[MX_NR])
 {
     const mx_split sp = tk->gateup;
-    const mx_xblock *xb = mx_gather_first(tk, m, k, b);
+    const mx_xblock *xb = mx_gather_first(tk, m, k, b, first);
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
         switch (g) {
             MX_CASES_BELOW_12(mx_gateup_group, buf, xb, t0, wg, wu, tot + 2 * t0)
         default: mx_gateup_group(MX_GROUP_GATEUP, buf, xb, t0, wg, wu, tot + 2 * t0);
         }
-        mx_gather_next(tk, t0, t0 + g, k, b);
+        mx_gather_next(tk, t0, t0 + g, k, b, first);
     }
 }
 
-MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, const __m512i *buf,
-                             __m512 w, float (*tot)[MX_NR])
+MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
+                             const __m512i *buf, __m512 w, float (*tot)[MX_NR])
 {
     const mx_split sp = tk->down;
-    const mx_xblock *xb = mx_gather_first(tk, m, k, b);
+    const mx_xblock *xb = mx_gather_first(tk, m, k, b, first);
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
         switch (g) {
             MX_CASES_BELOW_16(mx_down_group, buf, xb, t0, w, tot + t0)
         default: mx_down_group(MX_GROUP_DOWN, buf, xb, t0, w, tot + t0);
         }
-        mx_gather_next(tk, t0, t0 + g, k, b);
+        mx_gather_next(tk, t0, t0 + g, k, b, first);
     }
 }
 

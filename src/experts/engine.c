@@ -50,8 +50,22 @@ static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
     return per < tiles ? per : tiles;
 }
 
-/* gate/up for tiles [j0, j1) of one span: each tile is reused by all M-chunks while it is in
- * cache; a span of at most MR rows is the decode case, one call per tile. */
+/* Tiles per call of a set's multi-tile entry when a span has more rows than one call takes:
+ * they stay in L2 while every chunk of MR rows runs over them. (A span of at most MR rows
+ * passes its whole range in one call.) */
+#define TILES_PER_CALL 4
+
+/* The tiles [j, j1) one call takes from j: 1 without a multi-tile entry, else all of them for
+ * a span of one chunk, TILES_PER_CALL otherwise. */
+static int64_t call_tiles(bool multi, size_t rows, size_t mr, int64_t j, int64_t j1)
+{
+    if (!multi) return 1;
+    if (rows <= mr) return j1 - j;
+    return j1 - j < TILES_PER_CALL ? j1 - j : TILES_PER_CALL;
+}
+
+/* gate/up for tiles [j0, j1) of one span: each run of tiles is reused by all M-chunks while
+ * it is in cache; a span of at most MR rows is the decode case, one call per run. */
 static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
                         unsigned char *h, int64_t j0, int64_t j1)
 {
@@ -60,9 +74,10 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb;
     const unsigned char *tiles = moe_expert_gateup(g, s->e);
     const void *x[MOE_EXPERTS_MAX_MR];
-    for (int64_t j = j0; j < j1; j++) {
-        const size_t n0 = (size_t)j * nr;
-        const size_t n_valid = min_size(nr, (size_t)g->inter - n0);
+    for (int64_t j = j0, nt; j < j1; j += nt) {
+        nt = call_tiles(ks->gateup_tiles != NULL, s->n, mr, j, j1);
+        const size_t n0 = (size_t)j * nr, last = (size_t)(j + nt - 1) * nr;
+        const size_t n_valid = min_size(nr, (size_t)g->inter - last);
         const void *tile = tiles + (size_t)j * g->gateup_tile_bytes;
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
@@ -70,8 +85,12 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
                 const size_t r = s->first + c + i;
                 x[i] = act + (s->token ? s->token[r] : r) * x_row;
             }
-            ks->gateup(m, (size_t)g->hidden, x, tile, &g->act, h + (s->first + c) * h_row + n0 * eb,
-                       g->h_stride, n_valid);
+            void *hc = h + (s->first + c) * h_row + n0 * eb;
+            if (ks->gateup_tiles)
+                ks->gateup_tiles(m, (size_t)g->hidden, x, tile, (size_t)nt, &g->act, hc,
+                                 g->h_stride, n_valid);
+            else
+                ks->gateup(m, (size_t)g->hidden, x, tile, &g->act, hc, g->h_stride, n_valid);
         }
     }
     /* The item that owns the last tile also owns the zero padding after column I. */
@@ -91,16 +110,20 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr;
     const unsigned char *tiles = moe_expert_down(g, s->e);
     const void *hp[MOE_EXPERTS_MAX_MR];
-    for (int64_t j = j0; j < j1; j++) {
-        const size_t n0 = (size_t)j * nr;
-        const size_t n_valid = min_size(nr, (size_t)g->hidden - n0);
+    for (int64_t j = j0, nt; j < j1; j += nt) {
+        nt = call_tiles(ks->down_tiles != NULL, s->n, mr, j, j1);
+        const size_t n0 = (size_t)j * nr, last = (size_t)(j + nt - 1) * nr;
+        const size_t n_valid = min_size(nr, (size_t)g->hidden - last);
         const void *tile = tiles + (size_t)j * g->down_tile_bytes;
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)
                 hp[i] = h + (s->first + c + i) * h_row;
-            ks->down(m, (size_t)g->inter, hp, tile, y + (s->first + c) * y_stride + n0, y_stride,
-                     n_valid);
+            float *yc = y + (s->first + c) * y_stride + n0;
+            if (ks->down_tiles)
+                ks->down_tiles(m, (size_t)g->inter, hp, tile, (size_t)nt, yc, y_stride, n_valid);
+            else
+                ks->down(m, (size_t)g->inter, hp, tile, yc, y_stride, n_valid);
         }
     }
 }

@@ -396,6 +396,52 @@ static void run(const runner *r, const moe_expert_kernels *ks, size_t m, const v
     }
 }
 
+/* The same through the set's multi-tile entry, per_call tiles a call (the last call the rest). */
+static void run_tiles(const runner *r, const moe_expert_kernels *ks, size_t m,
+                      const void *const *rows, outbuf *o, size_t per_call)
+{
+    const size_t ntiles = (r->n + NR - 1) / NR;
+    for (size_t t = 0; t < ntiles; t += per_call) {
+        const size_t n = ntiles - t < per_call ? ntiles - t : per_call;
+        const size_t last = t + n - 1, nv = r->n - last * NR < NR ? r->n - last * NR : NR;
+        const unsigned char *tile = (const unsigned char *)r->packed + t * r->tb;
+        float *out = (float *)o->p + t * NR;
+        if (r->gateup)
+            ks->gateup_tiles(m, r->k, rows, tile, n, r->act, out, o->stride, nv);
+        else
+            ks->down_tiles(m, r->k, rows, tile, n, out, o->stride, nv);
+    }
+}
+
+/* A set's multi-tile entry gives the tile-by-tile bits, every tile at once and three at a
+ * time, for token counts on both paths. */
+static void check_tiles(const xset *xs, const runner *r, const tokens *tok, const char *what)
+{
+    const moe_expert_kernels *ks = xs->set;
+    if (r->gateup ? !ks->gateup_tiles : !ks->down_tiles) return;
+    const size_t ms[] = {1, 4, 5, 13, (size_t)ks->mr};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const size_t m = ms[i];
+        if (m > (size_t)tok->n) continue;
+        const void *rows[MAX_MR];
+        for (size_t t = 0; t < m; t++)
+            rows[t] = tok->row[(t + 1) % (size_t)tok->n];
+        outbuf one, all, three;
+        out_init(&one, r->n, m);
+        out_init(&all, r->n, m);
+        out_init(&three, r->n, m);
+        run(r, ks, m, rows, &one);
+        run_tiles(r, ks, m, rows, &all, (r->n + NR - 1) / NR);
+        run_tiles(r, ks, m, rows, &three, 3);
+        CHECKF(out_guards_ok(&all, m, r->n) && out_guards_ok(&three, m, r->n),
+               "%s %s: the multi-tile entry wrote outside its outputs (m=%zu)", xs->name, what, m);
+        CHECKF(!memcmp(one.p, all.p, one.bytes) && !memcmp(one.p, three.p, one.bytes),
+               "%s %s k=%zu n=%zu m=%zu: the multi-tile entry differs from tile by tile", xs->name,
+               what, r->k, r->n, m);
+        free(one.p), free(all.p), free(three.p);
+    }
+}
+
 /* Packs a (and b: gate/up) into a guarded buffer and checks unpack(pack(w)) == w. */
 static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat *b, guarded *g,
                           size_t *tb)
@@ -575,6 +621,7 @@ static void case_gateup(const xset *xs, const kcase *c)
     char what[64];
     snprintf(what, sizeof what, "gate/up act %d scales %d", c->kind, c->scales);
     check_kernel(xs, &r, &rr, &tok, what, got);
+    check_tiles(xs, &r, &tok, what);
     const double eq = rel_err(got, wantq, total), ex = rel_err(got, wantx, total);
     CHECKF(eq <= 1e-5, "%s %s k=%lld n=%lld: error %.3g vs the dequantised activations", xs->name,
            what, (long long)c->k, (long long)c->n, eq);
@@ -613,6 +660,7 @@ static void case_down(const xset *xs, const kcase *c)
     char what[64];
     snprintf(what, sizeof what, "down scales %d", c->scales);
     check_kernel(xs, &r, &rr, &tok, what, got);
+    check_tiles(xs, &r, &tok, what);
     const double eq = rel_err(got, wantq, total), ex = rel_err(got, wantx, total);
     CHECKF(eq <= 1e-5, "%s %s k=%lld n=%lld: error %.3g vs the dequantised activations", xs->name,
            what, (long long)c->k, (long long)c->n, eq);
