@@ -26,35 +26,6 @@
 
 #define READ_BYTES ((size_t)1 << 30)
 #define FAULT_BYTES ((size_t)2000 << 20)
-#define PF_AHEAD 8192
-#define PF_L1_AHEAD 2048
-
-#if BENCH_X86
-__attribute__((target("avx512f"))) static uint64_t read_streams(const char *p, size_t bytes,
-                                                                int streams, int prefetch)
-{
-    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                      _mm512_setzero_si512()};
-    const size_t q = bytes / (size_t)streams;
-    for (size_t i = 0; i < q; i += 64)
-        for (int s = 0; s < streams; s++) {
-            const char *x = p + (size_t)s * q + i;
-            if (prefetch && (i & 127) == 0) {
-                _mm_prefetch(x + PF_AHEAD, _MM_HINT_T1);
-                _mm_prefetch(x + PF_AHEAD + 64, _MM_HINT_T1);
-                if (prefetch == 2) {
-                    _mm_prefetch(x + PF_L1_AHEAD, _MM_HINT_T0);
-                    _mm_prefetch(x + PF_L1_AHEAD + 64, _MM_HINT_T0);
-                }
-            }
-            acc[s] = _mm512_xor_si512(acc[s], _mm512_load_si512((const void *)x));
-        }
-    const __m512i a = _mm512_xor_si512(_mm512_xor_si512(acc[0], acc[1]),
-                                       _mm512_xor_si512(acc[2], acc[3]));
-    return bench_fold512(a);
-}
-#endif
-
 static void reads(void)
 {
 #if BENCH_X86
@@ -76,7 +47,7 @@ static void reads(void)
                 double best = 1e30;
                 for (int r = 0; r < 3; r++) {
                     const double t0 = bench_now_ns();
-                    bench_sink = read_streams(p, READ_BYTES, streams, pf);
+                    bench_sink = bench_read_streams_avx512(p, READ_BYTES, streams, pf);
                     const double dt = bench_now_ns() - t0;
                     if (dt < best) best = dt;
                 }
