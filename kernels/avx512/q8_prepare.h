@@ -17,26 +17,28 @@
  * kernel set; everything here is static.
  */
 
+/* vfpclassps classes: QNaN, +Inf, -Inf, SNaN (immediates, so macros: -O0 folds no const). */
+#define Q8_NONFINITE (0x01 | 0x08 | 0x10 | 0x80)
+#define Q8_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
 static void q8_prepare_avx512(size_t k, const float *x, void *dst)
 {
     unsigned char *row = dst;
     const size_t nb = k / MOE_EXPERT_MXBLOCK, so = moe_q8_scales_offset(k);
     const size_t co = moe_q8_corr_offset(k);
     const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
-    const int nonfinite = 0x01 | 0x08 | 0x10 | 0x80; /* QNaN, +Inf, -Inf, SNaN */
     for (size_t b = 0; b < nb; b++) {
         const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
         __m128i q0 = _mm_setzero_si128(), q1 = _mm_setzero_si128();
         float xs = NAN;
         int32_t corr = 0;
-        if (!(_mm512_fpclass_ps_mask(v0, nonfinite) | _mm512_fpclass_ps_mask(v1, nonfinite))) {
+        if (!(_mm512_fpclass_ps_mask(v0, Q8_NONFINITE) | _mm512_fpclass_ps_mask(v1, Q8_NONFINITE))) {
             const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
             xs = amax / 127.0f;
             if (xs != 0.0f) {
                 const __m512 d = _mm512_set1_ps(xs);
-                const int rne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-                __m512 r0 = _mm512_roundscale_ps(_mm512_div_ps(v0, d), rne);
-                __m512 r1 = _mm512_roundscale_ps(_mm512_div_ps(v1, d), rne);
+                __m512 r0 = _mm512_roundscale_ps(_mm512_div_ps(v0, d), Q8_RNE);
+                __m512 r1 = _mm512_roundscale_ps(_mm512_div_ps(v1, d), Q8_RNE);
                 r0 = _mm512_max_ps(nlim, _mm512_min_ps(lim, r0));
                 r1 = _mm512_max_ps(nlim, _mm512_min_ps(lim, r1));
                 const __m512i i0 = _mm512_cvtps_epi32(r0), i1 = _mm512_cvtps_epi32(r1);
