@@ -342,14 +342,18 @@ INLINE void fp8_decode(const unsigned char *codes, size_t n16, float *buf)
     }
 }
 
+/* The pairs also bring the next block's codes (next: 32 bytes per k for gate/up, 16 for down)
+ * into L2, as in the AVX-512 set: each block is a new 4 KB page. */
 INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float *const *x,
-                        size_t k0, __m256 sg, __m256 su, float (*tot)[NR])
+                        size_t k0, __m256 sg, __m256 su, float (*tot)[NR],
+                        const unsigned char *next)
 {
     __m256 b[MR][4];
     UNROLL
     for (size_t i = 0; i < M; i++)
         b[i][0] = b[i][1] = b[i][2] = b[i][3] = _mm256_setzero_ps();
     for (size_t kk = 0; kk < n; kk++) {
+        prefetch(next + 32 * kk);
         const float *w = buf + 32 * kk;
         UNROLL
         for (size_t j = 0; j < 4; j++) {
@@ -370,13 +374,15 @@ INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float 
 
 /* down over a decoded block of n k (16 floats each): chains a (even pairs) and b (odd). */
 INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *const *x, size_t k0,
-                      __m256 s, float (*tot)[NR])
+                      __m256 s, float (*tot)[NR], const unsigned char *next)
 {
     __m256 d[MR][2][2];
     UNROLL
     for (size_t i = 0; i < M; i++)
         d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
     for (size_t kk = 0; kk < n; kk++) {
+        if (kk % 4 == 0)
+            prefetch(next + 16 * kk);
         const size_t c = (kk / 2) & 1; /* k0 is a multiple of 128: pair parity = (kk / 2) */
         UNROLL
         for (size_t j = 0; j < 2; j++) {
@@ -417,11 +423,12 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
         fp8_decode(codes + k0 * 32, 2 * n, buf);
         const __m256 sg = _mm256_set1_ps(load_f32(sc)), su = _mm256_set1_ps(load_f32(sc + 4));
+        const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 32;
         for (size_t c = 0; c < m; c += MR) {
             if (m - c >= 2)
-                gateup_pair(2, buf, n, x + c, k0, sg, su, tot + 2 * c);
+                gateup_pair(2, buf, n, x + c, k0, sg, su, tot + 2 * c, next);
             else
-                gateup_pair(1, buf, n, x + c, k0, sg, su, tot + 2 * c);
+                gateup_pair(1, buf, n, x + c, k0, sg, su, tot + 2 * c, next);
         }
     }
     const float *b = (const float *)tile;
@@ -449,11 +456,12 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
         fp8_decode(codes + k0 * 16, n, buf);
         const __m256 s = _mm256_set1_ps(load_f32(sc));
+        const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 16;
         for (size_t c = 0; c < m; c += MR) {
             if (m - c >= 2)
-                down_pair(2, buf, n, x + c, k0, s, tot + c);
+                down_pair(2, buf, n, x + c, k0, s, tot + c, next);
             else
-                down_pair(1, buf, n, x + c, k0, s, tot + c);
+                down_pair(1, buf, n, x + c, k0, s, tot + c, next);
         }
     }
     const float *b = (const float *)tile;
