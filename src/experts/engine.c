@@ -55,42 +55,62 @@ static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
  * passes its whole range in one call.) */
 #define TILES_PER_CALL 4
 
-/* The tiles [j, j1) one call takes from j: 1 without a multi-tile entry, else all of them for
- * a span of one chunk, TILES_PER_CALL otherwise. */
-static int64_t call_tiles(bool multi, size_t rows, size_t mr, int64_t j, int64_t j1)
+/* Without a multi-tile entry, a span of more than MR rows runs each chunk over a run of tiles
+ * that, with one chunk's input rows, fills about this much of L2 (2 MiB on the machines we
+ * measure): the tiles are read from memory once for all chunks, and a chunk's rows once for
+ * the run rather than once per tile (bench/NOTES.md, v4). */
+#define RUN_L2_BYTES ((size_t)3 << 19)
+
+/* The tiles [j, j1) one pass of the chunks takes from j: all of them for a span of one chunk
+ * (decode: one call per tile, or one call for all with a multi-tile entry); for more rows,
+ * TILES_PER_CALL with a multi-tile entry, else as many tiles of tile_bytes as fit in
+ * RUN_L2_BYTES beside one chunk's rows of row_bytes (at least one). */
+static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t tile_bytes, size_t row_bytes,
+                         int64_t j, int64_t j1)
 {
-    if (!multi) return 1;
+    int64_t want;
     if (rows <= mr) return j1 - j;
-    return j1 - j < TILES_PER_CALL ? j1 - j : TILES_PER_CALL;
+    if (multi) {
+        want = TILES_PER_CALL;
+    } else {
+        const size_t chunk = mr * row_bytes;
+        want = chunk < RUN_L2_BYTES ? (int64_t)((RUN_L2_BYTES - chunk) / tile_bytes) : 1;
+        if (want < 1) want = 1;
+    }
+    return j1 - j < want ? j1 - j : want;
 }
 
 /* gate/up for tiles [j0, j1) of one span: each run of tiles is reused by all M-chunks while
- * it is in cache; a span of at most MR rows is the decode case, one call per run. */
+ * it is in cache; a span of at most MR rows is the decode case, one chunk over all. */
 static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
                         unsigned char *h, int64_t j0, int64_t j1)
 {
     const moe_expert_kernels *ks = g->ks;
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, eb = g->act_elem;
-    const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb;
+    const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb, tb = g->gateup_tile_bytes;
     const unsigned char *tiles = moe_expert_gateup(g, s->e);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = call_tiles(ks->gateup_tiles != NULL, s->n, mr, j, j1);
-        const size_t n0 = (size_t)j * nr, last = (size_t)(j + nt - 1) * nr;
-        const size_t n_valid = min_size(nr, (size_t)g->inter - last);
-        const void *tile = tiles + (size_t)j * g->gateup_tile_bytes;
+        nt = run_tiles(ks->gateup_tiles != NULL, s->n, mr, tb, x_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++) {
                 const size_t r = s->first + c + i;
                 x[i] = act + (s->token ? s->token[r] : r) * x_row;
             }
-            void *hc = h + (s->first + c) * h_row + n0 * eb;
-            if (ks->gateup_tiles)
-                ks->gateup_tiles(m, (size_t)g->hidden, x, tile, (size_t)nt, &g->act, hc,
-                                 g->h_stride, n_valid);
-            else
-                ks->gateup(m, (size_t)g->hidden, x, tile, &g->act, hc, g->h_stride, n_valid);
+            unsigned char *hc = h + (s->first + c) * h_row;
+            if (ks->gateup_tiles) {
+                const size_t last = (size_t)(j + nt - 1) * nr;
+                ks->gateup_tiles(m, (size_t)g->hidden, x, tiles + (size_t)j * tb, (size_t)nt,
+                                 &g->act, hc + (size_t)j * nr * eb, g->h_stride,
+                                 min_size(nr, (size_t)g->inter - last));
+                continue;
+            }
+            for (int64_t t = j; t < j + nt; t++) {
+                const size_t n0 = (size_t)t * nr;
+                ks->gateup(m, (size_t)g->hidden, x, tiles + (size_t)t * tb, &g->act,
+                           hc + n0 * eb, g->h_stride, min_size(nr, (size_t)g->inter - n0));
+            }
         }
     }
     /* The item that owns the last tile also owns the zero padding after column I. */
@@ -107,23 +127,27 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
                       size_t h_row, float *y, size_t y_stride, int64_t j0, int64_t j1)
 {
     const moe_expert_kernels *ks = g->ks;
-    const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr;
+    const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, tb = g->down_tile_bytes;
     const unsigned char *tiles = moe_expert_down(g, s->e);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = call_tiles(ks->down_tiles != NULL, s->n, mr, j, j1);
-        const size_t n0 = (size_t)j * nr, last = (size_t)(j + nt - 1) * nr;
-        const size_t n_valid = min_size(nr, (size_t)g->hidden - last);
-        const void *tile = tiles + (size_t)j * g->down_tile_bytes;
+        nt = run_tiles(ks->down_tiles != NULL, s->n, mr, tb, h_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)
                 hp[i] = h + (s->first + c + i) * h_row;
-            float *yc = y + (s->first + c) * y_stride + n0;
-            if (ks->down_tiles)
-                ks->down_tiles(m, (size_t)g->inter, hp, tile, (size_t)nt, yc, y_stride, n_valid);
-            else
-                ks->down(m, (size_t)g->inter, hp, tile, yc, y_stride, n_valid);
+            float *yc = y + (s->first + c) * y_stride;
+            if (ks->down_tiles) {
+                const size_t last = (size_t)(j + nt - 1) * nr;
+                ks->down_tiles(m, (size_t)g->inter, hp, tiles + (size_t)j * tb, (size_t)nt,
+                               yc + (size_t)j * nr, y_stride, min_size(nr, (size_t)g->hidden - last));
+                continue;
+            }
+            for (int64_t t = j; t < j + nt; t++) {
+                const size_t n0 = (size_t)t * nr;
+                ks->down(m, (size_t)g->inter, hp, tiles + (size_t)t * tb, yc + n0, y_stride,
+                         min_size(nr, (size_t)g->hidden - n0));
+            }
         }
     }
 }
