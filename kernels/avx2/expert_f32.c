@@ -381,8 +381,7 @@ INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *c
     for (size_t i = 0; i < M; i++)
         d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
     for (size_t kk = 0; kk < n; kk++) {
-        if (kk % 4 == 0)
-            prefetch(next + 16 * kk);
+        if (kk % 4 == 0) prefetch(next + 16 * kk);
         const size_t c = (kk / 2) & 1; /* k0 is a multiple of 128: pair parity = (kk / 2) */
         UNROLL
         for (size_t j = 0; j < 2; j++) {

@@ -300,8 +300,6 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
         _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), b));
 }
 
-
-
 /* ---- Dispatch on m ------------------------------------------------------------------ */
 
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,

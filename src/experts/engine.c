@@ -108,8 +108,8 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
             }
             for (int64_t t = j; t < j + nt; t++) {
                 const size_t n0 = (size_t)t * nr;
-                ks->gateup(m, (size_t)g->hidden, x, tiles + (size_t)t * tb, &g->act,
-                           hc + n0 * eb, g->h_stride, min_size(nr, (size_t)g->inter - n0));
+                ks->gateup(m, (size_t)g->hidden, x, tiles + (size_t)t * tb, &g->act, hc + n0 * eb,
+                           g->h_stride, min_size(nr, (size_t)g->inter - n0));
             }
         }
     }
@@ -140,7 +140,8 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
             if (ks->down_tiles) {
                 const size_t last = (size_t)(j + nt - 1) * nr;
                 ks->down_tiles(m, (size_t)g->inter, hp, tiles + (size_t)j * tb, (size_t)nt,
-                               yc + (size_t)j * nr, y_stride, min_size(nr, (size_t)g->hidden - last));
+                               yc + (size_t)j * nr, y_stride,
+                               min_size(nr, (size_t)g->hidden - last));
                 continue;
             }
             for (int64_t t = j; t < j + nt; t++) {
