@@ -48,6 +48,10 @@ moe_cpu_caps moe_cpu_caps_intersect(const moe_cpu_caps *a, const moe_cpu_caps *b
  */
 void moe_cpu_detect(moe_cpu_caps *caps, char brand[64]);
 
+/* The per-core L2 cache of this machine in bytes (CPUID's cache parameters, detected with the
+ * caps), or 0 where the CPU does not say (and on non-x86 builds). */
+size_t moe_cpu_l2_bytes(void);
+
 /* Parses a MOE_ISA value: "scalar", "avx2", "avx512" or "avx512bf16" (exact, lower case).
  * Anything else is MOE_EINVAL naming the value; *level is then untouched. */
 moe_status moe_isa_level_parse(const char *name, moe_isa_level *level);

@@ -1,4 +1,4 @@
-/* cpu_detect.c — CPUID + XGETBV into moe_cpu_caps, once per process. */
+/* cpu_detect.c — CPUID + XGETBV into moe_cpu_caps and the L2 size, once per process. */
 #include <pthread.h>
 #include <string.h>
 
@@ -92,6 +92,29 @@ static moe_cpu_caps read_caps(void)
     return caps;
 }
 
+/* The per-core L2 from the deterministic cache parameters: CPUID leaf 4 (Intel) or 0x8000001D
+ * (AMD, with topology extensions), the same layout: EAX[4:0] type (0 = no more caches, 1
+ * data, 3 unified), EAX[7:5] level, EBX ways - 1 [31:22], partitions - 1 [21:12], line size
+ * - 1 [11:0], ECX sets - 1. 0 when neither leaf describes an L2. */
+static size_t read_l2_bytes(void)
+{
+    const unsigned leaves[] = {4u, 0x8000001Du};
+    for (int l = 0; l < 2; l++) {
+        const unsigned leaf = leaves[l];
+        if (__get_cpuid_max(leaf & 0x80000000u, NULL) < leaf) continue;
+        for (unsigned sub = 0; sub < 16; sub++) {
+            uint32_t a, b, c, d;
+            __cpuid_count(leaf, sub, a, b, c, d);
+            const unsigned type = a & 0x1Fu, level = (a >> 5) & 0x7u;
+            if (type == 0) break;
+            if (level == 2 && (type == 1 || type == 3))
+                return (size_t)((b >> 22) + 1) * (((b >> 12) & 0x3FFu) + 1) * ((b & 0xFFFu) + 1) *
+                       ((size_t)c + 1);
+        }
+    }
+    return 0;
+}
+
 #else /* not x86: nothing to detect, every kernel is the portable one */
 
 static moe_cpu_caps read_caps(void)
@@ -102,17 +125,21 @@ static moe_cpu_caps read_caps(void)
 
 static void read_brand(char brand[64]) { brand[0] = '\0'; }
 
+static size_t read_l2_bytes(void) { return 0; }
+
 #endif
 
 /* Written once under pthread_once, read-only afterwards. */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static moe_cpu_caps detected_caps;
 static char detected_brand[64];
+static size_t detected_l2;
 
 static void detect_run(void)
 {
     detected_caps = moe_cpu_caps_normalize(read_caps());
     read_brand(detected_brand);
+    detected_l2 = read_l2_bytes();
 }
 
 void moe_cpu_detect(moe_cpu_caps *caps, char brand[64])
@@ -120,4 +147,10 @@ void moe_cpu_detect(moe_cpu_caps *caps, char brand[64])
     pthread_once(&detect_once, detect_run);
     if (caps) *caps = detected_caps;
     if (brand) memcpy(brand, detected_brand, sizeof detected_brand);
+}
+
+size_t moe_cpu_l2_bytes(void)
+{
+    pthread_once(&detect_once, detect_run);
+    return detected_l2;
 }

@@ -55,18 +55,14 @@ static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
  * passes its whole range in one call.) */
 #define TILES_PER_CALL 4
 
-/* Without a multi-tile entry, a span of more than MR rows runs each chunk over a run of tiles
- * that, with one chunk's input rows, fills about this much of L2 (2 MiB on the machines we
- * measure): the tiles are read from memory once for all chunks, and a chunk's rows once for
- * the run rather than once per tile (bench/NOTES.md, v4). */
-#define RUN_L2_BYTES ((size_t)3 << 19)
-
 /* The tiles [j, j1) one pass of the chunks takes from j: all of them for a span of one chunk
  * (decode: one call per tile, or one call for all with a multi-tile entry); for more rows,
  * TILES_PER_CALL with a multi-tile entry, else as many tiles of tile_bytes as fit in
- * RUN_L2_BYTES beside one chunk's rows of row_bytes (at least one). */
-static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t tile_bytes, size_t row_bytes,
-                         int64_t j, int64_t j1)
+ * run_bytes (3/4 of the L2) beside one chunk's rows of row_bytes, at least one: the tiles are
+ * read from memory once for all chunks, and a chunk's rows once per run rather than once per
+ * tile (bench/NOTES.md, v4). */
+static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t run_bytes, size_t tile_bytes,
+                         size_t row_bytes, int64_t j, int64_t j1)
 {
     int64_t want;
     if (rows <= mr) return j1 - j;
@@ -74,7 +70,7 @@ static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t tile_bytes, 
         want = TILES_PER_CALL;
     } else {
         const size_t chunk = mr * row_bytes;
-        want = chunk < RUN_L2_BYTES ? (int64_t)((RUN_L2_BYTES - chunk) / tile_bytes) : 1;
+        want = chunk < run_bytes ? (int64_t)((run_bytes - chunk) / tile_bytes) : 1;
         if (want < 1) want = 1;
     }
     return j1 - j < want ? j1 - j : want;
@@ -91,7 +87,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const unsigned char *tiles = moe_expert_gateup(g, s->e);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(ks->gateup_tiles != NULL, s->n, mr, tb, x_row, j, j1);
+        nt = run_tiles(ks->gateup_tiles != NULL, s->n, mr, g->run_bytes, tb, x_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++) {
@@ -131,7 +127,7 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const unsigned char *tiles = moe_expert_down(g, s->e);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(ks->down_tiles != NULL, s->n, mr, tb, h_row, j, j1);
+        nt = run_tiles(ks->down_tiles != NULL, s->n, mr, g->run_bytes, tb, h_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)

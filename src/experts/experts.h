@@ -67,6 +67,8 @@ typedef struct moe_expert_group {
                                  (Q8) a prepared row, act_row_bytes(H) */
     size_t hq_row_bytes;      /* Q8: one prepared h row, act_row_bytes(I), which down reads;
                                  0 for the other recipes (down reads h itself) */
+    size_t run_bytes;         /* what a run of tiles and one chunk's input rows may fill (the
+                                 engine's prefill blocking): 3/4 of the L2 */
     unsigned char *packed;    /* moe_malloc_huge'd; NULL until moe_expert_group_alloc */
 } moe_expert_group;
 

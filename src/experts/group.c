@@ -6,11 +6,15 @@
 #include "core/alloc.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "cpu/cpu.h"
 #include "experts/experts.h"
 
 /* h rows are padded to a multiple of 32 activations (64 bytes of bf16) with zeros, so a kernel
  * that reads its K in pairs or vectors past an odd I multiplies zeros, never stale bytes. */
 #define H_ROW_ALIGN 32
+/* The L2 the engine's blocking assumes where CPUID does not describe one (some hypervisors):
+ * 1 MiB, the per-core L2 of Skylake-SP and Zen 4, so a run does not overflow theirs. */
+#define L2_UNKNOWN ((size_t)1 << 20)
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -58,6 +62,8 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     g->down_tile_bytes = ks->down_tile_bytes(inter);
     g->act_elem = ks->recipe == MOE_RECIPE_BF16 ? 2 : 4;
     g->h_stride = round_up((size_t)inter, H_ROW_ALIGN);
+    const size_t l2 = moe_cpu_l2_bytes();
+    g->run_bytes = (l2 ? l2 : L2_UNKNOWN) / 4 * 3;
     size_t sum;
     /* A kernel set answers 0 for a tile (or a Q8 row) that does not fit in size_t. */
     bool bad = g->gateup_tile_bytes == 0 || g->down_tile_bytes == 0;
@@ -176,7 +182,8 @@ moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_wei
         for (int64_t r0 = 0; r0 < gate->rows && !st; r0 += step) {
             const int64_t n = gate->rows - r0 < step ? gate->rows - r0 : step;
             const moe_weight_src vg = rows_of(g, gate, r0, n), vu = rows_of(g, up, r0, n);
-            st = g->ks->pack_gateup(&vg, &vu, dst + (size_t)(r0 / g->ks->nr) * g->gateup_tile_bytes);
+            st =
+                g->ks->pack_gateup(&vg, &vu, dst + (size_t)(r0 / g->ks->nr) * g->gateup_tile_bytes);
             if (!st) {
                 part_done(g, &vg, done, ctx);
                 part_done(g, &vu, done, ctx);

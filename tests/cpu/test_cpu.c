@@ -248,6 +248,43 @@ static void test_normalize_and_intersect(void)
     }
 }
 
+/* The L2 size against the kernel's own account in sysfs (Linux reads the same CPUID leaves,
+ * but parses them with its own code): equal where sysfs has an L2 data or unified cache;
+ * elsewhere 0 or a plausible size. */
+static size_t sysfs_l2_bytes(void)
+{
+    for (int i = 0; i < 8; i++) {
+        char path[96], level[8] = "", type[32] = "", size[32] = "";
+        const char *field[3] = {"level", "type", "size"};
+        char *out[3] = {level, type, size};
+        const int cap[3] = {sizeof level, sizeof type, sizeof size};
+        for (int f = 0; f < 3; f++) {
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i,
+                     field[f]);
+            FILE *fp = fopen(path, "r");
+            if (!fp) return 0;
+            if (!fgets(out[f], cap[f], fp)) out[f][0] = '\0';
+            fclose(fp);
+        }
+        char *end;
+        const unsigned long kb = strtoul(size, &end, 10);
+        if (atoi(level) == 2 && strncmp(type, "Instruction", 11) != 0 && *end == 'K')
+            return (size_t)kb << 10;
+    }
+    return 0;
+}
+
+static void test_l2_bytes(void)
+{
+    const size_t l2 = moe_cpu_l2_bytes(), sys = sysfs_l2_bytes();
+    CHECKF(l2 == moe_cpu_l2_bytes(), "detected once: %zu then %zu", l2, moe_cpu_l2_bytes());
+    if (sys)
+        CHECKF(l2 == sys, "CPUID says an L2 of %zu bytes, sysfs %zu", l2, sys);
+    else
+        CHECKF(l2 == 0 || (l2 >= ((size_t)64 << 10) && l2 <= ((size_t)256 << 20)),
+               "CPUID says an L2 of %zu bytes (no sysfs to compare)", l2);
+}
+
 int main(void)
 {
     test_level_names();
@@ -257,5 +294,6 @@ int main(void)
     test_masks();
     test_normalize_and_intersect();
     test_detect();
+    test_l2_bytes();
     return TEST_END();
 }
