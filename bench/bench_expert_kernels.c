@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "bench_util.h"
+#include "cpu/cpu.h"
 #include "kernels/expert.h"
 #include "select/kernel.h"
 
@@ -248,13 +249,13 @@ static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, s
     }
 }
 
-/* Prefill: tiles in groups that, with one chunk of activations, fill about 1.5 MiB of the
- * 2 MiB L2; each group runs all chunks of MR tokens while its tiles sit in L2, and each
- * chunk's activations, loaded once, serve the group's tiles. This is the blocking the engine
- * should use (src/experts/). */
+/* Prefill: tiles in groups that, with one chunk of activations, fill 3/4 of the L2 (1 MiB
+ * assumed where CPUID reports none); each group runs all chunks of MR tokens while its tiles
+ * sit in L2, and each chunk's activations, loaded once, serve the group's tiles: the engine's
+ * runs of tiles (src/experts/engine.c). */
 static int group_of(size_t tile_bytes, size_t chunk_bytes)
 {
-    const size_t budget = (size_t)3 << 19;
+    const size_t l2 = moe_cpu_l2_bytes(), budget = (l2 ? l2 : (size_t)1 << 20) / 4 * 3;
     size_t g = chunk_bytes < budget ? (budget - chunk_bytes) / tile_bytes : 0;
     return g < 1 ? 1 : (int)g;
 }
