@@ -11,7 +11,7 @@
 #include <omp.h>
 
 #include "bench_util.h"
-#include "cpu/cpu.h"
+#include "experts/experts.h"
 #include "kernels/expert.h"
 #include "select/kernel.h"
 
@@ -206,8 +206,8 @@ static void decode_expert(const moe_expert_kernels *ks, const packed *pk, int e,
 
 /* Mid batch: every tile once from memory for m tokens, in calls of at most MR tokens per
  * tile (the engine's order: a tile's calls back to back, so it is read from memory once). */
-static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a,
-                          size_t es, size_t m)
+static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
+                          size_t m)
 {
     const size_t mr = (size_t)ks->mr;
     const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
@@ -249,13 +249,13 @@ static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, s
     }
 }
 
-/* Prefill: tiles in groups that, with one chunk of activations, fill 3/4 of the L2 (1 MiB
- * assumed where CPUID reports none); each group runs all chunks of MR tokens while its tiles
- * sit in L2, and each chunk's activations, loaded once, serve the group's tiles: the engine's
- * runs of tiles (src/experts/engine.c). */
+/* Prefill: tiles in groups that, with one chunk of activations, fill moe_expert_run_bytes()
+ * (3/4 of the L2); each group runs all chunks of MR tokens while its tiles sit in L2, and each
+ * chunk's activations, loaded once, serve the group's tiles: the engine's runs of tiles
+ * (src/experts/engine.c). */
 static int group_of(size_t tile_bytes, size_t chunk_bytes)
 {
-    const size_t l2 = moe_cpu_l2_bytes(), budget = (l2 ? l2 : (size_t)1 << 20) / 4 * 3;
+    const size_t budget = moe_expert_run_bytes();
     size_t g = chunk_bytes < budget ? (budget - chunk_bytes) / tile_bytes : 0;
     return g < 1 ? 1 : (int)g;
 }

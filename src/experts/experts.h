@@ -72,6 +72,10 @@ typedef struct moe_expert_group {
     unsigned char *packed;    /* moe_malloc_huge'd; NULL until moe_expert_group_alloc */
 } moe_expert_group;
 
+/* What a run of tiles and one chunk's input rows may fill in the engine's prefill blocking:
+ * 3/4 of the L2 CPUID reports (moe_cpu_l2_bytes), of 1 MiB where it reports none. */
+size_t moe_expert_run_bytes(void);
+
 /* Fills G's shape and sizes for N experts of H × I with kernel set KS (checked arithmetic:
  * MOE_EOVERFLOW naming WHAT). Allocates nothing; moe_expert_group_free is still safe. */
 moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *ks, int n,

@@ -18,6 +18,12 @@
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+size_t moe_expert_run_bytes(void)
+{
+    const size_t l2 = moe_cpu_l2_bytes();
+    return (l2 ? l2 : L2_UNKNOWN) / 4 * 3;
+}
+
 static moe_status check_kernels(const moe_expert_kernels *ks, const char *what)
 {
     if (!ks || !ks->gateup_tile_bytes || !ks->down_tile_bytes || !ks->pack_gateup ||
@@ -62,8 +68,7 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     g->down_tile_bytes = ks->down_tile_bytes(inter);
     g->act_elem = ks->recipe == MOE_RECIPE_BF16 ? 2 : 4;
     g->h_stride = round_up((size_t)inter, H_ROW_ALIGN);
-    const size_t l2 = moe_cpu_l2_bytes();
-    g->run_bytes = (l2 ? l2 : L2_UNKNOWN) / 4 * 3;
+    g->run_bytes = moe_expert_run_bytes();
     size_t sum;
     /* A kernel set answers 0 for a tile (or a Q8 row) that does not fit in size_t. */
     bool bad = g->gateup_tile_bytes == 0 || g->down_tile_bytes == 0;
