@@ -101,7 +101,7 @@ static size_t read_l2_bytes(void)
     const unsigned leaves[] = {4u, 0x8000001Du};
     for (int l = 0; l < 2; l++) {
         const unsigned leaf = leaves[l];
-        if (__get_cpuid_max(leaf & 0x80000000u, NULL) < leaf) continue;
+        if ((unsigned)__get_cpuid_max(leaf & 0x80000000u, NULL) < leaf) continue;
         for (unsigned sub = 0; sub < 16; sub++) {
             uint32_t a, b, c, d;
             __cpuid_count(leaf, sub, a, b, c, d);
