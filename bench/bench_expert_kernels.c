@@ -472,12 +472,12 @@ static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const pa
 /* One thread is timed in its CPU time (the machine is shared); more threads in wall time. */
 static double mx_clock(int threads) { return threads == 1 ? thread_ns() : bench_now_ns(); }
 
-/* The read floor beside each decode pass: bench_util.h's four-stream read of the whole buffer
- * on the same threads, timed like the kernels. */
+/* The read floor beside each decode pass: bench_util.h's read of the whole buffer in the
+ * kernels' pattern on the same threads, timed like the kernels. */
 static double mx_read_floor(const bench_buffer *b, int threads)
 {
     const double t0 = mx_clock(threads);
-    bench_read_shares(b, threads);
+    bench_read_shares(b, threads, 0);
     const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
     return (double)share * (double)threads / (mx_clock(threads) - t0);
 }

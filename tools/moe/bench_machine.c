@@ -48,7 +48,7 @@ static void raise_ceiling(const bench_floors *f, int threads, double v[2], doubl
 
 void bench_floors_refresh(bench_floors *f, int threads)
 {
-    raise_ceiling(f, threads, f->read_gbs, bench_stream_read(f->flush, threads, 3));
+    raise_ceiling(f, threads, f->read_gbs, bench_stream_read(f->flush, threads, 1));
     for (int k = 0; k < f->n_insns; k++)
         raise_ceiling(f, threads, f->peak_gflops[k],
                       bench_peak_gflops((bench_insn)f->insn_id[k], threads, 3));
