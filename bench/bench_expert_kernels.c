@@ -23,7 +23,8 @@
  *           exceed twice the last-level cache are run one after the other, so every byte comes
  *           from memory, as in a model whose experts do not fit in cache. Figure: packed bytes
  *           per second, and its ratio to a STREAM-like 1-thread read measured just before
- *           each pass (median of the per-pass ratios).
+ *           each pass (median of the per-pass ratios), in the read pattern of bench_util.h
+ *           that read fastest at the start of the run.
  *  prefill: 512 tokens of one expert in chunks of MR, tiles in groups of about 1 MiB: each
  *           group runs all chunks while it sits in L2 (prefill_expert). Figure: GFLOP/s
  *           (2·M·N·K per projection), beside the 1-thread peak of the recipe's instruction
@@ -32,12 +33,12 @@
  * MXFP4 (Q8 recipe), after the above, for two expert shapes: gpt-oss-20b (H = I = 2880) and
  * DeepSeek-V4-Flash (H = 4096, I = 2048), on --threads N threads (each its share of every
  * phase's tiles). Decode at T = 1, 4, 16 tokens per expert as above (experts past twice the
- * LLC), over the packed bytes (4.25 bits per weight) and as a fraction of the four-stream
- * read floor of bench_util.h measured before each pass; each token's x row is prepared once,
- * the h rows between the phases inside the timing (prepare_act is part of the recipe's cost).
- * Prefill at T = 128, 512 tokens of one expert as above; GOP/s at 2 ops per multiply-add, as
- * a fraction of the peak of the set's instruction: vpdpbusd zmm (64 multiply-adds per
- * instruction), or for the sets without VNNI vpmaddubsw (ymm: 32, zmm: 64).
+ * LLC), over the packed bytes (4.25 bits per weight) and as a fraction of the read floor
+ * measured before each pass (in the pattern that read fastest on those threads); each token's
+ * x row is prepared once, the h rows between the phases inside the timing (prepare_act is part
+ * of the recipe's cost). Prefill at T = 128, 512 tokens of one expert as above; GOP/s at 2 ops
+ * per multiply-add, as a fraction of the peak of the set's instruction: vpdpbusd zmm (64
+ * multiply-adds per instruction), or for the sets without VNNI vpmaddubsw (ymm: 32, zmm: 64).
  *
  * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
  * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
@@ -61,13 +62,17 @@ static double thread_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* GB/s of one plain read of the whole buffer (bench_util.h's widest loads), timed like the
- * kernels (thread CPU time), so both sides of the ratio count the same thing. */
+/* The read pattern (bench_util.h) the per-pass floors use: the one that read fastest on one
+ * thread at the start of the run (main), as `moe bench` takes the fastest of them. */
+static int read_pattern;
+
+/* GB/s of one read of the whole buffer in read_pattern, timed like the kernels (thread CPU
+ * time), so both sides of the ratio count the same thing. */
 static double read_floor(const bench_buffer *b)
 {
     double t0 = thread_ns();
-    bench_sink = bench_read(b->p, b->bytes);
-    return (double)b->bytes / (thread_ns() - t0);
+    bench_sink = bench_read_pattern(b->p, b->bytes & ~(size_t)255, read_pattern);
+    return (double)(b->bytes & ~(size_t)255) / (thread_ns() - t0);
 }
 
 /* GFLOP/s (GOP/s for the integer instructions) of one thread: bench_util.h's loop of insn
@@ -472,12 +477,15 @@ static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const pa
 /* One thread is timed in its CPU time (the machine is shared); more threads in wall time. */
 static double mx_clock(int threads) { return threads == 1 ? thread_ns() : bench_now_ns(); }
 
-/* The read floor beside each decode pass: bench_util.h's read of the whole buffer in the
- * kernels' pattern on the same threads, timed like the kernels. */
+/* The read pattern of mx_read_floor: the fastest on the MXFP4 part's threads (mx_bench). */
+static int mx_pattern;
+
+/* The read floor beside each decode pass: bench_util.h's read of the whole buffer in
+ * mx_pattern on the same threads, timed like the kernels. */
 static double mx_read_floor(const bench_buffer *b, int threads)
 {
     const double t0 = mx_clock(threads);
-    bench_read_shares(b, threads, 0);
+    bench_read_shares(b, threads, mx_pattern);
     const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
     return (double)share * (double)threads / (mx_clock(threads) - t0);
 }
@@ -591,10 +599,11 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
     double peak[BENCH_INSN_COUNT_];
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
-    printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s; peaks vpdpbusd zmm %.1f, vpmaddubsw "
-           "ymm %.1f, zmm %.1f GOP/s\n",
-           threads, mx_read_floor(buf, threads), peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM],
-           peak[BENCH_MADDUBS_ZMM]);
+    (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
+    printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm %.1f, "
+           "vpmaddubsw ymm %.1f, zmm %.1f GOP/s\n",
+           threads, mx_read_floor(buf, threads), bench_read_pattern_name(mx_pattern),
+           peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM]);
     printf("# decode T=1,4,16: GB/s of packed bytes and fraction of the read floor; prefill "
            "T=128,512: GOP/s and fraction of the peak (both measured beside each pass)\n");
     printf("%-38s %-17s %14s %14s %14s %14s %14s  %s\n", "kernel set", "shape", "T=1", "T=4",
@@ -636,7 +645,7 @@ int main(int argc, char **argv)
     bench_buffer buf;
     if (bench_buffer_init(&buf)) return 1;
     double rt[7];
-    read_floor(&buf); /* page tables warm */
+    (void)bench_stream_read_pattern(&buf, 1, 2, &read_pattern);
     for (int r = 0; r < 7; r++)
         rt[r] = read_floor(&buf);
     const double read_gbs = bench_median(rt, 7);
@@ -651,10 +660,11 @@ int main(int argc, char **argv)
     double peak[BENCH_INSN_COUNT_];
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = (allowed & needs[i]) == needs[i] ? peak_gflops((bench_insn)i) : 0;
-    printf("# 1 thread; read %.2f GB/s; peaks: fma ymm %.1f, fma zmm %.1f, vdpbf16ps %.1f "
+    printf("# 1 thread; read %.2f GB/s (%s); peaks: fma ymm %.1f, fma zmm %.1f, vdpbf16ps %.1f "
            "GFLOP/s; vpdpbusd %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s; LLC %zu MiB\n",
-           read_gbs, peak[BENCH_FMA_YMM], peak[BENCH_FMA_ZMM], peak[BENCH_DPBF16_ZMM],
-           peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM], llc >> 20);
+           read_gbs, bench_read_pattern_name(read_pattern), peak[BENCH_FMA_YMM],
+           peak[BENCH_FMA_ZMM], peak[BENCH_DPBF16_ZMM], peak[BENCH_DPBUSD_ZMM],
+           peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM], llc >> 20);
     size_t count;
     const moe_kernel *reg = moe_kernel_registry(&count);
     if (only_mx) goto mxfp4;

@@ -214,6 +214,14 @@ static inline uint64_t bench_read4(const void *p, size_t bytes)
  * and every prefetch slowed the read (bench/NOTES.md, v4). Pattern 0 is the kernels' own. */
 #define BENCH_READ_PATTERNS 4
 
+/* What read pattern PATTERN is, for a benchmark's header. */
+static inline const char *bench_read_pattern_name(int pattern)
+{
+    static const char *const names[BENCH_READ_PATTERNS] = {"4 streams, kernels' prefetch",
+                                                           "4 streams", "2 streams", "1 stream"};
+    return pattern >= 0 && pattern < BENCH_READ_PATTERNS ? names[pattern] : "?";
+}
+
 /* One read of [p, p + bytes) in read pattern PATTERN; BYTES a multiple of 256. Without
  * AVX-512 the prefetch is left out and 2 streams read as 4. */
 static inline uint64_t bench_read_pattern(const void *p, size_t bytes, int pattern)
@@ -284,10 +292,12 @@ static inline void bench_flush(const bench_buffer *b, int threads)
 }
 
 /* GB/s of a read of the whole buffer by THREADS threads: the fastest of REPEATS passes in
- * each read pattern. */
-static inline double bench_stream_read(const bench_buffer *b, int threads, int repeats)
+ * each read pattern; *pattern_out (if not NULL) is the pattern that read it. */
+static inline double bench_stream_read_pattern(const bench_buffer *b, int threads, int repeats,
+                                               int *pattern_out)
 {
     double t[32], best = 0;
+    int best_pattern = 0;
     if (repeats > 32) repeats = 32;
     bench_read_shares(b, threads, 0); /* warm the page tables */
     for (int pattern = 0; pattern < BENCH_READ_PATTERNS; pattern++) {
@@ -297,9 +307,18 @@ static inline double bench_stream_read(const bench_buffer *b, int threads, int r
             t[r] = bench_now_ns() - t0;
         }
         const double gbs = (double)bench_shares_bytes(b, threads) / bench_min(t, repeats);
-        if (gbs > best) best = gbs;
+        if (gbs > best) {
+            best = gbs;
+            best_pattern = pattern;
+        }
     }
+    if (pattern_out) *pattern_out = best_pattern;
     return best;
+}
+
+static inline double bench_stream_read(const bench_buffer *b, int threads, int repeats)
+{
+    return bench_stream_read_pattern(b, threads, repeats, NULL);
 }
 
 /* ---- Instruction peaks --------------------------------------------------------------- */

@@ -52,7 +52,8 @@ static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
 
 /* Tiles per call of a set's multi-tile entry when a span has more rows than one call takes:
  * they stay in L2 while every chunk of MR rows runs over them. (A span of at most MR rows
- * passes its whole range in one call.) */
+ * passes its whole range in one call.) Runs sized from the L2, as the other sets get, were
+ * 1-8 % slower for the MXFP4 sets at 512 and 2048 tokens (bench/NOTES.md, v5). */
 #define TILES_PER_CALL 4
 
 /* The tiles [j, j1) one pass of the chunks takes from j: all of them for a span of one chunk
