@@ -47,7 +47,8 @@
  * --mid adds, per bf16/FP8 set, the mid batch: m = 1..32 tokens per expert streaming from
  * memory (every tile once, in calls of at most MR tokens), as a fraction of the floor
  * max(bytes / read, flops / peak) — where an engine falls between its vector and its
- * prefill path. Usage:
+ * prefill path — and the same calls over tiles that stay in L2, as a fraction of the peak:
+ * where the two agree, the core bounds the mid batch, not the memory stream. Usage:
  * bench_expert_kernels [--ref] [--quick] [--mid] [--mxfp4] (only the MXFP4 part) [--threads N]
  * (the MXFP4 part; default 1) [--set TEXT] (only the sets whose name contains TEXT). */
 
@@ -251,6 +252,57 @@ static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, s
             ratio[p] = (mem > fl ? mem : fl) / ns;
         }
         eff[j] = bench_median(ratio, passes);
+    }
+}
+
+/* The same calls as stream_expert over the first gt gate/up and dt down tiles of expert 0
+ * only, which stay in L2 from one repetition to the next. */
+static void hot_tiles(const moe_expert_kernels *ks, const packed *pk, acts *a, size_t es, size_t m,
+                      int gt, int dt)
+{
+    const size_t mr = (size_t)ks->mr;
+    for (int t = 0; t < gt; t++)
+        for (size_t c = 0; c < m; c += mr)
+            ks->gateup(m - c < mr ? m - c : mr, H, (const void *const *)&a->x[c],
+                       pk->p + pk->gateup_tb * (size_t)t, &act,
+                       a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I, MOE_EXPERT_NR);
+    for (int t = 0; t < dt; t++)
+        for (size_t c = 0; c < m; c += mr)
+            ks->down(m - c < mr ? m - c : mr, I, (const void *const *)&a->h[c],
+                     pk->p + pk->gateup_bytes + pk->down_tb * (size_t)t,
+                     a->y + c * H + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
+}
+
+/* The fraction of the instruction peak at each m of mid_m with the tiles in L2 (hot_tiles over
+ * half of moe_expert_run_bytes() of gate/up tiles and as much of down tiles, repeated for
+ * about 20 ms; medians of passes): what the kernel computes when memory costs nothing, so
+ * beside mid_batch it says whether a mid batch is bound by the core or by the stream. */
+static void mid_hot(const moe_expert_kernels *ks, const packed *pk, acts *a, size_t es, double peak,
+                    int passes, double *eff)
+{
+    const size_t half = moe_expert_run_bytes() / 2;
+    int gt = (int)(half / pk->gateup_tb), dt = (int)(half / pk->down_tb);
+    if (gt < 1) gt = 1;
+    if (dt < 1) dt = 1;
+    if (gt > I / MOE_EXPERT_NR) gt = I / MOE_EXPERT_NR;
+    if (dt > H / MOE_EXPERT_NR) dt = H / MOE_EXPERT_NR;
+    for (size_t j = 0; j < MID_COUNT; j++) {
+        const size_t m = mid_m[j];
+        const double flops =
+            2.0 * (double)m * MOE_EXPERT_NR * ((double)gt * 2 * H + (double)dt * I);
+        double t[8];
+        hot_tiles(ks, pk, a, es, m, gt, dt);
+        const double t1 = thread_ns();
+        hot_tiles(ks, pk, a, es, m, gt, dt);
+        const double one = thread_ns() - t1;
+        const int reps = one > 0 && one < 2e7 ? (int)(2e7 / one) + 1 : 1;
+        for (int p = 0; p < passes; p++) {
+            const double t0 = thread_ns();
+            for (int r = 0; r < reps; r++)
+                hot_tiles(ks, pk, a, es, m, gt, dt);
+            t[p] = thread_ns() - t0;
+        }
+        eff[j] = flops * reps / bench_median(t, passes) / peak;
     }
 }
 
@@ -728,6 +780,11 @@ int main(int argc, char **argv)
                 double eff[MID_COUNT];
                 mid_batch(ks, &pk, &a, es, &buf, peak[insn], passes, eff);
                 printf("%-40s mid batch, fraction of max(bytes/read, flops/peak) at m =", "");
+                for (size_t j = 0; j < MID_COUNT; j++)
+                    printf(" %zu: %.2f", mid_m[j], eff[j]);
+                putchar('\n');
+                mid_hot(ks, &pk, &a, es, peak[insn], passes, eff);
+                printf("%-40s tiles in L2, fraction of flops/peak at m =", "");
                 for (size_t j = 0; j < MID_COUNT; j++)
                     printf(" %zu: %.2f", mid_m[j], eff[j]);
                 putchar('\n');
