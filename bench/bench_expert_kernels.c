@@ -210,24 +210,31 @@ static void decode_expert(const moe_expert_kernels *ks, const packed *pk, int e,
                  a->y + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
 }
 
-/* Mid batch: every tile once from memory for m tokens, in calls of at most MR tokens per
- * tile (the engine's order: a tile's calls back to back, so it is read from memory once). */
-static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
-                          size_t m)
+/* The first gt gate/up and dt down tiles of expert e for m tokens, in calls of at most MR
+ * tokens per tile (the engine's order: a tile's calls back to back, so it is read once). */
+static void expert_tiles(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
+                         size_t m, int gt, int dt)
 {
     const size_t mr = (size_t)ks->mr;
     const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
-    for (int t = 0; t < I / MOE_EXPERT_NR; t++)
+    for (int t = 0; t < gt; t++)
         for (size_t c = 0; c < m; c += mr)
             ks->gateup(m - c < mr ? m - c : mr, H, (const void *const *)&a->x[c],
                        base + pk->gateup_tb * (size_t)t, &act,
                        a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I, MOE_EXPERT_NR);
     base += pk->gateup_bytes;
-    for (int t = 0; t < H / MOE_EXPERT_NR; t++)
+    for (int t = 0; t < dt; t++)
         for (size_t c = 0; c < m; c += mr)
             ks->down(m - c < mr ? m - c : mr, I, (const void *const *)&a->h[c],
                      base + pk->down_tb * (size_t)t, a->y + c * H + (size_t)t * MOE_EXPERT_NR, H,
                      MOE_EXPERT_NR);
+}
+
+/* Mid batch: every tile of expert e once from memory for m tokens. */
+static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
+                          size_t m)
+{
+    expert_tiles(ks, pk, e, a, es, m, I / MOE_EXPERT_NR, H / MOE_EXPERT_NR);
 }
 
 static const size_t mid_m[] = {1, 2, 4, 8, 16, 32};
@@ -255,28 +262,10 @@ static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, s
     }
 }
 
-/* The same calls as stream_expert over the first gt gate/up and dt down tiles of expert 0
- * only, which stay in L2 from one repetition to the next. */
-static void hot_tiles(const moe_expert_kernels *ks, const packed *pk, acts *a, size_t es, size_t m,
-                      int gt, int dt)
-{
-    const size_t mr = (size_t)ks->mr;
-    for (int t = 0; t < gt; t++)
-        for (size_t c = 0; c < m; c += mr)
-            ks->gateup(m - c < mr ? m - c : mr, H, (const void *const *)&a->x[c],
-                       pk->p + pk->gateup_tb * (size_t)t, &act,
-                       a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I, MOE_EXPERT_NR);
-    for (int t = 0; t < dt; t++)
-        for (size_t c = 0; c < m; c += mr)
-            ks->down(m - c < mr ? m - c : mr, I, (const void *const *)&a->h[c],
-                     pk->p + pk->gateup_bytes + pk->down_tb * (size_t)t,
-                     a->y + c * H + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
-}
-
-/* The fraction of the instruction peak at each m of mid_m with the tiles in L2 (hot_tiles over
- * half of moe_expert_run_bytes() of gate/up tiles and as much of down tiles, repeated for
- * about 20 ms; medians of passes): what the kernel computes when memory costs nothing, so
- * beside mid_batch it says whether a mid batch is bound by the core or by the stream. */
+/* The fraction of the instruction peak at each m of mid_m with the tiles in L2 (expert_tiles
+ * of expert 0 over half of moe_expert_run_bytes() of gate/up tiles and as much of down
+ * tiles, repeated for about 20 ms; medians of passes): what the kernel computes when memory
+ * costs nothing, so beside mid_batch it says whether the core or the stream bounds it. */
 static void mid_hot(const moe_expert_kernels *ks, const packed *pk, acts *a, size_t es, double peak,
                     int passes, double *eff)
 {
@@ -291,15 +280,15 @@ static void mid_hot(const moe_expert_kernels *ks, const packed *pk, acts *a, siz
         const double flops =
             2.0 * (double)m * MOE_EXPERT_NR * ((double)gt * 2 * H + (double)dt * I);
         double t[8];
-        hot_tiles(ks, pk, a, es, m, gt, dt);
+        expert_tiles(ks, pk, 0, a, es, m, gt, dt);
         const double t1 = thread_ns();
-        hot_tiles(ks, pk, a, es, m, gt, dt);
+        expert_tiles(ks, pk, 0, a, es, m, gt, dt);
         const double one = thread_ns() - t1;
         const int reps = one > 0 && one < 2e7 ? (int)(2e7 / one) + 1 : 1;
         for (int p = 0; p < passes; p++) {
             const double t0 = thread_ns();
             for (int r = 0; r < reps; r++)
-                hot_tiles(ks, pk, a, es, m, gt, dt);
+                expert_tiles(ks, pk, 0, a, es, m, gt, dt);
             t[p] = thread_ns() - t0;
         }
         eff[j] = flops * reps / bench_median(t, passes) / peak;
