@@ -77,6 +77,75 @@ static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t run_bytes, s
     return j1 - j < want ? j1 - j : want;
 }
 
+/* A chunk of at most STAGE_ROWS rows writes its outputs into a stack stage, STAGE_TILES tiles
+ * at a time, and the stage is copied out after each group of tiles: a kernel stores a tile's
+ * outputs once, at its end, and at decode each such store went to a line no longer in cache,
+ * which cost the weight stream behind it more than the same lines written together (FP8 1-8 %
+ * at 1-4 tokens; bench/NOTES.md, v5). The copy is exact, so the bits do not change. */
+#define STAGE_ROWS 8
+#define STAGE_TILES 4
+#define STAGE_ROW_BYTES (STAGE_TILES * 16 * sizeof(float))
+
+typedef struct stage {
+    unsigned char row[STAGE_ROWS][STAGE_ROW_BYTES] __attribute__((aligned(64)));
+} stage;
+
+/* Whether a chunk of m rows, tiles of nr outputs of eb bytes, goes through a stage. Not for
+ * the sets with a multi-tile entry: cut into calls of STAGE_TILES tiles, the MXFP4 sets ran
+ * 1-3 % slower at 1-16 tokens (bench/NOTES.md, v5). */
+static bool staged(bool multi, size_t m, size_t nr, size_t eb)
+{
+    return !multi && m <= STAGE_ROWS && STAGE_TILES * nr * eb <= STAGE_ROW_BYTES;
+}
+
+/* The first `bytes` of each of the stage's m rows to dst, rows dst_row bytes apart. */
+static void stage_out(const stage *st, size_t m, unsigned char *dst, size_t dst_row, size_t bytes)
+{
+    for (size_t i = 0; i < m; i++)
+        memcpy(dst + i * dst_row, st->row[i], bytes);
+}
+
+/* gate/up tiles [j, j + n) for one chunk of m rows: tile t's outputs at out + (t - j)·NR
+ * elements, rows out_stride elements apart. */
+static void gateup_run(const moe_expert_group *g, size_t m, const void *const *x,
+                       const unsigned char *tiles, int64_t j, int64_t n, unsigned char *out,
+                       size_t out_stride)
+{
+    const moe_expert_kernels *ks = g->ks;
+    const size_t nr = (size_t)ks->nr, eb = g->act_elem, tb = g->gateup_tile_bytes;
+    if (ks->gateup_tiles) {
+        const size_t last = (size_t)(j + n - 1) * nr;
+        ks->gateup_tiles(m, (size_t)g->hidden, x, tiles + (size_t)j * tb, (size_t)n, &g->act, out,
+                         out_stride, min_size(nr, (size_t)g->inter - last));
+        return;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const size_t n0 = (size_t)(j + t) * nr;
+        ks->gateup(m, (size_t)g->hidden, x, tiles + (size_t)(j + t) * tb, &g->act,
+                   out + (size_t)t * nr * eb, out_stride, min_size(nr, (size_t)g->inter - n0));
+    }
+}
+
+/* down tiles [j, j + n) for one chunk of m rows, as gateup_run. */
+static void down_run(const moe_expert_group *g, size_t m, const void *const *hp,
+                     const unsigned char *tiles, int64_t j, int64_t n, float *out,
+                     size_t out_stride)
+{
+    const moe_expert_kernels *ks = g->ks;
+    const size_t nr = (size_t)ks->nr, tb = g->down_tile_bytes;
+    if (ks->down_tiles) {
+        const size_t last = (size_t)(j + n - 1) * nr;
+        ks->down_tiles(m, (size_t)g->inter, hp, tiles + (size_t)j * tb, (size_t)n, out, out_stride,
+                       min_size(nr, (size_t)g->hidden - last));
+        return;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const size_t n0 = (size_t)(j + t) * nr;
+        ks->down(m, (size_t)g->inter, hp, tiles + (size_t)(j + t) * tb, out + (size_t)t * nr,
+                 out_stride, min_size(nr, (size_t)g->hidden - n0));
+    }
+}
+
 /* gate/up for tiles [j0, j1) of one span: each run of tiles is reused by all M-chunks while
  * it is in cache; a span of at most MR rows is the decode case, one chunk over all. */
 static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
@@ -87,6 +156,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb, tb = g->gateup_tile_bytes;
     const unsigned char *tiles = moe_expert_gateup(g, s->e);
     const void *x[MOE_EXPERTS_MAX_MR];
+    stage st;
     for (int64_t j = j0, nt; j < j1; j += nt) {
         nt = run_tiles(ks->gateup_tiles != NULL, s->n, mr, g->run_bytes, tb, x_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
@@ -96,17 +166,16 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
                 x[i] = act + (s->token ? s->token[r] : r) * x_row;
             }
             unsigned char *hc = h + (s->first + c) * h_row;
-            if (ks->gateup_tiles) {
-                const size_t last = (size_t)(j + nt - 1) * nr;
-                ks->gateup_tiles(m, (size_t)g->hidden, x, tiles + (size_t)j * tb, (size_t)nt,
-                                 &g->act, hc + (size_t)j * nr * eb, g->h_stride,
-                                 min_size(nr, (size_t)g->inter - last));
+            if (!staged(ks->gateup_tiles != NULL, m, nr, eb)) {
+                gateup_run(g, m, x, tiles, j, nt, hc + (size_t)j * nr * eb, g->h_stride);
                 continue;
             }
-            for (int64_t t = j; t < j + nt; t++) {
-                const size_t n0 = (size_t)t * nr;
-                ks->gateup(m, (size_t)g->hidden, x, tiles + (size_t)t * tb, &g->act, hc + n0 * eb,
-                           g->h_stride, min_size(nr, (size_t)g->inter - n0));
+            for (int64_t t = j; t < j + nt; t += STAGE_TILES) {
+                const int64_t n = j + nt - t < STAGE_TILES ? j + nt - t : STAGE_TILES;
+                const size_t c0 = (size_t)t * nr;
+                gateup_run(g, m, x, tiles, t, n, st.row[0], STAGE_ROW_BYTES / eb);
+                stage_out(&st, m, hc + c0 * eb, h_row,
+                          (min_size(c0 + (size_t)n * nr, (size_t)g->inter) - c0) * eb);
             }
         }
     }
@@ -127,6 +196,7 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, tb = g->down_tile_bytes;
     const unsigned char *tiles = moe_expert_down(g, s->e);
     const void *hp[MOE_EXPERTS_MAX_MR];
+    stage st;
     for (int64_t j = j0, nt; j < j1; j += nt) {
         nt = run_tiles(ks->down_tiles != NULL, s->n, mr, g->run_bytes, tb, h_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
@@ -134,17 +204,17 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
             for (size_t i = 0; i < m; i++)
                 hp[i] = h + (s->first + c + i) * h_row;
             float *yc = y + (s->first + c) * y_stride;
-            if (ks->down_tiles) {
-                const size_t last = (size_t)(j + nt - 1) * nr;
-                ks->down_tiles(m, (size_t)g->inter, hp, tiles + (size_t)j * tb, (size_t)nt,
-                               yc + (size_t)j * nr, y_stride,
-                               min_size(nr, (size_t)g->hidden - last));
+            if (!staged(ks->down_tiles != NULL, m, nr, sizeof(float))) {
+                down_run(g, m, hp, tiles, j, nt, yc + (size_t)j * nr, y_stride);
                 continue;
             }
-            for (int64_t t = j; t < j + nt; t++) {
-                const size_t n0 = (size_t)t * nr;
-                ks->down(m, (size_t)g->inter, hp, tiles + (size_t)t * tb, yc + n0, y_stride,
-                         min_size(nr, (size_t)g->hidden - n0));
+            for (int64_t t = j; t < j + nt; t += STAGE_TILES) {
+                const int64_t n = j + nt - t < STAGE_TILES ? j + nt - t : STAGE_TILES;
+                const size_t c0 = (size_t)t * nr;
+                down_run(g, m, hp, tiles, t, n, (float *)st.row[0],
+                         STAGE_ROW_BYTES / sizeof(float));
+                stage_out(&st, m, (unsigned char *)(yc + c0), y_stride * sizeof(float),
+                          (min_size(c0 + (size_t)n * nr, (size_t)g->hidden) - c0) * sizeof(float));
             }
         }
     }
