@@ -80,15 +80,22 @@ static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t run_bytes, s
 /* A chunk of at most STAGE_ROWS rows writes its outputs into a stack stage, STAGE_TILES tiles
  * at a time, and the stage is copied out after each group of tiles: a kernel stores a tile's
  * outputs once, at its end, and at decode each such store went to a line no longer in cache,
- * which cost the weight stream behind it more than the same lines written together (FP8 1-8 %
+ * which cost the weight stream behind it more than the same lines written together (FP8 2-7 %
  * at 1-4 tokens; bench/NOTES.md, v5). The copy is exact, so the bits do not change. */
 #define STAGE_ROWS 8
 #define STAGE_TILES 4
-#define STAGE_ROW_BYTES (STAGE_TILES * 16 * sizeof(float))
+
+/* One row of the stage in the types the kernels store: f32, or the bf16 recipe's bf16 h. */
+typedef union stage_row {
+    float f[STAGE_TILES * 16];
+    uint16_t b[STAGE_TILES * 32];
+} stage_row;
 
 typedef struct stage {
-    unsigned char row[STAGE_ROWS][STAGE_ROW_BYTES] __attribute__((aligned(64)));
-} stage;
+    stage_row row[STAGE_ROWS];
+} __attribute__((aligned(64))) stage;
+
+#define STAGE_ROW_BYTES sizeof(stage_row)
 
 /* Whether a chunk of m rows, tiles of nr outputs of eb bytes, goes through a stage. Not for
  * the sets with a multi-tile entry: cut into calls of STAGE_TILES tiles, the MXFP4 sets ran
@@ -102,7 +109,7 @@ static bool staged(bool multi, size_t m, size_t nr, size_t eb)
 static void stage_out(const stage *st, size_t m, unsigned char *dst, size_t dst_row, size_t bytes)
 {
     for (size_t i = 0; i < m; i++)
-        memcpy(dst + i * dst_row, st->row[i], bytes);
+        memcpy(dst + i * dst_row, &st->row[i], bytes);
 }
 
 /* gate/up tiles [j, j + n) for one chunk of m rows: tile t's outputs at out + (t - j)·NR
@@ -173,7 +180,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
             for (int64_t t = j; t < j + nt; t += STAGE_TILES) {
                 const int64_t n = j + nt - t < STAGE_TILES ? j + nt - t : STAGE_TILES;
                 const size_t c0 = (size_t)t * nr;
-                gateup_run(g, m, x, tiles, t, n, st.row[0], STAGE_ROW_BYTES / eb);
+                gateup_run(g, m, x, tiles, t, n, (unsigned char *)st.row, STAGE_ROW_BYTES / eb);
                 stage_out(&st, m, hc + c0 * eb, h_row,
                           (min_size(c0 + (size_t)n * nr, (size_t)g->inter) - c0) * eb);
             }
@@ -211,8 +218,7 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
             for (int64_t t = j; t < j + nt; t += STAGE_TILES) {
                 const int64_t n = j + nt - t < STAGE_TILES ? j + nt - t : STAGE_TILES;
                 const size_t c0 = (size_t)t * nr;
-                down_run(g, m, hp, tiles, t, n, (float *)st.row[0],
-                         STAGE_ROW_BYTES / sizeof(float));
+                down_run(g, m, hp, tiles, t, n, st.row[0].f, STAGE_ROW_BYTES / sizeof(float));
                 stage_out(&st, m, (unsigned char *)(yc + c0), y_stride * sizeof(float),
                           (min_size(c0 + (size_t)n * nr, (size_t)g->hidden) - c0) * sizeof(float));
             }
