@@ -63,17 +63,21 @@ static double thread_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* The read pattern (bench_util.h) the per-pass floors use: the one that read fastest on one
- * thread at the start of the run (main), as `moe bench` takes the fastest of them. */
-static int read_pattern;
+/* One thread is timed in its CPU time (the machine is shared); more threads in wall time. */
+static double clock_ns(int threads) { return threads == 1 ? thread_ns() : bench_now_ns(); }
 
-/* GB/s of one read of the whole buffer in read_pattern, timed like the kernels (thread CPU
- * time), so both sides of the ratio count the same thing. */
-static double read_floor(const bench_buffer *b)
+/* The read patterns (bench_util.h) of the per-pass floors: the ones that read fastest at the
+ * start of the run on one thread (main) and on the MXFP4 part's threads (mx_bench), as `moe
+ * bench` takes the fastest of them. */
+static int read_pattern, mx_pattern;
+
+/* The read floor beside each pass: GB/s of one read of the whole buffer on THREADS threads
+ * in PATTERN, timed like the kernels, so both sides of the ratio count the same thing. */
+static double read_floor(const bench_buffer *b, int threads, int pattern)
 {
-    double t0 = thread_ns();
-    bench_sink = bench_read_pattern(b->p, b->bytes & ~(size_t)255, read_pattern);
-    return (double)(b->bytes & ~(size_t)255) / (thread_ns() - t0);
+    const double t0 = clock_ns(threads);
+    bench_read_shares(b, threads, pattern);
+    return (double)bench_shares_bytes(b, threads) / (clock_ns(threads) - t0);
 }
 
 /* GFLOP/s (GOP/s for the integer instructions) of one thread: bench_util.h's loop of insn
@@ -252,7 +256,7 @@ static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, s
         double ratio[8];
         stream_expert(ks, pk, 0, a, es, m);
         for (int p = 0; p < passes; p++) {
-            const double rd = read_floor(buf), t0 = thread_ns();
+            const double rd = read_floor(buf, 1, read_pattern), t0 = thread_ns();
             for (int e = 0; e < pk->n; e++)
                 stream_expert(ks, pk, e, a, es, m);
             const double ns = thread_ns() - t0, mem = bytes / rd, fl = flops / peak;
@@ -515,22 +519,6 @@ static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const pa
     }
 }
 
-/* One thread is timed in its CPU time (the machine is shared); more threads in wall time. */
-static double mx_clock(int threads) { return threads == 1 ? thread_ns() : bench_now_ns(); }
-
-/* The read pattern of mx_read_floor: the fastest on the MXFP4 part's threads (mx_bench). */
-static int mx_pattern;
-
-/* The read floor beside each decode pass: bench_util.h's read of the whole buffer in
- * mx_pattern on the same threads, timed like the kernels. */
-static double mx_read_floor(const bench_buffer *b, int threads)
-{
-    const double t0 = mx_clock(threads);
-    bench_read_shares(b, threads, mx_pattern);
-    const size_t share = (b->bytes / (size_t)threads) & ~(size_t)255;
-    return (double)share * (double)threads / (mx_clock(threads) - t0);
-}
-
 static const size_t mx_decode_t[] = {1, 4, 16};
 static const size_t mx_prefill_t[] = {128, 512};
 
@@ -544,11 +532,11 @@ static double mx_decode(const moe_expert_kernels *ks, const mx_shape *sh, const 
     double t[8], r[8];
     mx_expert(ks, sh, pk, 0, a, T, threads);
     for (int p = 0; p < passes; p++) {
-        const double rd = mx_read_floor(buf, threads);
-        const double t0 = mx_clock(threads);
+        const double rd = read_floor(buf, threads, mx_pattern);
+        const double t0 = clock_ns(threads);
         for (int e = 0; e < pk->n; e++)
             mx_expert(ks, sh, pk, e, a, T, threads);
-        t[p] = mx_clock(threads) - t0;
+        t[p] = clock_ns(threads) - t0;
         r[p] = (double)pk->expert_bytes * pk->n / t[p] / rd;
     }
     *ratio = bench_median(r, passes);
@@ -559,10 +547,10 @@ static double mx_decode(const moe_expert_kernels *ks, const mx_shape *sh, const 
 static double mx_peak(bench_insn insn, int threads)
 {
     const uint64_t iters = 2000000;
-    const double t0 = mx_clock(threads);
+    const double t0 = clock_ns(threads);
 #pragma omp parallel num_threads(threads)
     bench_insn_loop(insn, iters);
-    return 12.0 * bench_insn_flops(insn) * (double)iters * threads / (mx_clock(threads) - t0);
+    return 12.0 * bench_insn_flops(insn) * (double)iters * threads / (clock_ns(threads) - t0);
 }
 
 /* Prefill at T tokens of one expert (its tiles reused from L2): GOP/s, 2 per multiply-add,
@@ -577,9 +565,9 @@ static double mx_prefill(const moe_expert_kernels *ks, const mx_shape *sh, const
     mx_expert(ks, sh, pk, 0, a, T, threads);
     for (int p = 0; p < reps; p++) {
         const double peak = mx_peak(insn, threads);
-        const double t0 = mx_clock(threads);
+        const double t0 = clock_ns(threads);
         mx_expert(ks, sh, pk, 0, a, T, threads);
-        t[p] = mx_clock(threads) - t0;
+        t[p] = clock_ns(threads) - t0;
         r[p] = peak > 0 ? ops / t[p] / peak : 0;
     }
     *ratio = bench_median(r, reps);
@@ -643,7 +631,7 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
     printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm %.1f, "
            "vpmaddubsw ymm %.1f, zmm %.1f GOP/s\n",
-           threads, mx_read_floor(buf, threads), bench_read_pattern_name(mx_pattern),
+           threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
            peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM]);
     printf("# decode T=1,4,16: GB/s of packed bytes and fraction of the read floor; prefill "
            "T=128,512: GOP/s and fraction of the peak (both measured beside each pass)\n");
@@ -688,7 +676,7 @@ int main(int argc, char **argv)
     double rt[7];
     (void)bench_stream_read_pattern(&buf, 1, 2, &read_pattern);
     for (int r = 0; r < 7; r++)
-        rt[r] = read_floor(&buf);
+        rt[r] = read_floor(&buf, 1, read_pattern);
     const double read_gbs = bench_median(rt, 7);
     const size_t llc = bench_llc_bytes();
     /* The features each instruction needs, so MOE_ISA masks the peaks as it masks the sets. */
@@ -738,7 +726,7 @@ int main(int argc, char **argv)
         double t[8], ratio[8];
         decode_expert(ks, &pk, 0, &a, es);
         for (int p = 0; p < passes; p++) {
-            double rd = read_floor(&buf);
+            double rd = read_floor(&buf, 1, read_pattern);
             double t0 = thread_ns();
             for (int e = 0; e < n; e++)
                 decode_expert(ks, &pk, e, &a, es);

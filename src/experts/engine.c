@@ -133,12 +133,13 @@ static void gateup_run(const moe_expert_group *g, size_t m, const void *const *x
     }
 }
 
-/* down tiles [j, j + n) for one chunk of m rows, as gateup_run. */
+/* down tiles [j, j + n) for one chunk of m rows, as gateup_run (out holds floats). */
 static void down_run(const moe_expert_group *g, size_t m, const void *const *hp,
-                     const unsigned char *tiles, int64_t j, int64_t n, float *out,
+                     const unsigned char *tiles, int64_t j, int64_t n, unsigned char *out_bytes,
                      size_t out_stride)
 {
     const moe_expert_kernels *ks = g->ks;
+    float *out = (float *)out_bytes;
     const size_t nr = (size_t)ks->nr, tb = g->down_tile_bytes;
     if (ks->down_tiles) {
         const size_t last = (size_t)(j + n - 1) * nr;
@@ -153,6 +154,32 @@ static void down_run(const moe_expert_group *g, size_t m, const void *const *hp,
     }
 }
 
+/* gateup_run or down_run. */
+typedef void run_fn(const moe_expert_group *g, size_t m, const void *const *in,
+                    const unsigned char *tiles, int64_t j, int64_t n, unsigned char *out,
+                    size_t out_stride);
+
+/* Tiles [j, j + n) of one phase (run; multi: the set has that phase's multi-tile entry) for
+ * one chunk of m rows: tile j's outputs at out, rows out_row bytes apart, eb bytes per
+ * output, cols outputs from out on in each row. Through the stage where staged(). */
+static void chunk_run(const moe_expert_group *g, run_fn *run, bool multi, size_t m,
+                      const void *const *in, const unsigned char *tiles, int64_t j, int64_t n,
+                      unsigned char *out, size_t out_row, size_t eb, size_t cols)
+{
+    const size_t nr = (size_t)g->ks->nr;
+    if (!staged(multi, m, nr, eb)) {
+        run(g, m, in, tiles, j, n, out, out_row / eb);
+        return;
+    }
+    stage st;
+    for (int64_t t = j; t < j + n; t += STAGE_TILES) {
+        const int64_t k = j + n - t < STAGE_TILES ? j + n - t : STAGE_TILES;
+        const size_t c0 = (size_t)(t - j) * nr;
+        run(g, m, in, tiles, t, k, (unsigned char *)st.row, STAGE_ROW_BYTES / eb);
+        stage_out(&st, m, out + c0 * eb, out_row, (min_size(c0 + (size_t)k * nr, cols) - c0) * eb);
+    }
+}
+
 /* gate/up for tiles [j0, j1) of one span: each run of tiles is reused by all M-chunks while
  * it is in cache; a span of at most MR rows is the decode case, one chunk over all. */
 static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
@@ -163,7 +190,6 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb, tb = g->gateup_tile_bytes;
     const unsigned char *tiles = moe_expert_gateup(g, s->e);
     const void *x[MOE_EXPERTS_MAX_MR];
-    stage st;
     for (int64_t j = j0, nt; j < j1; j += nt) {
         nt = run_tiles(ks->gateup_tiles != NULL, s->n, mr, g->run_bytes, tb, x_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
@@ -172,18 +198,9 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
                 const size_t r = s->first + c + i;
                 x[i] = act + (s->token ? s->token[r] : r) * x_row;
             }
-            unsigned char *hc = h + (s->first + c) * h_row;
-            if (!staged(ks->gateup_tiles != NULL, m, nr, eb)) {
-                gateup_run(g, m, x, tiles, j, nt, hc + (size_t)j * nr * eb, g->h_stride);
-                continue;
-            }
-            for (int64_t t = j; t < j + nt; t += STAGE_TILES) {
-                const int64_t n = j + nt - t < STAGE_TILES ? j + nt - t : STAGE_TILES;
-                const size_t c0 = (size_t)t * nr;
-                gateup_run(g, m, x, tiles, t, n, (unsigned char *)st.row, STAGE_ROW_BYTES / eb);
-                stage_out(&st, m, hc + c0 * eb, h_row,
-                          (min_size(c0 + (size_t)n * nr, (size_t)g->inter) - c0) * eb);
-            }
+            const size_t c0 = (size_t)j * nr;
+            chunk_run(g, gateup_run, ks->gateup_tiles != NULL, m, x, tiles, j, nt,
+                      h + (s->first + c) * h_row + c0 * eb, h_row, eb, (size_t)g->inter - c0);
         }
     }
     /* The item that owns the last tile also owns the zero padding after column I. */
@@ -203,25 +220,16 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, tb = g->down_tile_bytes;
     const unsigned char *tiles = moe_expert_down(g, s->e);
     const void *hp[MOE_EXPERTS_MAX_MR];
-    stage st;
     for (int64_t j = j0, nt; j < j1; j += nt) {
         nt = run_tiles(ks->down_tiles != NULL, s->n, mr, g->run_bytes, tb, h_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)
                 hp[i] = h + (s->first + c + i) * h_row;
-            float *yc = y + (s->first + c) * y_stride;
-            if (!staged(ks->down_tiles != NULL, m, nr, sizeof(float))) {
-                down_run(g, m, hp, tiles, j, nt, yc + (size_t)j * nr, y_stride);
-                continue;
-            }
-            for (int64_t t = j; t < j + nt; t += STAGE_TILES) {
-                const int64_t n = j + nt - t < STAGE_TILES ? j + nt - t : STAGE_TILES;
-                const size_t c0 = (size_t)t * nr;
-                down_run(g, m, hp, tiles, t, n, st.row[0].f, STAGE_ROW_BYTES / sizeof(float));
-                stage_out(&st, m, (unsigned char *)(yc + c0), y_stride * sizeof(float),
-                          (min_size(c0 + (size_t)n * nr, (size_t)g->hidden) - c0) * sizeof(float));
-            }
+            const size_t c0 = (size_t)j * nr;
+            chunk_run(g, down_run, ks->down_tiles != NULL, m, hp, tiles, j, nt,
+                      (unsigned char *)(y + (s->first + c) * y_stride + c0),
+                      y_stride * sizeof(float), sizeof(float), (size_t)g->hidden - c0);
         }
     }
 }
