@@ -241,7 +241,7 @@ static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e,
     expert_tiles(ks, pk, e, a, es, m, I / MOE_EXPERT_NR, H / MOE_EXPERT_NR);
 }
 
-static const size_t mid_m[] = {1, 2, 4, 8, 16, 32};
+static const size_t mid_m[] = {1, 2, 4, 8, 9, 16, 32}; /* 9: one past a full group */
 #define MID_COUNT (sizeof mid_m / sizeof mid_m[0])
 
 /* The fraction of the floor max(bytes / read, flops / peak) at each m of mid_m, passes over

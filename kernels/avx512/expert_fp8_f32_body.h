@@ -21,7 +21,8 @@
  *
  * Up to 8 tokens (the direct path) the weights are decoded in registers at every call; from
  * 9 tokens on (MR_FP8 32) each 128-K block is decoded once into a stack buffer (f32, 16 KB for
- * gate/up) and the tokens run over it in groups of 8, their weights loaded from L1. Each
+ * gate/up) and the tokens run over it in groups of at most 8, as equal as they go
+ * (group_split_of), their weights loaded from L1. Each
  * element's arithmetic is the same on both paths: the block's chain in k order, then one FMA
  * with the block scale into the total.
  */
@@ -252,6 +253,7 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
         _mm512_store_ps(tot[2 * i + 1], _mm512_setzero_ps());
     }
     const fp8_dec dec = fp8_dec_init();
+    const group_split sp = group_split_of(m, GROUP);
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
@@ -259,9 +261,10 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
         fp8_decode(&dec, codes + k0 * 32, (n + 1) / 2, buf);
         const __m512 sg = _mm512_set1_ps(load_f32(sc)), su = _mm512_set1_ps(load_f32(sc + 4));
         const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 32;
-        for (size_t c = 0; c < m; c += GROUP)
-            DISPATCH(gateup_group, m - c < GROUP ? m - c : GROUP, buf, n, x + c, k0, sg, su,
-                     tot + 2 * c, next);
+        for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
+            g = sp.base + (j < sp.extra);
+            DISPATCH(gateup_group, g, buf, n, x + c, k0, sg, su, tot + 2 * c, next);
+        }
     }
     const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
     const __mmask16 mask = rows_mask(n_valid);
@@ -283,6 +286,7 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
         _mm512_store_ps(tot[i], _mm512_setzero_ps());
     }
     const fp8_dec dec = fp8_dec_init();
+    const group_split sp = group_split_of(m, GROUP);
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
@@ -290,9 +294,10 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
         fp8_decode(&dec, codes + k0 * 16, (n + 3) / 4, buf);
         const __m512 s = _mm512_set1_ps(load_f32(sc));
         const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 16;
-        for (size_t c = 0; c < m; c += GROUP)
-            DISPATCH(down_group, m - c < GROUP ? m - c : GROUP, buf, n, x + c, k0, s, tot + c,
-                     next);
+        for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
+            g = sp.base + (j < sp.extra);
+            DISPATCH(down_group, g, buf, n, x + c, k0, s, tot + c, next);
+        }
     }
     const __m512 b = _mm512_loadu_ps(tile);
     const __mmask16 mask = rows_mask(n_valid);

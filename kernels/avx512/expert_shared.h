@@ -39,6 +39,20 @@ static inline __attribute__((always_inline)) __mmask16 rows_mask(size_t n_valid)
     return (__mmask16)((1u << n_valid) - 1u);
 }
 
+/* m tokens in groups of at most gmax, as equal as they go: group j of ng has base + (j < extra)
+ * tokens (m = 9, gmax = 8: 5 and 4 rather than 8 and 1, whose one token would leave its FMA
+ * or vpdpbusd chains bound by latency). */
+typedef struct group_split {
+    size_t ng, base, extra;
+} group_split;
+
+static inline __attribute__((always_inline)) group_split group_split_of(size_t m, size_t gmax)
+{
+    const size_t ng = (m + gmax - 1) / gmax;
+    group_split s = {ng, m / ng, m % ng};
+    return s;
+}
+
 /* body(M, ...) with M = m as a compile-time constant, for m = 1..8 (nothing otherwise), so
  * every loop over a call's tokens unrolls and its accumulators stay in registers. */
 #define DISPATCH(body, m, ...)                                                                     \

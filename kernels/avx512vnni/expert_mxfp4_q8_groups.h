@@ -189,25 +189,12 @@ MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_xblock
     MX_CASE(14, body, __VA_ARGS__)                                                                 \
     MX_CASE(15, body, __VA_ARGS__)
 
-/* The m tokens in groups of at most gmax, as equal as they go (m = 32, gmax = 12: 11, 11, 10
- * rather than 12, 12, 8): group j of ng has base + (j < extra) tokens. */
-typedef struct mx_split {
-    size_t ng, base, extra;
-} mx_split;
-
-MX_INLINE mx_split mx_split_of(size_t m, size_t gmax)
-{
-    const size_t ng = (m + gmax - 1) / gmax;
-    mx_split s = {ng, m / ng, m % ng};
-    return s;
-}
-
 /* The call's tokens: their prepared rows, the current block's activations gathered from
  * them, and the groups the m tokens run in. */
 typedef struct mx_tokens {
     mx_xblock xb[2] __attribute__((aligned(64))); /* block b in xb[b % 2] */
     const unsigned char *rows[MX_MR];
-    mx_split gateup, down;
+    group_split gateup, down; /* m = 32, gate/up: 11, 11, 10 rather than 12, 12, 8 */
 } mx_tokens;
 
 MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, size_t k)
@@ -215,8 +202,8 @@ MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, siz
     (void)k;
     for (size_t t = 0; t < m; t++)
         tk->rows[t] = v[t];
-    tk->gateup = mx_split_of(m, MX_GROUP_GATEUP);
-    tk->down = mx_split_of(m, MX_GROUP_DOWN);
+    tk->gateup = group_split_of(m, MX_GROUP_GATEUP);
+    tk->down = group_split_of(m, MX_GROUP_DOWN);
 }
 
 /* Block b's gathered activations. Block 0's are gathered here, every later block's by the
@@ -241,7 +228,7 @@ MX_INLINE void mx_gather_next(mx_tokens *tk, size_t t0, size_t t1, size_t k, siz
 MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
                                const __m512i *buf, __m512 wg, __m512 wu, float (*tot)[MX_NR])
 {
-    const mx_split sp = tk->gateup;
+    const group_split sp = tk->gateup;
     const mx_xblock *xb = mx_gather_first(tk, m, k, b, first);
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
@@ -256,7 +243,7 @@ MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool
 MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
                              const __m512i *buf, __m512 w, float (*tot)[MX_NR])
 {
-    const mx_split sp = tk->down;
+    const group_split sp = tk->down;
     const mx_xblock *xb = mx_gather_first(tk, m, k, b, first);
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
