@@ -8,7 +8,7 @@
  * Per 32-K block of a tile: the 16 rows' codes of the block are decoded once into a stack
  * buffer (gate/up: 16 zmm, down: 8) and the m tokens' parts of the block (32 q bytes, xs,
  * corr) are gathered into one small array. Then the tokens run in groups of up to
- * GROUP_GATEUP (12: 24 int32 sums + 4 weight vectors + 2 scale vectors of 32 zmm) or
+ * GROUP_GATEUP (12: 24 int32 sums, 4 weight vectors, 2 broadcasts, 2 scale vectors: 32 zmm) or
  * GROUP_DOWN (16) tokens, m split as evenly as it goes. Within a group the integer block
  * sums stay in registers: per chunk the 4 (down: 2) weight vectors are loaded once; down
  * broadcasts each token's two activation dwords from memory inside vpdpbusd ({1to16}, one fused
@@ -41,8 +41,8 @@ MX_INLINE __m512i mx_dot_at(__m512i acc, __m512i wlo, __m512i whi, const unsigne
     return mx_dpbusd_at(mx_dpbusd_at(acc, wlo, x), whi, x + 16);
 }
 
-/* The activation dword at x broadcast to a register, and acc + w·x from it, in asm for the
- * reason above: gate and up use each dword, so one broadcast serves both. */
+/* The activation dword at x broadcast to a register, and acc + w·x from it, both in asm as
+ * above: gate and up use each dword, so one broadcast serves both. */
 MX_INLINE __m512i mx_bcast_at(const unsigned char *x)
 {
     __m512i v;
