@@ -37,17 +37,23 @@ void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors
             l->threads, l->threads == 1 ? "" : "s", f->read_gbs[bench_floors_slot(f, l->threads)]);
 }
 
+/* Token rows per routed expert hit: the mean batch of the expert kernels. */
+static double tokens_per_hit(const bench_result *r)
+{
+    return r->hit > 0 ? (double)r->tokens * (double)r->layer->topk / r->hit : 0.0;
+}
+
 void bench_report_header(FILE *out)
 {
-    fprintf(out, "  %6s %10s %9s %5s %10s %8s %9s %10s %6s %5s\n", "tokens", "ms", "tok/s", "hit",
-            "weights MB", "GB/s", "GFLOP/s", "floor ms", "effic", "bound");
+    fprintf(out, "  %6s %10s %9s %5s %7s %10s %8s %9s %10s %6s %5s\n", "tokens", "ms", "tok/s",
+            "hit", "tok/hit", "weights MB", "GB/s", "GFLOP/s", "floor ms", "effic", "bound");
 }
 
 void bench_report_row(FILE *out, const bench_result *r)
 {
     const double s = r->ms / 1e3;
-    fprintf(out, "  %6zu %10.3f %9.1f %5d %10.1f %8.2f %9.1f %10.3f %6.2f %5s\n", r->tokens,
-            r->ms, (double)r->tokens / s, r->hit, r->weight_bytes / 1e6,
+    fprintf(out, "  %6zu %10.3f %9.1f %5d %7.1f %10.1f %8.2f %9.1f %10.3f %6.2f %5s\n", r->tokens,
+            r->ms, (double)r->tokens / s, r->hit, tokens_per_hit(r), r->weight_bytes / 1e6,
             r->weight_bytes / s / 1e9, r->flops / s / 1e9, r->floor_ms, r->efficiency,
             r->compute_bound ? "flops" : "mem");
 }
@@ -85,6 +91,7 @@ static json_t *result_json(const bench_result *r)
     json_object_set_new(o, "threads", json_integer(l->threads));
     json_object_set_new(o, "ms_per_forward", json_real(r->ms));
     json_object_set_new(o, "experts_hit", json_integer(r->hit));
+    json_object_set_new(o, "tokens_per_expert_hit", json_real(tokens_per_hit(r)));
     json_object_set_new(o, "weight_bytes_read", json_integer((json_int_t)r->weight_bytes));
     json_object_set_new(o, "flops", json_integer((json_int_t)r->flops));
     json_object_set_new(o, "flops_shared", json_integer((json_int_t)r->shared_flops));

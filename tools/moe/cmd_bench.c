@@ -728,7 +728,8 @@ int moe_cmd_bench(int argc, char **argv)
     if (!rc && !o.json)
         printf("\nfloor: max(weight bytes / read bandwidth, flops / instruction peak) at the "
                "same thread count; effic = floor / ms; bound: which term is the floor. hit: "
-               "routed experts with at least one token.\n");
+               "routed experts with at least one token; tok/hit: token rows per expert hit, "
+               "the expert kernels' mean batch.\n");
     bench_floors_free(&f);
     free(res);
     return rc;
