@@ -50,6 +50,8 @@
 typedef struct moe_expert_group {
     const moe_expert_kernels *ks;
     int n_experts;
+    int n_packed;          /* experts with packed bytes: n_experts, unless expert e runs on
+                              the copy of e % n_packed (moe_expert_group_alias) */
     int64_t hidden, inter; /* H and I */
     moe_act_params act;
     int64_t gateup_tiles;     /* ceil(I / NR) */
@@ -59,7 +61,7 @@ typedef struct moe_expert_group {
     size_t gateup_bytes;      /* gateup_tiles × gateup_tile_bytes */
     size_t down_bytes;        /* down_tiles × down_tile_bytes */
     size_t expert_stride;     /* gateup_bytes + down_bytes, rounded up to 64 */
-    size_t packed_bytes;      /* n_experts × expert_stride */
+    size_t packed_bytes;      /* n_packed × expert_stride */
     size_t act_elem;          /* bytes of one h element as gate/up writes it: 4 (F32 and Q8:
                                  float) or 2 (BF16) */
     size_t h_stride;          /* elements between h rows: I rounded up to 32, tail zeroed */
@@ -81,6 +83,12 @@ size_t moe_expert_run_bytes(void);
 moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *ks, int n,
                                  int64_t hidden, int64_t inter, const moe_act_params *act,
                                  const char *what);
+
+/* Makes a planned group hold N_PACKED < n_experts packed experts, expert e running on the
+ * copy of e % N_PACKED: moe bench's way to route over a model's real expert count in the
+ * memory of fewer (moe_layer_tuning.resident_experts). N_PACKED outside [1, n_experts) leaves
+ * the group as it is. Before moe_expert_group_alloc. */
+void moe_expert_group_alias(moe_expert_group *g, int n_packed);
 
 /* Allocates the packed bytes of a planned group (MOE_ENOMEM naming WHAT). */
 moe_status moe_expert_group_alloc(moe_expert_group *g, const char *what);
@@ -109,14 +117,14 @@ moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_wei
 
 void moe_expert_group_free(moe_expert_group *g);
 
-/* The packed gate/up and down bytes of expert E. */
+/* The packed gate/up and down bytes of expert E (of its copy, in an aliased group). */
 static inline const unsigned char *moe_expert_gateup(const moe_expert_group *g, int e)
 {
-    return g->packed + (size_t)e * g->expert_stride;
+    return g->packed + (size_t)(e % g->n_packed) * g->expert_stride;
 }
 static inline const unsigned char *moe_expert_down(const moe_expert_group *g, int e)
 {
-    return g->packed + (size_t)e * g->expert_stride + g->gateup_bytes;
+    return moe_expert_gateup(g, e) + g->gateup_bytes;
 }
 
 /* ---- The route plan ------------------------------------------------------------------- */

@@ -60,7 +60,7 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
         return moe_error(MOE_EINVAL, "%s: %d experts of hidden %lld × intermediate %lld", what, n,
                          (long long)hidden, (long long)inter);
     g->ks = ks;
-    g->n_experts = n;
+    g->n_experts = g->n_packed = n;
     g->hidden = hidden;
     g->inter = inter;
     g->act = *act;
@@ -92,21 +92,28 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     return MOE_OK;
 }
 
+void moe_expert_group_alias(moe_expert_group *g, int n_packed)
+{
+    if (n_packed < 1 || n_packed >= g->n_experts) return;
+    g->n_packed = n_packed;
+    g->packed_bytes = (size_t)n_packed * g->expert_stride; /* below the planned size */
+}
+
 moe_status moe_expert_group_alloc(moe_expert_group *g, const char *what)
 {
     g->packed = moe_malloc_huge(g->packed_bytes);
     if (!g->packed)
         return moe_error(MOE_ENOMEM, "%s: out of memory for %zu packed bytes (%d experts)", what,
-                         g->packed_bytes, g->n_experts);
+                         g->packed_bytes, g->n_packed);
     return MOE_OK;
 }
 
 moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_src *gate,
                                  const moe_weight_src *up, const moe_weight_src *down)
 {
-    if (!g->packed || e < 0 || e >= g->n_experts)
+    if (!g->packed || e < 0 || e >= g->n_packed)
         return moe_error(MOE_EINVAL, "moe_expert_group_pack: expert %d of %d (packed: %s)", e,
-                         g->n_experts, g->packed ? "yes" : "no");
+                         g->n_packed, g->packed ? "yes" : "no");
     unsigned char *dst = g->packed + (size_t)e * g->expert_stride;
     moe_status st = g->ks->pack_gateup(gate, up, dst);
     if (st) return moe_error_context(st, "expert %d gate/up: ", e);
@@ -177,7 +184,7 @@ moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_wei
                                        const moe_weight_src *up, const moe_weight_src *down,
                                        moe_expert_pack_done *done, void *ctx)
 {
-    if (!g->packed || e < 0 || e >= g->n_experts || !gate || !up || !down || !done)
+    if (!g->packed || e < 0 || e >= g->n_packed || !gate || !up || !down || !done)
         return moe_expert_group_pack(g, e, gate, up, down); /* its checks and messages */
     unsigned char *dst = g->packed + (size_t)e * g->expert_stride;
     moe_status st = MOE_OK;

@@ -72,9 +72,10 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
     snprintf(what, sizeof what, "layer %d %s", l->plan.index, moe_layer_group_label[id]);
     moe_status st = moe_expert_group_alloc(&g->group, what);
     if (st) return st;
-    int failed = g->n;
+    const int n = g->group.n_packed; /* g->n, or the resident experts of an aliased group */
+    int failed = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads)
-    for (int e = 0; e < g->n; e++) {
+    for (int e = 0; e < n; e++) {
         const part_release pr = {ckpt, g->per_expert ? g->per_expert[e] : g->one};
         if (pack_one(g, e, &pr) != MOE_OK) {
 #pragma omp critical(moe_layer_pack)
@@ -85,7 +86,7 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
             release_slices(ckpt, g->one, e, g->n);
         }
     }
-    if (failed < g->n) {
+    if (failed < n) {
         st = pack_one(g, failed, NULL);
         return moe_error_context(st ? st : MOE_EVALUE, "%s: ", what);
     }

@@ -59,6 +59,7 @@ typedef struct moe_layer_plan {
     moe_expert_recipe recipe; /* asked of the expert eligibility function for every bf16 and
                                  FP8 group; MXFP4 groups are asked for their one recipe, Q8 */
     bool recipe_default;      /* not asked for by the caller */
+    int resident_experts;     /* moe_layer_tuning's; 0: all */
     moe_dtype logits_dtype;   /* F32 or BF16: what forward uses */
     int logits_origin;        /* 0 default (unset), 1 options, 2 moe_layer_set_logits_dtype */
     bool moe;                 /* has a router (MOE and HASH layers) */
@@ -81,6 +82,11 @@ typedef struct moe_layer_tuning {
     const moe_cpu_caps *allowed; /* NULL: moe_cpu_query()'s */
     int recipe; /* -1: the default (MOE_RECIPE_F32); else F32 or BF16, for the bf16 and FP8
                    groups (MXFP4 groups have one recipe, Q8) */
+    int resident_experts; /* 0 (or E and above): every routed expert packed. R in [1, E): only
+                             experts 0 .. R - 1 are read and packed, and routed expert e runs
+                             on the copy of e % R: moe bench routes over a model's real expert
+                             count in the memory of R (moe gen --stored-experts R writes such
+                             a checkpoint); outputs of experts R and above are not theirs */
 } moe_layer_tuning;
 
 /* Resolves OPTIONS (and TUNING, which may be NULL), finds and checks every tensor of layer

@@ -249,6 +249,7 @@ static moe_status plan_group(moe_layer_plan *p, moe_layer_group_id id)
     st = moe_expert_group_plan(&g->group, g->ks, g->n, g->mlp.hidden, g->mlp.intermediate, &act,
                                what);
     if (st) return st;
+    if (id == MOE_LG_ROUTED) moe_expert_group_alias(&g->group, p->resident_experts);
     p->recipe_used[g->recipe] = true;
     return MOE_OK;
 }
@@ -348,6 +349,10 @@ static moe_status resolve_tuning(const moe_layer_tuning *t, int layer, moe_layer
     if (recipe != -1 && recipe != MOE_RECIPE_F32 && recipe != MOE_RECIPE_BF16)
         return moe_error(MOE_EINVAL, "layer %d: recipe %d is not f32 (0) or bf16 (1)", layer,
                          recipe);
+    if (t && t->resident_experts < 0)
+        return moe_error(MOE_EINVAL, "layer %d: resident experts %d is negative", layer,
+                         t->resident_experts);
+    p->resident_experts = t ? t->resident_experts : 0;
     p->recipe_default = recipe == -1;
     p->recipe = recipe == MOE_RECIPE_BF16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32;
     return MOE_OK;

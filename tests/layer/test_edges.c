@@ -283,7 +283,7 @@ static void denormal_case(const moe_model *m, int layer, ref_layer *r, const moe
 {
     const size_t h = (size_t)r->h;
     const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, recipe};
+    const moe_layer_tuning tune = {caps, recipe, 0};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create_tuned(m, layer, &opts, &tune, &l);
     CHECKF(st == MOE_OK, "%s: create: %s", what, moe_last_error());
@@ -582,7 +582,7 @@ static void test_skewed(const char *dir)
             snprintf(what, sizeof what, "skewed routing at %s, %s recipe", names[i],
                      recipe == MOE_RECIPE_BF16 ? "bf16" : "f32");
             const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
-            const moe_layer_tuning tune = {&caps[i], recipe};
+            const moe_layer_tuning tune = {&caps[i], recipe, 0};
             moe_layer *l = NULL;
             moe_status st = moe_layer_create_tuned(m, fc->moe_layer, &opts, &tune, &l);
             CHECKF(st == MOE_OK, "%s: create: %s", what, moe_last_error());

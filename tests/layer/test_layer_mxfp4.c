@@ -20,7 +20,7 @@ static bool has(const char *needle) { return strstr(moe_last_error(), needle) !=
 static moe_layer *make(const moe_model *m, int layer, const moe_cpu_caps *caps, int threads)
 {
     const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, -1};
+    const moe_layer_tuning tune = {caps, -1, 0};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create_tuned(m, layer, &o, &tune, &l);
     if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());

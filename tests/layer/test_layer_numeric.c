@@ -18,6 +18,8 @@ typedef struct ref_layer {
     fx_mlp *experts;
     fx_mlp shared, dense;
     bool has_shared;
+    int resident; /* 0, or R: routed expert e computes with expert e % R's weights, as a layer
+                     created with moe_layer_tuning.resident_experts = R does */
     /* MLP outputs already computed, per input kind (f32, bf16-rounded): [T][E + 1][H], slot
      * E for the always-on MLP; done[][][] says which. The levels and recipes share them. */
     double *memo[2];
@@ -27,6 +29,7 @@ typedef struct ref_layer {
 /* mlp_e(x_t) for input kind KIND, computed once (e = -1: the shared or dense MLP). */
 static const double *ref_mlp_out(ref_layer *r, int kind, size_t t, int e, const double *x)
 {
+    if (e >= 0 && r->resident) e %= r->resident; /* the memo holds each weight set's output */
     const size_t slots = (size_t)r->e + 1, h = (size_t)r->h;
     const size_t slot = e < 0 ? (size_t)r->e : (size_t)e;
     if (!r->memo[kind]) {
@@ -350,14 +353,15 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
 
 static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
                       const moe_cpu_caps *caps, const char *level, int recipe, bool bf16_input,
-                      const float *x, const int32_t *tokens)
+                      int resident, const float *x, const int32_t *tokens)
 {
     const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, recipe};
+    const moe_layer_tuning tune = {caps, recipe, resident};
     moe_layer *l = NULL;
     char what[160];
-    snprintf(what, sizeof what, "%s layer %d at %s, %s recipe asked", fc->name, r->index, level,
-             recipe == MOE_RECIPE_BF16 ? "bf16" : "f32");
+    snprintf(what, sizeof what, "%s layer %d at %s, %s recipe asked%s", fc->name, r->index, level,
+             recipe == MOE_RECIPE_BF16 ? "bf16" : "f32", resident ? ", experts aliased" : "");
+    r->resident = resident;
     moe_status st = moe_layer_create_tuned(m, r->index, &opts, &tune, &l);
     CHECKF(st == MOE_OK, "%s: create: %s", what, moe_last_error());
     if (st) return;
@@ -403,6 +407,18 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         st = moe_layer_forward(l, &a);
         CHECKF(st == MOE_OK, "%s: forward: %s", what, moe_last_error());
         if (st) continue;
+        if (resident) {
+            /* Only R experts packed, and the routing reached the aliased ones. */
+            const moe_expert_group *g = l->routed;
+            CHECKF(g->n_packed == resident && g->packed_bytes == (size_t)resident * g->expert_stride,
+                   "%s: %d experts packed, %zu bytes", what, g->n_packed, g->packed_bytes);
+            CHECKF(strstr(moe_layer_explain(l), "resident: experts 0 .. ") != NULL,
+                   "%s: explain does not say so", what);
+            size_t beyond = 0;
+            for (size_t i = 0; i < T * k; i++)
+                beyond += ids[i] >= resident;
+            CHECKF(beyond > 0, "%s: no token routed to an expert beyond %d", what, resident);
+        }
         stats s = {0, 0, 0, 0, 0};
         check_forward(r, pass, xr, tokens, logits, ids, w, out, &s, what);
         const double rel = sqrt(s.err2 / s.norm2);
@@ -437,6 +453,7 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
     free(xb);
     free(trace);
     moe_layer_destroy(l);
+    r->resident = 0;
 }
 
 static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool every_level)
@@ -463,10 +480,15 @@ static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool ev
          * set. */
         for (size_t i = every_level ? 0 : n_levels - 1; i < n_levels; i++) {
             const bool best = i + 1 == n_levels;
-            run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_F32, best, x, tokens);
+            run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_F32, best, 0, x, tokens);
             if (i == 0 || best)
-                run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_BF16, best, x, tokens);
+                run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_BF16, best, 0, x, tokens);
         }
+        /* moe bench's aliased layer (per-expert and stacked tensors): 5 experts packed, expert
+         * e computed with expert e % 5's weights. */
+        if (every_level && li == 0)
+            run_level(m, &r, fc, &caps[n_levels - 1], names[n_levels - 1], MOE_RECIPE_F32,
+                      false, 5, x, tokens);
         free(x);
         ref_free(&r);
     }
