@@ -169,13 +169,31 @@ moe_status moe_atomic_write(moe_atomic_file *af, const void *buf, size_t len)
     return MOE_OK;
 }
 
+moe_status moe_atomic_zeros(moe_atomic_file *af, uint64_t len)
+{
+    if (len > (uint64_t)INT64_MAX || lseek(af->fd, (off_t)len, SEEK_CUR) < 0) {
+        char text[128];
+        return moe_error(MOE_EIO, "cannot write %llu zero bytes to '%s': %s",
+                         (unsigned long long)len, af->path,
+                         moe_errno_text(len > (uint64_t)INT64_MAX ? EOVERFLOW : errno, text,
+                                        sizeof text));
+    }
+    return MOE_OK;
+}
+
 moe_status moe_atomic_commit(moe_atomic_file *af)
 {
     char text[128];
     const char *what = NULL;
     int err = 0;
+    /* The size, where the file ends in a hole (moe_atomic_zeros); else already the size. */
+    const off_t end = lseek(af->fd, 0, SEEK_CUR);
+    if (end < 0 || ftruncate(af->fd, end) != 0) {
+        what = "set the size of";
+        err = errno;
+    }
     /* fsync before rename: otherwise a crash can leave the new name on an empty file. */
-    if (fsync(af->fd) != 0) {
+    if (!what && fsync(af->fd) != 0) {
         what = "flush";
         err = errno;
     }

@@ -34,6 +34,9 @@ typedef struct moe_atomic_file {
 
 moe_status moe_atomic_open(moe_atomic_file *af, const char *path);
 moe_status moe_atomic_write(moe_atomic_file *af, const void *buf, size_t len);
+/* LEN zero bytes as a hole: the file offset moves on without a write (commit sets the size),
+ * so they take no disk space where the file system has sparse files. */
+moe_status moe_atomic_zeros(moe_atomic_file *af, uint64_t len);
 moe_status moe_atomic_commit(moe_atomic_file *af);
 void moe_atomic_abort(moe_atomic_file *af);
 

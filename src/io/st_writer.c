@@ -313,7 +313,13 @@ done:
     return st;
 }
 
-/* Streams one tensor through FILL in chunks of at most STW_CHUNK bytes. */
+static bool all_zero(const unsigned char *p, size_t n)
+{
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Streams one tensor through FILL in chunks of at most STW_CHUNK bytes; a chunk of zeros
+ * becomes a hole in the file (moe_atomic_zeros). */
 static moe_status write_tensor(moe_atomic_file *af, const stw_tensor *t, moe_st_fill_fn fill,
                                void *ctx, unsigned char *buf)
 {
@@ -323,7 +329,7 @@ static moe_status write_tensor(moe_atomic_file *af, const stw_tensor *t, moe_st_
         if (st != MOE_OK)
             return moe_error_context(st, "%s: tensor '%s' at byte %llu: ", af->path, t->name,
                                      (unsigned long long)off);
-        st = moe_atomic_write(af, buf, len);
+        st = all_zero(buf, len) ? moe_atomic_zeros(af, len) : moe_atomic_write(af, buf, len);
         if (st != MOE_OK) return st;
         off += len;
     }

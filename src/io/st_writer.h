@@ -26,7 +26,8 @@ moe_status moe_st_writer_metadata(moe_st_writer *w, const char *key, const char 
 
 /* Writes PATH: the header (padded with spaces so the data starts at a multiple of 8), then
  * the tensors sorted by descending element alignment and then name, each produced by FILL
- * in chunks of at most 1 MiB, so memory stays small whatever the file size. The file is
+ * in chunks of at most 1 MiB, so memory stays small whatever the file size; a chunk of
+ * zeros becomes a hole (no disk space where the file system has sparse files). The file is
  * written to a temporary name and renamed on success. */
 moe_status moe_st_writer_write(moe_st_writer *w, const char *path, moe_st_fill_fn fill, void *ctx);
 

@@ -213,6 +213,43 @@ for x in bad[:20]:
     print("  " + x, file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
+  # --stored-experts 3: experts 0..2 as without it, the others all zeros (per-expert tensors
+  # and gpt-oss's stacked ones), every other tensor unchanged.
+  "$moe" gen --family deepseek_v3 --layers 2 --seed 9 --stored-experts 3 --out "$tmp/py-v3-3" >/dev/null
+  "$moe" gen --family gpt_oss --layers 1 --seed 9 --stored-experts 3 --out "$tmp/py-oss-3" >/dev/null
+  check "stored experts: the rest zero, the others unchanged" python3 - "$tmp/py-v3" "$tmp/py-v3-3" "$tmp/py-oss" "$tmp/py-oss-3" <<'PY'
+import glob, json, re, struct, sys
+
+def load(d):
+    data = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    hdr = json.loads(data[8:8 + n])
+    return {k: data[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
+            for k, t in hdr.items() if k != "__metadata__"}, {k: t["shape"] for k, t in hdr.items() if k != "__metadata__"}
+
+bad, zeroed = [], 0
+for full_dir, part_dir in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
+    (full, shapes), (part, _) = load(full_dir), load(part_dir)
+    if full.keys() != part.keys():
+        bad.append(part_dir + ": other tensors")
+    for name, b in full.items():
+        m = re.search(r"\.experts\.(\d+)\.", name)
+        if m:  # one expert's tensor
+            want = bytes(len(b)) if int(m.group(1)) >= 3 else b
+        elif ".experts." in name and shapes[name][0] == 8:  # gpt-oss: stacked over 8 experts
+            cut = len(b) // 8 * 3
+            want = b[:cut] + bytes(len(b) - cut)
+        else:
+            want = b
+        zeroed += want != b
+        if part[name] != want:
+            bad.append(name)
+if zeroed == 0:
+    bad.append("no tensor has zeroed experts")
+for x in bad[:20]:
+    print("  " + x, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
 else
   echo "note: python3 not found; skipped the tensor value checks" >&2
 fi
@@ -233,6 +270,8 @@ usage_error --layers --family mixtral --out "$o" --layers 12x
 usage_error --layers --family mixtral --out "$o" --layers -1
 usage_error --layers --family mixtral --out "$o" --layers 0
 usage_error --layers --family mixtral --out "$o" --layers 4097
+usage_error --stored-experts --family mixtral --out "$o" --experts 8 --stored-experts 9
+usage_error --stored-experts --family mixtral --out "$o" --stored-experts 0
 usage_error --layers --family mixtral --out "$o" --layers ""
 usage_error --layers --family mixtral --out "$o" --layers
 usage_error --hidden --family mixtral --out "$o" --hidden 99999999999999999999999

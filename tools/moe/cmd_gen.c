@@ -44,6 +44,10 @@ static void help(void)
         "  --layers N              decoder layers, 1..4096 [2]\n"
         "  --hidden H              hidden size, 1..1048576 [256]\n"
         "  --experts E             routed experts, 1..4096 [8]\n"
+        "  --stored-experts N      only routed experts 0..N-1 get random weights; the others'\n"
+        "                          tensors are all zeros, written as holes (no disk space where\n"
+        "                          the file system has sparse files): how moe bench keeps a\n"
+        "                          model's real expert count and router on a small disk [E]\n"
         "  --topk K                experts per token, 1..E [2]\n"
         "  --intermediate I        each routed (and shared) expert's intermediate size [128]\n"
         "  --vocab V               vocab_size; rows of tid2eid on DeepSeek-V4 hash layers [2048]\n"
@@ -98,6 +102,7 @@ enum {
     O_DENSE_INTERMEDIATE,
     O_HASH_LAYERS,
     O_SHARDS,
+    O_STORED_EXPERTS,
     O_COUNT
 };
 
@@ -110,6 +115,7 @@ typedef struct gen_request {
     int n_omit;
     gen_options o; /* resolved */
     int64_t shards;
+    int64_t stored_experts; /* routed experts with random weights; the rest are zeros */
 } gen_request;
 
 static void request_init(gen_request *r)
@@ -128,6 +134,7 @@ static void request_init(gen_request *r)
         [O_DENSE_INTERMEDIATE] = {"--dense-intermediate", 1, 1 << 20, 0, false},
         [O_HASH_LAYERS] = {"--hash-layers", 0, 4096, 0, false},
         [O_SHARDS] = {"--shards", 1, MAX_SHARDS, 1, false},
+        [O_STORED_EXPERTS] = {"--stored-experts", 1, 4096, 0, false},
     };
     memset(r, 0, sizeof *r);
     memcpy(r->num, defaults, sizeof defaults);
@@ -311,6 +318,10 @@ static int resolve_shape(gen_request *r)
 
     if (o->topk > o->experts)
         return usage("--topk %lld exceeds --experts %lld", (long long)o->topk,
+                     (long long)o->experts);
+    r->stored_experts = r->num[O_STORED_EXPERTS].given ? r->num[O_STORED_EXPERTS].value : o->experts;
+    if (r->stored_experts > o->experts)
+        return usage("--stored-experts %lld exceeds --experts %lld", (long long)r->stored_experts,
                      (long long)o->experts);
     if (o->first_dense > o->layers)
         return usage("--first-dense %lld exceeds --layers %lld", (long long)o->first_dense,
@@ -588,7 +599,8 @@ static moe_status list_tensors(tensor_plan *p, const moe_model_desc *desc)
     return MOE_OK;
 }
 
-static moe_status plan_tensors(tensor_plan *p, const moe_model_desc *desc, uint64_t seed)
+static moe_status plan_tensors(tensor_plan *p, const moe_model_desc *desc, uint64_t seed,
+                               int64_t stored_experts)
 {
     moe_status st;
     p->bytes = moe_calloc(p->count + 1, sizeof *p->bytes);
@@ -600,6 +612,7 @@ static moe_status plan_tensors(tensor_plan *p, const moe_model_desc *desc, uint6
         if (moe_add_overflow_u64(p->total, p->bytes[i], &p->total))
             return moe_error(MOE_EOVERFLOW, "checkpoint size overflows");
         if ((st = gen_tensor_init(&p->gens[i], desc, &p->specs[i], seed)) != MOE_OK) return st;
+        gen_tensor_zero_experts(&p->gens[i], desc, &p->specs[i], p->bytes[i], stored_experts);
         p->ngens = i + 1;
     }
     return MOE_OK;
@@ -730,7 +743,7 @@ static int prepare(gen_request *r, char **text, tensor_plan *plan, moe_model_des
     if ((st = list_tensors(plan, desc)) != MOE_OK) return 1;
     int rc = drop_omitted(plan, r);
     if (rc) return rc;
-    if ((st = plan_tensors(plan, desc, r->seed)) != MOE_OK) return 1;
+    if ((st = plan_tensors(plan, desc, r->seed, r->stored_experts)) != MOE_OK) return 1;
     if ((uint64_t)r->shards > plan->count)
         return usage("--shards %lld exceeds the %zu tensors of this checkpoint",
                      (long long)r->shards, plan->count);
@@ -770,11 +783,12 @@ int moe_cmd_gen(int argc, char **argv)
     if (rc == 0 && write_all(&r, text, &plan, &c) != MOE_OK) rc = 1;
     if (rc == 0)
         printf("wrote %s: %s %s, %lld layer%s, %lld shard%s, %zu tensors, %llu bytes of tensor "
-               "data, seed %llu%s\n",
+               "data, seed %llu%s%s\n",
                r.out, moe_family_name(r.o.family), gen_dtype_name(r.o.dtype), (long long)r.o.layers,
                r.o.layers > 1 ? "s" : "", (long long)r.shards, r.shards > 1 ? "s" : "", plan.count,
                (unsigned long long)plan.total, (unsigned long long)r.seed,
-               r.n_omit ? " (tensors omitted on request)" : "");
+               r.n_omit ? " (tensors omitted on request)" : "",
+               r.stored_experts < r.o.experts ? " (routed experts past --stored-experts zero)" : "");
     else if (rc == 1)
         cli_print_error(PROG, moe_last_error());
     created_free(&c, rc != 0);

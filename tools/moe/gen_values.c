@@ -196,6 +196,7 @@ moe_status gen_tensor_init(gen_tensor *t, const moe_model_desc *desc, const moe_
                            uint64_t seed)
 {
     memset(t, 0, sizeof *t);
+    t->zero_from = UINT64_MAX;
     pthread_once(&tables_once, build_tables);
     t->dtype = spec->dtype;
     t->key = splitmix64(seed ^ fnv1a(spec->name));
@@ -293,7 +294,7 @@ static void gen_element(gen_tensor *t, uint64_t i, uint8_t *out)
     }
 }
 
-void gen_tensor_fill(gen_tensor *t, uint64_t offset, void *buf, size_t len)
+static void fill_values(gen_tensor *t, uint64_t offset, void *buf, size_t len)
 {
     uint8_t *out = buf, tmp[8];
     const size_t es = t->elem_bytes;
@@ -310,4 +311,26 @@ void gen_tensor_fill(gen_tensor *t, uint64_t offset, void *buf, size_t len)
         gen_element(t, i, tmp);
         memcpy(out + done, tmp, len - done);
     }
+}
+
+void gen_tensor_zero_experts(gen_tensor *t, const moe_model_desc *desc, const moe_tensor_spec *spec,
+                             uint64_t bytes, int64_t stored)
+{
+    if (spec->group != MOE_GROUP_ROUTED) return;
+    const int64_t n = desc->layers[spec->layer].routing.n_experts;
+    if (stored >= n) return;
+    if (spec->expert >= 0) {
+        if (spec->expert >= stored) t->zero_from = 0;
+    } else if (spec->ndim >= 1 && spec->shape[0] == n) {
+        t->zero_from = bytes / (uint64_t)n * (uint64_t)stored;
+    }
+}
+
+void gen_tensor_fill(gen_tensor *t, uint64_t offset, void *buf, size_t len)
+{
+    size_t values = 0; /* the bytes before zero_from */
+    if (offset < t->zero_from)
+        values = t->zero_from - offset < len ? (size_t)(t->zero_from - offset) : len;
+    fill_values(t, offset, buf, values);
+    memset((uint8_t *)buf + values, 0, len - values);
 }

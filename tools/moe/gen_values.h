@@ -32,6 +32,7 @@ typedef struct gen_tensor {
     int32_t *perm;
     int64_t *row;
     int64_t cached_row;
+    uint64_t zero_from; /* bytes from here on are zero (gen_tensor_zero_experts); else ~0 */
 } gen_tensor;
 
 /* Decides the contents of SPEC (a tensor of DESC) and prepares its stream. MOE_EUNSUPPORTED
@@ -39,6 +40,11 @@ typedef struct gen_tensor {
 moe_status gen_tensor_init(gen_tensor *t, const moe_model_desc *desc, const moe_tensor_spec *spec,
                            uint64_t seed);
 void gen_tensor_free(gen_tensor *t);
+
+/* Makes the bytes of routed experts STORED and above zero in T (SPEC, of BYTES bytes): the
+ * whole tensor of such an expert, or the tail of a tensor stacked over the layer's experts. */
+void gen_tensor_zero_experts(gen_tensor *t, const moe_model_desc *desc, const moe_tensor_spec *spec,
+                             uint64_t bytes, int64_t stored);
 
 /* Writes LEN bytes of the tensor starting at byte OFFSET (any offset, any length). */
 void gen_tensor_fill(gen_tensor *t, uint64_t offset, void *buf, size_t len);
