@@ -16,6 +16,7 @@
  * for tokens token[first + i] (routed) or first + i (always-on: token = NULL). */
 typedef struct span {
     int e;
+    int copy; /* the packed expert that runs it (moe_expert_copy) */
     size_t first, n;
     const size_t *token;
 } span;
@@ -24,7 +25,7 @@ static span span_of(const moe_experts_job *job, bool routed, size_t a)
 {
     span s;
     if (!routed) {
-        s.e = 0;
+        s.e = s.copy = 0;
         s.first = 0;
         s.n = job->n_tokens;
         s.token = NULL;
@@ -32,6 +33,7 @@ static span span_of(const moe_experts_job *job, bool routed, size_t a)
     }
     const moe_route_plan *p = &job->ws.plan;
     s.e = p->active[a];
+    s.copy = moe_expert_copy(job->routed, s.e, a);
     s.first = p->offset[s.e];
     s.n = p->offset[s.e + 1] - s.first;
     s.token = p->token;
@@ -189,7 +191,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const moe_expert_kernels *ks = g->ks;
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, eb = g->act_elem;
     const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb, tb = g->gateup_tile_bytes;
-    const unsigned char *tiles = moe_expert_gateup(g, s->e);
+    const unsigned char *tiles = moe_expert_gateup(g, s->copy);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
         nt = run_tiles(ks->gateup_tiles != NULL, s->n, mr, g->run_bytes, tb, x_row, j, j1);
@@ -219,7 +221,7 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
 {
     const moe_expert_kernels *ks = g->ks;
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, tb = g->down_tile_bytes;
-    const unsigned char *tiles = moe_expert_down(g, s->e);
+    const unsigned char *tiles = moe_expert_down(g, s->copy);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
         nt = run_tiles(ks->down_tiles != NULL, s->n, mr, g->run_bytes, tb, h_row, j, j1);

@@ -50,8 +50,8 @@
 typedef struct moe_expert_group {
     const moe_expert_kernels *ks;
     int n_experts;
-    int n_packed;          /* experts with packed bytes: n_experts, unless expert e runs on
-                              the copy of e % n_packed (moe_expert_group_alias) */
+    int n_packed;          /* experts with packed bytes: n_experts, or fewer, which the
+                              batch's experts share (moe_expert_group_alias) */
     int64_t hidden, inter; /* H and I */
     moe_act_params act;
     int64_t gateup_tiles;     /* ceil(I / NR) */
@@ -84,10 +84,10 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
                                  int64_t hidden, int64_t inter, const moe_act_params *act,
                                  const char *what);
 
-/* Makes a planned group hold N_PACKED < n_experts packed experts, expert e running on the
- * copy of e % N_PACKED: moe bench's way to route over a model's real expert count in the
- * memory of fewer (moe_layer_tuning.resident_experts). N_PACKED outside [1, n_experts) leaves
- * the group as it is. Before moe_expert_group_alloc. */
+/* Makes a planned group hold N_PACKED < n_experts packed experts (packed: 0 .. N_PACKED - 1),
+ * which the experts of a batch share (moe_expert_copy): moe bench's way to route over a
+ * model's real expert count in the memory of fewer (moe_layer_tuning.resident_experts).
+ * N_PACKED outside [1, n_experts) leaves the group as it is. Before moe_expert_group_alloc. */
 void moe_expert_group_alias(moe_expert_group *g, int n_packed);
 
 /* Allocates the packed bytes of a planned group (MOE_ENOMEM naming WHAT). */
@@ -117,14 +117,24 @@ moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_wei
 
 void moe_expert_group_free(moe_expert_group *g);
 
-/* The packed gate/up and down bytes of expert E (of its copy, in an aliased group). */
+/* The packed gate/up and down bytes of packed expert E. */
 static inline const unsigned char *moe_expert_gateup(const moe_expert_group *g, int e)
 {
-    return g->packed + (size_t)(e % g->n_packed) * g->expert_stride;
+    return g->packed + (size_t)e * g->expert_stride;
 }
 static inline const unsigned char *moe_expert_down(const moe_expert_group *g, int e)
 {
-    return moe_expert_gateup(g, e) + g->gateup_bytes;
+    return g->packed + (size_t)e * g->expert_stride + g->gateup_bytes;
+}
+
+/* The packed expert that runs expert E, the batch's RANK-th expert (ascending ids): E itself,
+ * or in an aliased group copy RANK % n_packed. A forward then uses no copy twice before it has
+ * used every copy once, so each use reads its weights from memory as a model's distinct
+ * experts would (E % n_packed would put two experts of a small batch on one copy, the second
+ * read from the cache the first filled). */
+static inline int moe_expert_copy(const moe_expert_group *g, int e, size_t rank)
+{
+    return g->n_packed < g->n_experts ? (int)(rank % (size_t)g->n_packed) : e;
 }
 
 /* ---- The route plan ------------------------------------------------------------------- */

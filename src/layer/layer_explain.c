@@ -95,7 +95,9 @@ static void put_group(text *t, const moe_layer_group_plan *g, const char *label)
         g->group.expert_stride, g->group.gateup_bytes, (long long)g->group.gateup_tiles,
         g->group.down_bytes, (long long)g->group.down_tiles, g->group.packed_bytes);
     if (g->group.n_packed < g->group.n_experts)
-        put(t, "    resident: experts 0 .. %d packed; expert e runs on the copy of e mod %d\n",
+        put(t,
+            "    resident: experts 0 .. %d packed; the batch's i-th expert runs on copy i mod %d "
+            "(a benchmark's layer: outputs are not the model's)\n",
             g->group.n_packed - 1, g->group.n_packed);
 }
 

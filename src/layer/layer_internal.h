@@ -83,10 +83,11 @@ typedef struct moe_layer_tuning {
     int recipe; /* -1: the default (MOE_RECIPE_F32); else F32 or BF16, for the bf16 and FP8
                    groups (MXFP4 groups have one recipe, Q8) */
     int resident_experts; /* 0 (or E and above): every routed expert packed. R in [1, E): only
-                             experts 0 .. R - 1 are read and packed, and routed expert e runs
-                             on the copy of e % R: moe bench routes over a model's real expert
-                             count in the memory of R (moe gen --stored-experts R writes such
-                             a checkpoint); outputs of experts R and above are not theirs */
+                             experts 0 .. R - 1 are read and packed, and the batch's i-th
+                             expert (ascending ids) runs on copy i % R (moe_expert_copy): moe
+                             bench routes over a model's real expert count in the memory of R
+                             (moe gen --stored-experts R writes such a checkpoint); outputs
+                             are then not the model's */
 } moe_layer_tuning;
 
 /* Resolves OPTIONS (and TUNING, which may be NULL), finds and checks every tensor of layer

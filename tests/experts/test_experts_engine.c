@@ -624,12 +624,67 @@ static void test_bad_id(void)
     setup_free(&s);
 }
 
+/* An aliased group (moe bench's resident experts): 10 experts on 3 packed copies, the batch's
+ * i-th expert (ascending ids) on copy i % 3. The batch routes to experts 2, 4, 7, 9 (copies 0,
+ * 1, 2, 0, where e % 3 would give 2, 1, 1, 0): each token's bits must equal the same tokens
+ * through a plain group of those 3 experts with the ids mapped so. */
+static void test_aliased(void)
+{
+    rng r = {21};
+    bf16_recipe = false;
+    test_set.recipe = MOE_RECIPE_F32;
+    enum { E = 10, P = 3, K = 2, TN = 3, H = 24, I = 16 };
+    moe_act_params a = {0, 0, 0};
+    mlp m[P];
+    for (int e = 0; e < P; e++)
+        m[e] = make_mlp(&r, H, I, false);
+    moe_expert_group g, full;
+    REQUIRE(moe_expert_group_plan(&g, &test_set, E, H, I, &a, "aliased") == MOE_OK);
+    const size_t planned = g.packed_bytes;
+    moe_expert_group_alias(&g, P);
+    CHECK(g.n_packed == P && g.packed_bytes == planned / E * P);
+    pack_group(&g, m, P);
+    REQUIRE(moe_expert_group_plan(&full, &test_set, P, H, I, &a, "plain") == MOE_OK);
+    pack_group(&full, m, P);
+    const int32_t ids[TN * K] = {7, 2, 9, 4, 2, 9}, copies[TN * K] = {2, 0, 0, 1, 0, 0};
+    const float w[TN * K] = {0.75f, 0.25f, 0.5f, 0.5f, 0.125f, 0.875f};
+    float x[TN * H], out[TN * H], want[H];
+    for (size_t i = 0; i < TN * H; i++)
+        x[i] = (float)(rng_unit(&r) * 2 - 1);
+    moe_carve c = {NULL, 0, false};
+    moe_experts_job job;
+    memset(&job, 0, sizeof job);
+    moe_experts_ws_carve(&c, &job.ws, &g, K, NULL, TN);
+    void *buf = aligned_alloc(64, (c.used + 64) / 64 * 64);
+    REQUIRE(buf);
+    moe_carve c2 = {buf, 0, false};
+    moe_experts_ws_carve(&c2, &job.ws, &g, K, NULL, TN);
+    job.n_tokens = TN;
+    job.act[MOE_RECIPE_F32] = x;
+    job.routed = &g;
+    job.top_k = K;
+    job.ids = ids;
+    job.weights = w;
+    job.out = out;
+    CHECK_STATUS(moe_experts_run(&job, 2), MOE_OK);
+    for (size_t t = 0; t < TN; t++) {
+        expected_token(&full, NULL, K, copies + t * K, w + t * K, x + t * H, want);
+        CHECKF(!memcmp(want, out + t * H, sizeof want), "aliased group, token %zu", t);
+    }
+    free(buf);
+    moe_expert_group_free(&g);
+    moe_expert_group_free(&full);
+    for (int e = 0; e < P; e++)
+        free_mlp(&m[e]);
+}
+
 int main(void)
 {
     test_round_bf16();
     test_carve();
     test_group_errors();
     test_bad_id();
+    test_aliased();
     /* e, k, h, i, i_always, routed, always, bias, bf16, activation */
     static const scenario scs[] = {
         {8, 2, 37, 23, 0, true, false, false, false, 0},  /* Mixtral-like */

@@ -18,8 +18,9 @@ typedef struct ref_layer {
     fx_mlp *experts;
     fx_mlp shared, dense;
     bool has_shared;
-    int resident; /* 0, or R: routed expert e computes with expert e % R's weights, as a layer
-                     created with moe_layer_tuning.resident_experts = R does */
+    int resident; /* 0, or R: a layer created with moe_layer_tuning.resident_experts = R, whose
+                     batch's i-th expert (ascending ids) computes with expert i % R's weights */
+    int *copy_of; /* with resident: [E] the weights each expert of the batch computes with */
     /* MLP outputs already computed, per input kind (f32, bf16-rounded): [T][E + 1][H], slot
      * E for the always-on MLP; done[][][] says which. The levels and recipes share them. */
     double *memo[2];
@@ -29,7 +30,7 @@ typedef struct ref_layer {
 /* mlp_e(x_t) for input kind KIND, computed once (e = -1: the shared or dense MLP). */
 static const double *ref_mlp_out(ref_layer *r, int kind, size_t t, int e, const double *x)
 {
-    if (e >= 0 && r->resident) e %= r->resident; /* the memo holds each weight set's output */
+    if (e >= 0 && r->resident) e = r->copy_of[e]; /* the memo holds each weight set's output */
     const size_t slots = (size_t)r->e + 1, h = (size_t)r->h;
     const size_t slot = e < 0 ? (size_t)r->e : (size_t)e;
     if (!r->memo[kind]) {
@@ -418,9 +419,20 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
             for (size_t i = 0; i < T * k; i++)
                 beyond += ids[i] >= resident;
             CHECKF(beyond > 0, "%s: no token routed to an expert beyond %d", what, resident);
+            /* The batch's experts in ascending order, i-th on copy i % R. */
+            r->copy_of = malloc((size_t)r->e * sizeof *r->copy_of);
+            REQUIRE(r->copy_of);
+            for (int ex = 0, rank = 0; ex < r->e; ex++) {
+                bool used = false;
+                for (size_t i = 0; i < T * k; i++)
+                    used |= ids[i] == ex;
+                r->copy_of[ex] = used ? rank++ % resident : ex % resident;
+            }
         }
         stats s = {0, 0, 0, 0, 0};
         check_forward(r, pass, xr, tokens, logits, ids, w, out, &s, what);
+        free(r->copy_of);
+        r->copy_of = NULL;
         const double rel = sqrt(s.err2 / s.norm2);
         const moe_expert_group *g0 = l->routed ? l->routed : l->always;
         static const char *const rnames[] = {"f32", "bf16", "q8"};

@@ -49,11 +49,5 @@ int64_t bench_resident_experts(const bench_preset *p, const char *format, uint64
     if (budget <= shared) return 0;
     int64_t n = (int64_t)((budget - shared) / per);
     if (n >= p->experts) return p->experts;
-    if (p->groups > 1) {
-        /* Keep every group the same size, and enough in the groups routing keeps. */
-        n -= n % p->groups;
-        const int64_t least = p->groups * ((p->topk + p->topk_group - 1) / p->topk_group);
-        if (n < least) return 0;
-    }
     return n >= p->topk ? n : 0;
 }

@@ -27,9 +27,8 @@ int bench_preset_has_format(const bench_preset *p, const char *format);
 uint64_t bench_expert_bytes(const bench_preset *p, const char *format);
 
 /* How many routed experts to keep resident within BUDGET bytes of weights: all of them when
- * they fit; else the most that fit, at least top-k (and, for grouped routing, a multiple of
- * the group count large enough for topk_group groups to hold top-k experts). 0 when not
- * even that fits. */
+ * they fit; else the most that fit, at least top-k (the others run on their copies: the
+ * routing still chooses among all of the model's experts). 0 when not even that fits. */
 int64_t bench_resident_experts(const bench_preset *p, const char *format, uint64_t budget);
 
 #endif

@@ -22,9 +22,11 @@ void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors
 {
     fprintf(out,
             "\n%s %s: hidden %lld, expert intermediate %lld, top-%lld, %lld of %lld experts "
-            "resident; %d thread%s\n",
+            "resident%s; %d thread%s\n",
             l->preset, l->format, (long long)l->hidden, (long long)l->inter, (long long)l->topk,
-            (long long)l->resident, (long long)l->experts, l->threads, l->threads == 1 ? "" : "s");
+            (long long)l->resident, (long long)l->experts,
+            l->resident < l->experts ?  " (routed over all; the forward's i-th expert runs on copy i mod resident)" : "",
+            l->threads, l->threads == 1 ? "" : "s");
     fprintf(out, "  experts: %s, recipe %s; compute floor: %s\n", l->kernel, l->recipe,
             l->insn[0] ? l->insn : "none (scalar reference kernels)");
     if (l->shared_insn[0])

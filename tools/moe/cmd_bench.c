@@ -46,7 +46,9 @@ static void help(void)
            "options:\n"
            "  --preset NAME      a released model's MoE layer with synthetic weights in its\n"
            "                     own format (--list shows them); the number of resident\n"
-           "                     experts is scaled down to fit memory, and printed\n"
+           "                     experts R is scaled down to fit memory, and printed: the\n"
+           "                     router still chooses among all of the model's experts, and\n"
+           "                     a forward's i-th expert runs on resident copy i mod R\n"
            "  --format F         bf16, fp8 or mxfp4 where the preset has it (default: the\n"
            "                     format the model ships in)\n"
            "  --model DIR        a checkpoint instead of a preset\n"
@@ -247,17 +249,17 @@ static double dir_bytes(const char *dir)
 
 /* Runs `moe gen` (this binary) for preset P into DIR, its stdout discarded, with a progress
  * bar from the size of the file it writes. */
-static int generate(const bench_preset *p, const char *format, int64_t resident, const char *dir,
-                    double expected)
+static int generate(const bench_preset *p, const char *format, int64_t resident, const char *dir)
 {
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return cli_fail(PROG, 1, "cannot find the moe binary: %s", strerror(errno));
     self[n] = 0;
-    char hidden[24], inter[24], experts[24], topk[24], groups[24], tg[24], shared[24];
+    char hidden[24], inter[24], experts[24], stored[24], topk[24], groups[24], tg[24], shared[24];
     snprintf(hidden, sizeof hidden, "%" PRId64, p->hidden);
     snprintf(inter, sizeof inter, "%" PRId64, p->inter);
-    snprintf(experts, sizeof experts, "%" PRId64, resident);
+    snprintf(experts, sizeof experts, "%" PRId64, p->experts);
+    snprintf(stored, sizeof stored, "%" PRId64, resident);
     snprintf(topk, sizeof topk, "%" PRId64, p->topk);
     snprintf(groups, sizeof groups, "%" PRId64, p->groups);
     snprintf(tg, sizeof tg, "%" PRId64, p->topk_group);
@@ -271,7 +273,10 @@ static int generate(const bench_preset *p, const char *format, int64_t resident,
     if (p->groups > 1 || !strcmp(p->family, "kimi_k2"))
         argv[k++] = "--topk-group", argv[k++] = tg;
     if (p->shared) argv[k++] = "--shared", argv[k++] = shared;
+    if (resident < p->experts) argv[k++] = "--stored-experts", argv[k++] = stored;
     argv[k] = NULL;
+    /* The file's size as it grows; the experts past the stored ones are holes, skipped. */
+    const double expected = (double)(p->experts + p->shared) * (double)bench_expert_bytes(p, format);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
@@ -342,12 +347,17 @@ static int create_layer(const moe_model *model, int index, int threads, double e
                         bench_layer_info *info, moe_layer **out)
 {
     moe_layer_options lo = {.size = sizeof lo, .threads = threads};
+    /* A preset's experts past the resident ones (zeros in its checkpoint) run on the copies. */
+    const moe_layer_tuning tuning = {
+        .allowed = NULL,
+        .recipe = -1,
+        .resident_experts = info->resident < info->experts ? (int)info->resident : 0};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
     atomic_init(&w.stop, false);
     pthread_t th;
     const bool watching = isatty(STDERR_FILENO) && pthread_create(&th, NULL, watch_packing, &w) == 0;
     create_stats cs;
-    const moe_status st = create_measured(model, index, &lo, out, &cs);
+    const moe_status st = create_measured(model, index, &lo, &tuning, out, &cs);
     if (watching) {
         atomic_store(&w.stop, true);
         pthread_join(th, NULL);
@@ -672,12 +682,13 @@ static int bench_preset_run(const bench_args *o, bench_floors *f, results *res)
         if (!root) return cli_fail(PROG, 1, "cannot create a temporary folder: %s", strerror(errno));
     }
     char where[4096 + 128];
-    snprintf(where, sizeof where, "%s/%s-%s-%" PRId64, root, p->name, format, resident);
+    snprintf(where, sizeof where, "%s/%s-%s-%" PRId64 "-of-%" PRId64, root, p->name, format,
+             resident, p->experts);
     char cfg[sizeof where + 16];
     snprintf(cfg, sizeof cfg, "%s/config.json", where);
     struct stat sb;
     int rc = 0;
-    if (stat(cfg, &sb) != 0) rc = generate(p, format, resident, where, expected);
+    if (stat(cfg, &sb) != 0) rc = generate(p, format, resident, where);
     moe_model *model = NULL;
     int index = 0;
     if (!rc) rc = open_model(where, o, &model, &index);

@@ -761,7 +761,7 @@ static int print_packing(const inspect_args *o, const moe_model_desc *d, size_t 
         moe_layer *layer = NULL;
         create_stats cs;
         const moe_layer_options lo = {.size = sizeof lo, .threads = (int)o->threads};
-        if (create_measured(model, i, &lo, &layer, &cs) != MOE_OK) {
+        if (create_measured(model, i, &lo, NULL, &layer, &cs) != MOE_OK) {
             printf("  layer %d: not created: %s\n", i, without_layer(moe_last_error(), i));
             continue;
         }

@@ -18,14 +18,14 @@ static void cpu_ms(double *user, double *sys)
 }
 
 moe_status create_measured(const moe_model *model, int layer, const moe_layer_options *options,
-                           moe_layer **out, create_stats *s)
+                           const moe_layer_tuning *tuning, moe_layer **out, create_stats *s)
 {
     memset(s, 0, sizeof *s);
     bench_rss_peak_reset();
     double u0, s0, u1, s1;
     cpu_ms(&u0, &s0);
     const double base = (double)bench_rss_now(), t0 = bench_clock_ns();
-    const moe_status st = moe_layer_create(model, layer, options, out);
+    const moe_status st = moe_layer_create_tuned(model, layer, options, tuning, out);
     const double ns = bench_clock_ns() - t0, peak = (double)bench_rss_peak();
     cpu_ms(&u1, &s1);
     if (st) return st;

@@ -18,10 +18,14 @@ typedef struct create_stats {
     double rss_limit;    /* the target: 1.15 × packed + 64 MB */
 } create_stats;
 
-/* moe_layer_create, measured. Peak memory comes from /proc/self/status VmHWM after a
- * clear_refs reset; 0 where /proc does not tell. */
+struct moe_layer_tuning;
+
+/* moe_layer_create (with TUNING where not NULL: moe bench's resident experts), measured. Peak
+ * memory comes from /proc/self/status VmHWM after a clear_refs reset; 0 where /proc does not
+ * tell. */
 moe_status create_measured(const moe_model *model, int layer, const moe_layer_options *options,
-                           moe_layer **out, create_stats *stats);
+                           const struct moe_layer_tuning *tuning, moe_layer **out,
+                           create_stats *stats);
 
 /* "N MB packed in T ms, G GB/s (CPU: user U ms, P GB/s per thread; system S ms); peak
  * resident growth R MB (limit L MB: within|OVER)", no newline. */
