@@ -164,5 +164,40 @@ for bad in "--threads 1" "--pack --threads 0" "--pack --threads x"; do
   check "inspect $bad: nothing on stdout" test ! -s "$tmp/out"
 done
 
+# A preset with fewer experts resident than the model has: routing stays over all 32 of
+# gpt-oss-20b's experts (4 resident in 0.06 GB of 13 MB experts), so 4 tokens of top-4 hit
+# more experts than are resident; the generated file keeps the 28 others as zeros.
+usage "memory not a number" "--memory-gb" --preset gpt-oss-20b --memory-gb 0.1x
+usage "memory zero" "--memory-gb" --preset gpt-oss-20b --memory-gb 0
+"$moe" bench --preset gpt-oss-20b --memory-gb 0.06 --tokens 1,4 --threads 1 --time-ms 1 \
+  --dir "$tmp/bd" --json >"$tmp/p.json" 2>"$tmp/err"
+check "preset run: nothing on stderr" test ! -s "$tmp/err"
+check "preset run: 4 of 32 resident, routed over all 32" python3 - "$tmp/p.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+cases = doc["cases"]
+open(sys.argv[1] + ".noted", "w").write(
+    "yes" if cases[0]["packed_bytes"] < 2 * doc["floors"]["llc_bytes"] else "no")
+assert [c["tokens"] for c in cases] == [1, 4], cases
+for c in cases:
+    assert c["resident_experts"] == 4, c
+    assert c["experts_hit"] <= 4 * c["tokens"], c
+one, four = cases
+assert one["experts_hit"] == 4, one  # top-4 of one token: 4 distinct experts
+assert four["experts_hit"] > 4, four  # more than the resident copies
+# bytes read: the router plus one packed expert per hit (the copies' size, not the file's)
+per = (four["weight_bytes_read"] - one["weight_bytes_read"]) / (four["experts_hit"] - 4)
+assert abs(one["weight_bytes_read"] - 4 * per) < per, (one, per)
+PY
+check "preset run: the checkpoint names its resident count" test -d "$tmp/bd/gpt-oss-20b-mxfp4-4-of-32"
+"$moe" bench --preset gpt-oss-20b --memory-gb 0.06 --tokens 1 --threads 1 --time-ms 1 \
+  --dir "$tmp/bd" >"$tmp/p.txt" 2>"$tmp/err"
+check "preset table: 4 of 32 resident" grep -qF "4 of 32 experts resident (routed over all" "$tmp/p.txt"
+if [ "$(cat "$tmp/p.json.noted")" = yes ]; then # the copies are within twice this machine's LLC
+  check "preset table: the copies within the cache are noted" grep -qF "note: the resident copies" "$tmp/p.txt"
+else
+  check "preset table: no note on copies beyond the cache" bash -c "! grep -qF 'note: the resident' '$tmp/p.txt'"
+fi
+
 echo "test_bench: $checks checks, $failures failed"
 [ "$failures" -eq 0 ]

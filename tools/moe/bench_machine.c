@@ -20,6 +20,7 @@ bool bench_floors_measure(bench_floors *f, int threads)
         return false;
     }
     f->flush = b;
+    f->llc_bytes = (double)bench_llc_bytes();
     const int slots = f->threads > 1 ? 2 : 1; /* slot 1 = slot 0 on one thread */
     for (int s = 0; s < slots; s++)
         f->read_gbs[s] = bench_stream_read(b, s ? f->threads : 1, 7);

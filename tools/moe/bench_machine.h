@@ -16,6 +16,7 @@ typedef struct bench_floors {
     int insn_id[BENCH_MAX_INSNS];        /* its bench_insn (bench/bench_util.h) */
     double peak_gflops[BENCH_MAX_INSNS][2];
     void *flush;                         /* the eviction buffer (bench_util.h) */
+    double llc_bytes;                    /* the last-level cache, as the eviction sizes it */
 } bench_floors;
 
 /* Measures every floor (a few seconds; each the fastest of a few passes); false when out of

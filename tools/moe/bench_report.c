@@ -34,6 +34,11 @@ void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors
     fputs("  created: ", out);
     create_stats_print(out, &l->create);
     fputc('\n', out);
+    if (l->resident < l->experts && l->create.packed_bytes < 2 * f->llc_bytes)
+        fprintf(out,
+                "  note: the resident copies (%.0f MB) are within twice the last-level cache "
+                "(%.0f MB), so a copy's next use may find it cached: raise --memory-gb\n",
+                l->create.packed_bytes / 1e6, f->llc_bytes / 1e6);
     fprintf(out, "  read ceiling at %d thread%s: %.2f GB/s (the fastest pass so far, eviction "
                  "reads before each forward included)\n",
             l->threads, l->threads == 1 ? "" : "s", f->read_gbs[bench_floors_slot(f, l->threads)]);
@@ -66,6 +71,7 @@ static json_t *floors_json(const bench_floors *f)
     json_object_set_new(o, "threads", json_integer(f->threads));
     json_object_set_new(o, "read_gbps_1_thread", json_real(f->read_gbs[0]));
     json_object_set_new(o, "read_gbps_all_threads", json_real(f->read_gbs[1]));
+    json_object_set_new(o, "llc_bytes", json_integer((json_int_t)f->llc_bytes));
     for (int i = 0; i < f->n_insns; i++) {
         json_t *p = json_object();
         json_object_set_new(p, "gflops_1_thread", json_real(f->peak_gflops[i][0]));

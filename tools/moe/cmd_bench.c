@@ -55,8 +55,8 @@ static void help(void)
            "  --layer N          with --model: the layer (default: the first MoE layer)\n"
            "  --tokens LIST      tokens per forward (default 1,2,4,8,16,32,64,128,512,2048)\n"
            "  --threads LIST     thread counts (default: 1 and the number of cores)\n"
-           "  --memory-gb X      the most weights to keep resident, GB (default: a quarter of\n"
-           "                     MemAvailable, at most 4)\n"
+           "  --memory-gb X      the most weights to keep resident, GB (fractions allowed;\n"
+           "                     default: a quarter of MemAvailable, at most 4)\n"
            "  --time-ms MS       timed forwards per case run until MS have passed (at least\n"
            "                     3; default 1000)\n"
            "  --dir DIR          keep generated checkpoints in DIR and reuse them (default: a\n"
@@ -165,8 +165,12 @@ static int parse_args(bench_args *o, int argc, char **argv)
     }
     if (layer && !cli_int(&a, "--layer", layer, 0, 1 << 20, &o->layer)) return 2;
     if (mem) {
-        if (!cli_int(&a, "--memory-gb", mem, 1, 1 << 20, &x)) return 2;
-        o->memory_gb = (double)x;
+        char *end = NULL;
+        errno = 0;
+        o->memory_gb = strtod(mem, &end);
+        if (errno || end == mem || *end || !(o->memory_gb > 0 && o->memory_gb <= 1 << 20))
+            return cli_usage_error(&a, "--memory-gb '%s' is not a number of GB in (0, 1048576]",
+                                   mem);
     }
     if (ms) {
         if (!cli_int(&a, "--time-ms", ms, 1, 3600000, &x)) return 2;
