@@ -87,7 +87,8 @@ typedef struct moe_layer_tuning {
                              expert (ascending ids) runs on copy i % R (moe_expert_copy): moe
                              bench routes over a model's real expert count in the memory of R
                              (moe gen --stored-experts R writes such a checkpoint); outputs
-                             are then not the model's */
+                             are then not the model's, nor batch-invariant (principle 7):
+                             the public API cannot make such a layer */
 } moe_layer_tuning;
 
 /* Resolves OPTIONS (and TUNING, which may be NULL), finds and checks every tensor of layer
