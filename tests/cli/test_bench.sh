@@ -81,7 +81,7 @@ for c in cases:
     assert 2 <= c["experts_hit"] <= min(8, 2 * c["tokens"]), c
     # top-2: each hit expert has at least one of the 2T rows and at most one per token
     assert 1 <= c["tokens_per_expert_hit"] <= c["tokens"], c
-    assert abs(c["tokens_per_expert_hit"] * c["experts_hit"] - 2 * c["tokens"]) < 1e-9, c
+    assert abs(c["tokens_per_expert_hit"] * c["experts_hit"] - 2 * c["tokens"]) < 1e-6, c
     assert c["flops"] == 2 * c["tokens"] * (8 * 256 + 2 * 3 * 256 * 128), c
     assert c["weight_bytes_read"] >= c["experts_hit"] * 3 * 256 * 128 * 2, c
     s = c["ms_per_forward"] / 1e3
@@ -139,10 +139,11 @@ text = open(sys.argv[1]).read()
 start = float(re.search(r"read bandwidth +1 thread +([0-9.]+) GB/s", text).group(1))
 ceil = float(re.search(r"read ceiling at 1 thread: ([0-9.]+) GB/s", text).group(1))
 assert ceil >= start - 0.005, (start, ceil)
-rows = re.findall(r"^ +([13]) +([0-9.]+) +[0-9.]+ +(\d+) +([0-9.]+) +([0-9.]+) +[0-9.]+ +[0-9.]+ +([0-9.]+) +([0-9.]+) +(mem|flops)$", text, re.M)
+rows = re.findall(r"^ +([13]) +([0-9.]+) +[0-9.]+ +([0-9.]+) +([0-9.]+) +([0-9.]+) +[0-9.]+ +[0-9.]+ +([0-9.]+) +([0-9.]+) +(mem|flops)$", text, re.M)
 assert [r[0] for r in rows] == ["1", "3"], rows
 for tokens, ms, hit, per_hit, mb, floor, eff, bound in rows:
-    assert abs(float(per_hit) - 2 * int(tokens) / int(hit)) <= 0.05, (tokens, hit, per_hit)  # top-2
+    # top-2; hit (a mean over the forwards) and tok/hit are printed to 0.1
+    assert abs(float(per_hit) - 2 * int(tokens) / float(hit)) <= 0.1, (tokens, hit, per_hit)
     if bound == "mem":  # the table's rounding: MB to 0.1, ceiling to 0.01
         assert abs(float(floor) - float(mb) / ceil) <= 0.002 + 0.01 * float(floor), (floor, mb, ceil)
 PY

@@ -411,7 +411,8 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         if (resident) {
             /* Only R experts packed, and the routing reached the aliased ones. */
             const moe_expert_group *g = l->routed;
-            CHECKF(g->n_packed == resident && g->packed_bytes == (size_t)resident * g->expert_stride,
+            CHECKF(g->n_packed == resident &&
+                       g->packed_bytes == (size_t)resident * g->expert_stride,
                    "%s: %d experts packed, %zu bytes", what, g->n_packed, g->packed_bytes);
             CHECKF(strstr(moe_layer_explain(l), "resident: experts 0 .. ") != NULL,
                    "%s: explain does not say so", what);
@@ -496,11 +497,11 @@ static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool ev
             if (i == 0 || best)
                 run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_BF16, best, 0, x, tokens);
         }
-        /* moe bench's aliased layer (per-expert and stacked tensors): 5 experts packed, expert
-         * e computed with expert e % 5's weights. */
+        /* moe bench's aliased layer (per-expert and stacked tensors): 5 experts packed, the
+         * batch's i-th expert computed with expert i % 5's weights. */
         if (every_level && li == 0)
-            run_level(m, &r, fc, &caps[n_levels - 1], names[n_levels - 1], MOE_RECIPE_F32,
-                      false, 5, x, tokens);
+            run_level(m, &r, fc, &caps[n_levels - 1], names[n_levels - 1], MOE_RECIPE_F32, false, 5,
+                      x, tokens);
         free(x);
         ref_free(&r);
     }

@@ -25,7 +25,9 @@ void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors
             "resident%s; %d thread%s\n",
             l->preset, l->format, (long long)l->hidden, (long long)l->inter, (long long)l->topk,
             (long long)l->resident, (long long)l->experts,
-            l->resident < l->experts ?  " (routed over all; the forward's i-th expert runs on copy i mod resident)" : "",
+            l->resident < l->experts
+                ? " (routed over all; the forward's i-th expert runs on copy i mod resident)"
+                : "",
             l->threads, l->threads == 1 ? "" : "s");
     fprintf(out, "  experts: %s, recipe %s; compute floor: %s\n", l->kernel, l->recipe,
             l->insn[0] ? l->insn : "none (scalar reference kernels)");
@@ -59,7 +61,7 @@ void bench_report_header(FILE *out)
 void bench_report_row(FILE *out, const bench_result *r)
 {
     const double s = r->ms / 1e3;
-    fprintf(out, "  %6zu %10.3f %9.1f %5d %7.1f %10.1f %8.2f %9.1f %10.3f %6.2f %5s\n", r->tokens,
+    fprintf(out, "  %6zu %10.3f %9.1f %5.1f %7.1f %10.1f %8.2f %9.1f %10.3f %6.2f %5s\n", r->tokens,
             r->ms, (double)r->tokens / s, r->hit, tokens_per_hit(r), r->weight_bytes / 1e6,
             r->weight_bytes / s / 1e9, r->flops / s / 1e9, r->floor_ms, r->efficiency,
             r->compute_bound ? "flops" : "mem");
@@ -98,7 +100,7 @@ static json_t *result_json(const bench_result *r)
     json_object_set_new(o, "tokens", json_integer((json_int_t)r->tokens));
     json_object_set_new(o, "threads", json_integer(l->threads));
     json_object_set_new(o, "ms_per_forward", json_real(r->ms));
-    json_object_set_new(o, "experts_hit", json_integer(r->hit));
+    json_object_set_new(o, "experts_hit", json_real(r->hit));
     json_object_set_new(o, "tokens_per_expert_hit", json_real(tokens_per_hit(r)));
     json_object_set_new(o, "weight_bytes_read", json_integer((json_int_t)r->weight_bytes));
     json_object_set_new(o, "flops", json_integer((json_int_t)r->flops));

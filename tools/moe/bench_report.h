@@ -25,8 +25,9 @@ typedef struct bench_layer_info {
 typedef struct bench_result {
     const bench_layer_info *layer;
     size_t tokens;
-    int repeats, hit;
-    double ms, weight_bytes, flops;
+    int repeats;
+    double hit; /* routed experts with a token, the mean over the timed forwards */
+    double ms, weight_bytes, flops; /* median ms; the mean forward's bytes */
     double shared_flops; /* the part of flops the shared experts run (in flops) */
     /* floor = max(bytes / read, Σ flops / peak of the instruction each part runs on) */
     double floor_ms, efficiency;

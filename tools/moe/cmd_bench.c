@@ -280,7 +280,8 @@ static int generate(const bench_preset *p, const char *format, int64_t resident,
     if (resident < p->experts) argv[k++] = "--stored-experts", argv[k++] = stored;
     argv[k] = NULL;
     /* The file's size as it grows; the experts past the stored ones are holes, skipped. */
-    const double expected = (double)(p->experts + p->shared) * (double)bench_expert_bytes(p, format);
+    const double expected =
+        (double)(p->experts + p->shared) * (double)bench_expert_bytes(p, format);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
@@ -352,10 +353,10 @@ static int create_layer(const moe_model *model, int index, int threads, double e
 {
     moe_layer_options lo = {.size = sizeof lo, .threads = threads};
     /* A preset's experts past the resident ones (zeros in its checkpoint) run on the copies. */
-    const moe_layer_tuning tuning = {
-        .allowed = NULL,
-        .recipe = -1,
-        .resident_experts = info->resident < info->experts ? (int)info->resident : 0};
+    const moe_layer_tuning tuning = {.allowed = NULL,
+                                     .recipe = -1,
+                                     .resident_experts =
+                                         info->resident < info->experts ? (int)info->resident : 0};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
     atomic_init(&w.stop, false);
     pthread_t th;
@@ -402,15 +403,23 @@ static void buffers_free(buffers *b)
     memset(b, 0, sizeof *b);
 }
 
+/* Forward i of a case of T tokens takes hidden states rows (i·T) mod WINDOWS .. + T - 1, so
+ * consecutive forwards route different tokens, as consecutive decode steps do. With the same
+ * tokens every time, each forward would read the experts the last one read, and a last-level
+ * cache that keeps lines read again and again (adaptive replacement) could serve part of them
+ * despite the eviction pass: one run read Qwen3-30B-A3B T = 1 at 1.06 of the read floor. */
+#define WINDOWS 257
+
 static int buffers_alloc(const moe_layer *layer, size_t max_t, size_t h, size_t k, int64_t vocab,
                          buffers *b)
 {
     memset(b, 0, sizeof *b);
     b->max_t = max_t;
-    b->x = malloc(max_t * h * sizeof *b->x);
+    const size_t rows = max_t + WINDOWS - 1; /* every window's rows */
+    b->x = malloc(rows * h * sizeof *b->x);
     b->out = malloc(max_t * h * sizeof *b->out);
     b->ids = malloc(max_t * k * sizeof *b->ids);
-    b->token_ids = malloc(max_t * sizeof *b->token_ids);
+    b->token_ids = malloc(rows * sizeof *b->token_ids);
     b->ws_size = moe_layer_workspace_size(layer, max_t);
     b->ws_raw = b->ws_size ? malloc(b->ws_size + 64) : NULL;
     if (!b->x || !b->out || !b->ids || !b->token_ids || !b->ws_raw) {
@@ -420,29 +429,32 @@ static int buffers_alloc(const moe_layer *layer, size_t max_t, size_t h, size_t 
     b->ws = (void *)(((uintptr_t)b->ws_raw + 63) & ~(uintptr_t)63);
     memset(b->ws, 0, b->ws_size); /* no page faults inside a timed forward */
     uint64_t s = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < max_t * h; i += 2) { /* N(0, 1) by Box–Muller */
+    for (size_t i = 0; i < rows * h; i += 2) { /* N(0, 1) by Box–Muller */
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         const double u1 = ((double)(s >> 11) + 1) * 0x1p-53;
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         const double u2 = (double)(s >> 11) * 0x1p-53, r = sqrt(-2 * log(u1));
         b->x[i] = (float)(r * cos(6.283185307179586 * u2));
-        if (i + 1 < max_t * h) b->x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+        if (i + 1 < rows * h) b->x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
     }
-    for (size_t i = 0; i < max_t; i++) {
+    for (size_t i = 0; i < rows; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         b->token_ids[i] = vocab > 0 ? (int32_t)((s >> 33) % (uint64_t)vocab) : 0;
     }
     return 0;
 }
 
-static int forward(const moe_layer *layer, const buffers *b, size_t t, size_t h, double *ns)
+/* Forward I of T tokens (WINDOWS above). */
+static int forward(const moe_layer *layer, const buffers *b, size_t i, size_t t, size_t h,
+                   double *ns)
 {
+    const size_t first = i * t % WINDOWS;
     moe_forward_args a = {.size = sizeof a,
                           .n_tokens = t,
                           .hidden_size = h,
-                          .hidden = b->x,
+                          .hidden = b->x + first * h,
                           .hidden_dtype = MOE_DTYPE_F32,
-                          .token_ids = b->token_ids,
+                          .token_ids = b->token_ids + first,
                           .token_id_dtype = MOE_DTYPE_I32,
                           .out = b->out,
                           .ids_out = b->ids,
@@ -460,21 +472,29 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Weight bytes a forward of T tokens read (distinct routed experts hit × their packed bytes,
+/* Distinct routed experts among a forward's T × top-k IDS. */
+static int experts_hit(const moe_layer *layer, const int32_t *ids, size_t t)
+{
+    const int e = layer->plan.groups[MOE_LG_ROUTED].group.n_experts;
+    const size_t k = (size_t)layer->plan.ld->routing.top_k;
+    unsigned char seen[4096] = {0};
+    int hit = 0;
+    for (size_t i = 0; i < t * k; i++)
+        if (ids[i] >= 0 && ids[i] < e && ids[i] < 4096 && !seen[ids[i]]) {
+            seen[ids[i]] = 1;
+            hit++;
+        }
+    return hit;
+}
+
+/* Weight bytes a forward of T tokens read with r->hit routed experts hit (their packed bytes,
  * the shared experts and the gate) and its flops (2 per multiply-add). */
-static void forward_work(const moe_layer *layer, const int32_t *ids, size_t t, bench_result *r)
+static void forward_work(const moe_layer *layer, size_t t, bench_result *r)
 {
     const moe_layer_plan *p = &layer->plan;
     const moe_layer_group_plan *routed = &p->groups[MOE_LG_ROUTED];
     const moe_layer_group_plan *shared = &p->groups[MOE_LG_SHARED];
     const int e = routed->group.n_experts, k = p->ld->routing.top_k;
-    unsigned char seen[4096] = {0};
-    r->hit = 0;
-    for (size_t i = 0; i < t * (size_t)k; i++)
-        if (ids[i] >= 0 && ids[i] < e && ids[i] < 4096 && !seen[ids[i]]) {
-            seen[ids[i]] = 1;
-            r->hit++;
-        }
     const double h = (double)routed->group.hidden, in = (double)routed->group.inter;
     r->weight_bytes = (double)p->gate_bytes + (double)r->hit * (double)routed->group.expert_stride;
     r->flops = 2.0 * (double)t * ((double)e * h + (double)k * 3.0 * h * in);
@@ -491,13 +511,14 @@ static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t
                       const bench_args *o, bench_floors *f, const bench_layer_info *info,
                       bench_result *r)
 {
-    double ns[64], warm;
-    if (forward(layer, b, t, h, &warm)) return 1; /* code, page tables, the thread team */
+    double ns[64], warm, hits = 0;
+    if (forward(layer, b, 0, t, h, &warm)) return 1; /* code, page tables, the thread team */
     int n = 0;
     double total = 0;
     while (n < 64 && (n < 3 || total < o->time_ms * 1e6)) {
         bench_evict(f, info->threads);
-        if (forward(layer, b, t, h, &ns[n])) return 1;
+        if (forward(layer, b, (size_t)n + 1, t, h, &ns[n])) return 1;
+        hits += experts_hit(layer, b->ids, t);
         total += ns[n++];
     }
     qsort(ns, (size_t)n, sizeof ns[0], cmp_double);
@@ -506,7 +527,8 @@ static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t
     r->tokens = t;
     r->repeats = n;
     r->ms = (n % 2 ? ns[n / 2] : (ns[n / 2 - 1] + ns[n / 2]) / 2) / 1e6;
-    forward_work(layer, b->ids, t, r);
+    r->hit = hits / n;
+    forward_work(layer, t, r);
     return 0;
 }
 
@@ -743,8 +765,8 @@ int moe_cmd_bench(int argc, char **argv)
     if (!rc && !o.json)
         printf("\nfloor: max(weight bytes / read bandwidth, flops / instruction peak) at the "
                "same thread count; effic = floor / ms; bound: which term is the floor. hit: "
-               "routed experts with at least one token; tok/hit: token rows per expert hit, "
-               "the expert kernels' mean batch.\n");
+               "routed experts with at least one token (mean over the forwards); tok/hit: "
+               "token rows per expert hit, the expert kernels' mean batch.\n");
     bench_floors_free(&f);
     free(res);
     return rc;

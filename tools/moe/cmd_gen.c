@@ -319,7 +319,8 @@ static int resolve_shape(gen_request *r)
     if (o->topk > o->experts)
         return usage("--topk %lld exceeds --experts %lld", (long long)o->topk,
                      (long long)o->experts);
-    r->stored_experts = r->num[O_STORED_EXPERTS].given ? r->num[O_STORED_EXPERTS].value : o->experts;
+    r->stored_experts =
+        r->num[O_STORED_EXPERTS].given ? r->num[O_STORED_EXPERTS].value : o->experts;
     if (r->stored_experts > o->experts)
         return usage("--stored-experts %lld exceeds --experts %lld", (long long)r->stored_experts,
                      (long long)o->experts);
@@ -788,7 +789,8 @@ int moe_cmd_gen(int argc, char **argv)
                r.o.layers > 1 ? "s" : "", (long long)r.shards, r.shards > 1 ? "s" : "", plan.count,
                (unsigned long long)plan.total, (unsigned long long)r.seed,
                r.n_omit ? " (tensors omitted on request)" : "",
-               r.stored_experts < r.o.experts ? " (routed experts past --stored-experts zero)" : "");
+               r.stored_experts < r.o.experts ? " (routed experts past --stored-experts zero)"
+                                              : "");
     else if (rc == 1)
         cli_print_error(PROG, moe_last_error());
     created_free(&c, rc != 0);
