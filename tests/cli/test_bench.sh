@@ -150,6 +150,29 @@ for tokens, ms, hit, per_hit, mb, floor, eff, bound in rows:
         assert abs(float(floor) - float(mb) / ceil) <= tol, (floor, mb, ceil)
 PY
 
+# --model with --memory-gb: 2 of the 8 experts resident (0.20 MB each), routed over all 8;
+# too little memory for top-2 fails before anything is measured.
+"$moe" bench --model "$tmp/q" --memory-gb 0.0006 --tokens 3 --threads 1 --time-ms 1 --json \
+  >"$tmp/m.json" 2>"$tmp/err"
+check "model with --memory-gb: nothing on stderr" test ! -s "$tmp/err"
+check "model with --memory-gb: 2 of 8 resident, a quarter of the routed bytes" python3 - "$tmp/m.json" "$tmp/r.json" <<'PY'
+import json, sys
+part = json.load(open(sys.argv[1]))["cases"][0]
+full = json.load(open(sys.argv[2]))["cases"][0]
+assert part["resident_experts"] == 2 and full["resident_experts"] == 8, (part, full)
+assert part["tokens"] == 3 and 2 <= part["experts_hit"] <= 6, part
+# packed = gate + n experts: 6 experts fewer give one expert's bytes, and what 2 leave is
+# the gate, smaller than an expert (all 8 packed would leave per = 0)
+per = (full["packed_bytes"] - part["packed_bytes"]) / 6
+assert 0 < part["packed_bytes"] - 2 * per < per, (part, per)
+PY
+rc=0
+"$moe" bench --model "$tmp/q" --memory-gb 0.0001 --tokens 1 --threads 1 >"$tmp/out" 2>"$tmp/err" || rc=$?
+check "model with too little memory: exit 1 (got $rc)" test "$rc" -eq 1
+check "model with too little memory: one line naming --memory-gb" \
+  bash -c "test \"\$(wc -l <'$tmp/err')\" -eq 1 && grep -qF -- '--memory-gb' '$tmp/err'"
+check "model with too little memory: fails before measuring (nothing on stdout)" test ! -s "$tmp/out"
+
 # moe inspect --pack: the same layer created for real, its cost reported like moe bench's.
 "$moe" inspect --pack "$tmp/q" >"$tmp/inspect"
 check "inspect --pack: one line for layer 0" grep -qE "^  layer 0: [0-9.]+ MB packed in [0-9]+ ms, [0-9.]+ GB/s \(CPU: user [0-9]+ ms, [0-9.]+ GB/s per thread; system [0-9]+ ms\); peak resident growth [0-9.]+ MB \(limit 1.15 x packed \+ 64 MB = [0-9.]+ MB: (within|OVER)\)$" "$tmp/inspect"

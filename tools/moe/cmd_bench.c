@@ -56,7 +56,9 @@ static void help(void)
            "  --tokens LIST      tokens per forward (default 1,2,4,8,16,32,64,128,512,2048)\n"
            "  --threads LIST     thread counts (default: 1 and the number of cores)\n"
            "  --memory-gb X      the most weights to keep resident, GB (fractions allowed;\n"
-           "                     default: a quarter of MemAvailable, at most 4)\n"
+           "                     presets: default a quarter of MemAvailable, at most 4;\n"
+           "                     --model: default all of the layer's experts; fewer run as\n"
+           "                     a preset's do)\n"
            "  --time-ms MS       timed forwards per case run until MS have passed (at least\n"
            "                     3; default 1000)\n"
            "  --dir DIR          keep generated checkpoints in DIR and reuse them (default: a\n"
@@ -641,7 +643,33 @@ static int open_model(const char *dir, const bench_args *o, moe_model **model, i
     return 0;
 }
 
-/* Benches layer INDEX of MODEL (open_model's), then closes the model. */
+/* --model with --memory-gb: how many of layer INDEX's routed experts fit in BUDGET bytes
+ * beside its gate and shared experts (their packed sizes, from the layer's plan) into
+ * *resident; all when they fit. 1 (one line on stderr) when not even top-k do. */
+static int model_resident(const moe_model *model, int index, double budget, int64_t *resident)
+{
+    moe_layer_plan p;
+    if (moe_layer_plan_make(model, index, NULL, NULL, &p))
+        return cli_fail(PROG, 1, "%s", moe_last_error());
+    const moe_expert_group *g = &p.groups[MOE_LG_ROUTED].group;
+    double fixed = (double)p.gate_bytes;
+    if (p.groups[MOE_LG_SHARED].present)
+        fixed += (double)p.groups[MOE_LG_SHARED].group.packed_bytes;
+    const int64_t e = g->n_experts, k = p.ld->routing.top_k;
+    const double stride = (double)g->expert_stride;
+    const double fit = budget > fixed ? floor((budget - fixed) / stride) : 0;
+    moe_layer_plan_free(&p);
+    if (fit < (double)k)
+        return cli_fail(PROG, 1,
+                        "--memory-gb %.6g: not even top-%lld of layer %d's experts fit (%.2f MB "
+                        "each, %.2f MB for the gate and shared experts)",
+                        budget / 1e9, (long long)k, index, stride / 1e6, fixed / 1e6);
+    *resident = fit >= (double)e ? e : (int64_t)fit;
+    return 0;
+}
+
+/* Benches layer INDEX of MODEL (open_model's), then closes the model. BASE: a preset's, or
+ * zeros but for the resident count model_resident gave (0: all). */
 static int bench_model(moe_model *model, int index, const bench_args *o, bench_floors *f,
                        bench_layer_info *base, double expected, results *res)
 {
@@ -651,7 +679,8 @@ static int bench_model(moe_model *model, int index, const bench_args *o, bench_f
         snprintf(base->preset, sizeof base->preset, "%s layer %d", d->model_type, index);
         snprintf(base->format, sizeof base->format, "%s",
                  moe_weight_format_name(ld->experts.format));
-        base->experts = base->resident = ld->routing.n_experts;
+        base->experts = ld->routing.n_experts;
+        if (!base->resident) base->resident = base->experts; /* else model_resident's */
     }
     base->hidden = d->hidden;
     base->inter = ld->experts.intermediate;
@@ -741,6 +770,11 @@ int moe_cmd_bench(int argc, char **argv)
     moe_model *model = NULL;
     int index = 0;
     if (o.model && open_model(o.model, &o, &model, &index)) return 1;
+    int64_t resident = 0; /* --model with --memory-gb: the routed experts that fit */
+    if (model && o.memory_gb > 0 && model_resident(model, index, o.memory_gb * 1e9, &resident)) {
+        moe_model_close(model);
+        return 1;
+    }
     results *res = calloc(1, sizeof *res);
     bench_floors f;
     if (!res || !bench_floors_measure(&f, max_threads)) {
@@ -754,6 +788,7 @@ int moe_cmd_bench(int argc, char **argv)
     } else {
         bench_layer_info base;
         memset(&base, 0, sizeof base);
+        base.resident = resident;
         rc = bench_model(model, index, &o, &f, &base, 0, res);
     }
     for (size_t i = 0; i < res->n; i++)
