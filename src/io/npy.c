@@ -282,23 +282,29 @@ static moe_status parse_dict(const char *text, size_t len, const char *name, npy
     return MOE_OK;
 }
 
+/* The element count and byte size of a SHAPE of non-negative dims, as the reader and the
+ * writer both compute them (dims in order, then the element size), so a shape one accepts
+ * the other accepts too. MOE_EOVERFLOW naming NAME. */
+static moe_status array_sizes(const char *name, moe_dtype dtype, int ndim, const int64_t *shape,
+                              size_t *count_out, size_t *nbytes_out)
+{
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++)
+        if ((uint64_t)shape[i] > SIZE_MAX || moe_mul_overflow_size(count, (size_t)shape[i], &count))
+            return moe_error(MOE_EOVERFLOW, "%s: shape[%d] = %lld makes the element count overflow",
+                             name, i, (long long)shape[i]);
+    if (moe_mul_overflow_size(count, elem_size(dtype), nbytes_out))
+        return moe_error(MOE_EOVERFLOW, "%s: the byte size of the array overflows", name);
+    *count_out = count;
+    return MOE_OK;
+}
+
 static moe_status parse_header(const char *text, size_t len, const char *name, npy_header *h)
 {
     memset(h, 0, sizeof *h);
     moe_status st = parse_dict(text, len, name, h);
     if (st != MOE_OK) return st;
-    size_t count = 1;
-    for (int i = 0; i < h->ndim; i++)
-        if ((uint64_t)h->shape[i] > SIZE_MAX ||
-            moe_mul_overflow_size(count, (size_t)h->shape[i], &count))
-            return moe_error(MOE_EOVERFLOW, "%s: shape[%d] = %lld makes the element count overflow",
-                             name, i, (long long)h->shape[i]);
-    size_t nbytes;
-    if (moe_mul_overflow_size(count, elem_size(h->dtype), &nbytes))
-        return moe_error(MOE_EOVERFLOW, "%s: the byte size of the array overflows", name);
-    h->count = count;
-    h->nbytes = nbytes;
-    return MOE_OK;
+    return array_sizes(name, h->dtype, h->ndim, h->shape, &h->count, &h->nbytes);
 }
 
 /* The data must end exactly at the end of the file. */
@@ -434,15 +440,13 @@ moe_status moe_npy_write(const char *path, moe_dtype dtype, int ndim, const int6
     if (ndim < 0 || ndim > MOE_NPY_MAX_DIMS || (ndim > 0 && !shape))
         return moe_error(MOE_EINVAL, "%s: ndim %d (want 0..%d with a shape)", path, ndim,
                          MOE_NPY_MAX_DIMS);
-    size_t nbytes = elem_size(dtype);
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return moe_error(MOE_EINVAL, "%s: shape[%d] = %lld is negative", path, i,
                              (long long)shape[i]);
-        if ((uint64_t)shape[i] > SIZE_MAX ||
-            moe_mul_overflow_size(nbytes, (size_t)shape[i], &nbytes))
-            return moe_error(MOE_EOVERFLOW, "%s: the array's byte size overflows", path);
-    }
+    size_t count, nbytes;
+    moe_status sz = array_sizes(path, dtype, ndim, shape, &count, &nbytes);
+    if (sz != MOE_OK) return sz;
     if (nbytes > 0 && !data) return moe_error(MOE_EINVAL, "%s: data is NULL", path);
     char header[512];
     size_t hlen = build_header(header, dtype, ndim, shape);
