@@ -171,12 +171,14 @@ moe_status moe_atomic_write(moe_atomic_file *af, const void *buf, size_t len)
 
 moe_status moe_atomic_zeros(moe_atomic_file *af, uint64_t len)
 {
-    if (len > (uint64_t)INT64_MAX || lseek(af->fd, (off_t)len, SEEK_CUR) < 0) {
-        char text[128];
-        return moe_error(
-            MOE_EIO, "cannot write %llu zero bytes to '%s': %s", (unsigned long long)len, af->path,
-            moe_errno_text(len > (uint64_t)INT64_MAX ? EOVERFLOW : errno, text, sizeof text));
-    }
+    const int err = len > (uint64_t)INT64_MAX                 ? EOVERFLOW
+                    : lseek(af->fd, (off_t)len, SEEK_CUR) < 0 ? errno
+                                                              : 0;
+    char text[128];
+    if (err)
+        return moe_error(MOE_EIO, "cannot write %llu zero bytes to '%s': %s",
+                         (unsigned long long)len, af->path,
+                         moe_errno_text(err, text, sizeof text));
     return MOE_OK;
 }
 

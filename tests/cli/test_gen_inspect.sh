@@ -270,13 +270,13 @@ usage_error --layers --family mixtral --out "$o" --layers 12x
 usage_error --layers --family mixtral --out "$o" --layers -1
 usage_error --layers --family mixtral --out "$o" --layers 0
 usage_error --layers --family mixtral --out "$o" --layers 4097
-usage_error --stored-experts --family mixtral --out "$o" --experts 8 --stored-experts 9
-usage_error --stored-experts --family mixtral --out "$o" --stored-experts 0
 usage_error --layers --family mixtral --out "$o" --layers ""
 usage_error --layers --family mixtral --out "$o" --layers
 usage_error --hidden --family mixtral --out "$o" --hidden 99999999999999999999999
 usage_error --hidden --family mixtral --out "$o" --hidden=+5
 usage_error --experts --family mixtral --out "$o" --experts " 8"
+usage_error --stored-experts --family mixtral --out "$o" --experts 8 --stored-experts 9
+usage_error --stored-experts --family mixtral --out "$o" --stored-experts 0
 usage_error --seed --family mixtral --out "$o" --seed -5
 usage_error --seed --family mixtral --out "$o" --seed 18446744073709551616
 usage_error --seed --family mixtral --out "$o" --seed 0x10

@@ -354,11 +354,9 @@ static int create_layer(const moe_model *model, int index, int threads, double e
                         bench_layer_info *info, moe_layer **out)
 {
     moe_layer_options lo = {.size = sizeof lo, .threads = threads};
-    /* A preset's experts past the resident ones (zeros in its checkpoint) run on the copies. */
-    const moe_layer_tuning tuning = {.allowed = NULL,
-                                     .recipe = -1,
-                                     .resident_experts =
-                                         info->resident < info->experts ? (int)info->resident : 0};
+    /* Experts past the resident ones run on the copies (resident = experts: all packed). */
+    const moe_layer_tuning tuning = {
+        .allowed = NULL, .recipe = -1, .resident_experts = (int)info->resident};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
     atomic_init(&w.stop, false);
     pthread_t th;
