@@ -177,8 +177,7 @@ moe_status moe_atomic_zeros(moe_atomic_file *af, uint64_t len)
     char text[128];
     if (err)
         return moe_error(MOE_EIO, "cannot write %llu zero bytes to '%s': %s",
-                         (unsigned long long)len, af->path,
-                         moe_errno_text(err, text, sizeof text));
+                         (unsigned long long)len, af->path, moe_errno_text(err, text, sizeof text));
     return MOE_OK;
 }
 
