@@ -81,14 +81,15 @@ INLINE void fp8_16(const unsigned char *codes, __m256 *lo, __m256 *hi)
 
 /* ---- bf16 weights ------------------------------------------------------------------- */
 
-/* acc[j] (j = 4 row groups of 8: gate 0-7, gate 8-15, up 0-7, up 8-15, or down 0-7, 8-15). */
-INLINE void bf16_pair(const size_t M, const size_t groups, const unsigned char *w,
-                      const float *const *x, size_t k0, __m256 acc[][4], bool both)
+/* acc[j] (j = 4 row groups of 8: gate 0-7, gate 8-15, up 0-7, up 8-15): gate's pair at w, up's
+ * at w + up (the tile's two streams). */
+INLINE void bf16_pair(const size_t M, const unsigned char *w, size_t up, const float *const *x,
+                      size_t k0, __m256 acc[][4], bool both)
 {
     const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     UNROLL
-    for (size_t j = 0; j < groups; j++) {
-        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 32 * j));
+    for (size_t j = 0; j < 4; j++) {
+        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + (j / 2) * up + 32 * (j % 2)));
         const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l, 16));
         const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(l, hi));
         UNROLL
@@ -99,25 +100,26 @@ INLINE void bf16_pair(const size_t M, const size_t groups, const unsigned char *
     }
 }
 
-INLINE void bf16_dot(const size_t M, const size_t groups, size_t k, const void *const *xv,
-                     const unsigned char *w, __m256 acc[][4])
+/* gate/up over the weights at w. */
+INLINE void bf16_dot(const size_t M, size_t k, const void *const *xv, const unsigned char *w,
+                     __m256 acc[][4])
 {
     const float *x[MR];
     UNROLL
     for (size_t i = 0; i < M; i++) {
         x[i] = xv[i];
         UNROLL
-        for (size_t j = 0; j < groups; j++)
+        for (size_t j = 0; j < 4; j++)
             acc[i][j] = _mm256_setzero_ps();
     }
-    const size_t step = groups * 32;
+    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
     size_t q = 0;
-    for (; q < k / 2; q++, w += step) {
+    for (; q < k / 2; q++, w += 64) {
         prefetch(w + PF_BYTES);
-        if (groups == 4) prefetch(w + PF_BYTES + 64);
-        bf16_pair(M, groups, w, x, 2 * q, acc, true);
+        prefetch(w + up + PF_BYTES);
+        bf16_pair(M, w, up, x, 2 * q, acc, true);
     }
-    if (k & 1) bf16_pair(M, groups, w, x, 2 * q, acc, false);
+    if (k & 1) bf16_pair(M, w, up, x, 2 * q, acc, false);
 }
 
 /* ---- FP8 weights --------------------------------------------------------------------- */
@@ -202,26 +204,26 @@ INLINE void down_fp8_pair(const size_t M, const int ch, const unsigned char *c,
     }
 }
 
-/* Pairs [q0, q1) (q0 even) alternately into chains 0 and 1, starting from zero. */
-INLINE void down_pairs(const size_t M, const int fp8, const unsigned char *base,
+/* Pairs [q0, q1) (q0 even) alternately into chains 0 and 1, starting from zero. p: the first
+ * pair; each odd pair lies `odd` bytes after the even one before it, and p moves 64 bytes per
+ * two pairs (FP8 k-major: 32-byte pairs back to back; bf16: the tile's even and odd streams). */
+INLINE void down_pairs(const size_t M, const int fp8, const unsigned char *p, size_t odd,
                        const float *const *x, size_t q0, size_t q1, size_t k, __m256 d[][2][2])
 {
-    const size_t step = fp8 ? 32 : 64; /* bytes of one pair */
     UNROLL
     for (size_t i = 0; i < M; i++)
         d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
-    const unsigned char *p = base + q0 * step;
     size_t q = q0;
-    for (; q + 2 <= q1; q += 2, p += 2 * step) {
+    for (; q + 2 <= q1; q += 2, p += 64) {
         prefetch(p + PF_BYTES);
-        if (!fp8) prefetch(p + PF_BYTES + 64);
+        if (!fp8) prefetch(p + odd + PF_BYTES);
         const bool last_half = 2 * q + 3 == k; /* pair q + 1 is (k - 1, padding) */
         if (fp8) {
             down_fp8_pair(M, 0, p, x, 2 * q, true, d);
-            down_fp8_pair(M, 1, p + step, x, 2 * q + 2, !last_half, d);
+            down_fp8_pair(M, 1, p + odd, x, 2 * q + 2, !last_half, d);
         } else {
             down_bf16_pair(M, 0, p, x, 2 * q, true, d);
-            down_bf16_pair(M, 1, p + step, x, 2 * q + 2, !last_half, d);
+            down_bf16_pair(M, 1, p + odd, x, 2 * q + 2, !last_half, d);
         }
     }
     if (q < q1) {
@@ -245,7 +247,8 @@ INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const 
     __m256 d[MR][2][2];
     const size_t pairs = (k + 1) / 2;
     if (!fp8) {
-        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), x, 0, pairs, k, d);
+        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), moe_xl_bf16_stream2(1, (int64_t)k), x, 0,
+                   pairs, k, d);
         UNROLL
         for (size_t i = 0; i < M; i++)
             UNROLL
@@ -257,7 +260,7 @@ INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const 
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
     for (size_t q0 = 0; q0 < pairs; q0 += MOE_XL_KB / 2, sc += 4) {
         const size_t q1 = q0 + MOE_XL_KB / 2 < pairs ? q0 + MOE_XL_KB / 2 : pairs;
-        down_pairs(M, 1, codes, x, q0, q1, k, d);
+        down_pairs(M, 1, codes + q0 * 32, 32, x, q0, q1, k, d);
         const __m256 s = _mm256_set1_ps(load_f32(sc));
         UNROLL
         for (size_t i = 0; i < M; i++)
@@ -298,7 +301,7 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *x, const 
                           const moe_act_params *act, float *h, size_t hs, size_t n_valid)
 {
     __m256 acc[MR][4];
-    bf16_dot(M, 4, k, x, tile + moe_xl_bf16_weights(2), acc);
+    bf16_dot(M, k, x, tile + moe_xl_bf16_weights(2), acc);
     gateup_out(M, acc, tile, act, h, hs, n_valid);
 }
 

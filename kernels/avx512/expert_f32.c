@@ -5,7 +5,8 @@
  * kernels/avx512/expert_f32_common.h has the register tile, the epilogue and the prefetch.
  * Weights are widened in registers, never in memory:
  *  - bf16 pairs: one 64-byte load per projection and k-pair; k = 2q is the dword shifted left
- *    by 16, k = 2q+1 the dword with its low half cleared (2 ALU ops per 32 weights).
+ *    by 16, k = 2q+1 the dword with its low half cleared (2 ALU ops per 32 weights). gate and
+ *    up (down: its even and odd pairs) are two streams of the tile, read side by side.
  *  - FP8, k-major codes: the 32 codes of k (16 gate rows, 16 up rows) sign-extend to words
  *    (vpmovsxbw); (w << 7) & 0xBFFF is the f16 of e4m3(code) · 2^-8 (bit 15 = sign from the
  *    extension, bit 14 cleared); vcvtph2ps of each half gives the gate and up vectors
@@ -29,12 +30,13 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
         ag[i] = au[i] = _mm512_setzero_ps();
     }
     const unsigned char *w = tile + moe_xl_bf16_weights(2);
+    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     const size_t pairs = k / 2;
-    for (size_t q = 0; q < pairs; q++, w += 128) {
+    for (size_t q = 0; q < pairs; q++, w += 64) {
         prefetch_ahead(w);
-        prefetch_ahead(w + 64);
-        const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + 64);
+        prefetch_ahead(w + up);
+        const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + up);
         const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
         const __m512 u0 = _mm512_castsi512_ps(_mm512_slli_epi32(lu, 16));
         const __m512 g1 = _mm512_castsi512_ps(_mm512_and_si512(lg, hi));
@@ -49,7 +51,7 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
         }
     }
     if (k & 1) {
-        const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + 64);
+        const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + up);
         const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
         const __m512 u0 = _mm512_castsi512_ps(_mm512_slli_epi32(lu, 16));
         UNROLL
@@ -78,14 +80,16 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
         x[i] = hv[i];
         a[i] = b[i] = _mm512_setzero_ps();
     }
+    /* w: the even pair q; its odd successor q + 1 lies `odd` bytes on, in the second stream. */
     const unsigned char *w = tile + moe_xl_bf16_weights(1);
+    const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     const size_t full = k / 2;
     size_t q = 0;
-    for (; q + 2 <= full; q += 2, w += 128) {
+    for (; q + 2 <= full; q += 2, w += 64) {
         prefetch_ahead(w);
-        prefetch_ahead(w + 64);
-        const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + 64);
+        prefetch_ahead(w + odd);
+        const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + odd);
         const __m512 a0 = _mm512_castsi512_ps(_mm512_slli_epi32(l0, 16));
         const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(l0, hi));
         const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(l1, 16));
@@ -108,10 +112,11 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
             a[i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[i][2 * q]), a[i]);
             a[i] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[i][2 * q + 1]), a[i]);
         }
-        q++, w += 64;
+        q++; /* odd now: the half pair below sits at w + odd */
     }
-    if (k & 1) { /* the half pair (w[k-1], 0), in the chain of its parity */
-        const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(w), 16));
+    if (k & 1) { /* the half pair (w[k-1], 0), in the chain (and the stream) of its parity */
+        const unsigned char *wl = q & 1 ? w + odd : w;
+        const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(wl), 16));
         UNROLL
         for (size_t i = 0; i < M; i++) {
             const __m512 xb = _mm512_set1_ps(x[i][k - 1]);

@@ -85,17 +85,18 @@ INLINE __m512bh fp8_bf16(const unsigned char *codes)
  * acc[i][1] are the chains of the even and the odd pairs (kernels/ref/expert_bf16.c), so one
  * token keeps two vdpbf16ps in flight; the caller adds them. */
 
-/* The weight pair vectors of pair q for both slots: gate/up, or down's one projection. */
-INLINE void pair_bf16(const int np, const unsigned char *w, __m512bh *w0, __m512bh *w1)
+/* The weight pair vectors of pair q for both slots: gate/up (up's pair `up` bytes after
+ * gate's), or down's one projection. */
+INLINE void pair_bf16(const int np, const unsigned char *w, size_t up, __m512bh *w0, __m512bh *w1)
 {
     *w0 = (__m512bh)_mm512_loadu_si512(w);
-    *w1 = np == 2 ? (__m512bh)_mm512_loadu_si512(w + 64) : *w0;
+    *w1 = np == 2 ? (__m512bh)_mm512_loadu_si512(w + up) : *w0;
 }
 
-INLINE void pair_fp8(const int np, const unsigned char *c, __m512bh *w0, __m512bh *w1)
+INLINE void pair_fp8(const int np, const unsigned char *c, size_t up, __m512bh *w0, __m512bh *w1)
 {
     *w0 = fp8_bf16(c);
-    *w1 = np == 2 ? fp8_bf16(c + 32) : *w0;
+    *w1 = np == 2 ? fp8_bf16(c + up) : *w0;
 }
 
 /* One pair q into acc: gate/up both projections; down the chain `chain`. */
@@ -114,25 +115,41 @@ INLINE void pair_dp(const size_t M, const int np, const int chain, const uint16_
     }
 }
 
-/* Pairs [q0, q1) (q0 even) of the weights at w (bf16) or the codes at c (FP8, pair q at
- * c + 2·q·step), with q - q0 even into chain 0 and odd into chain 1 for down. */
+/* Pairs [q0, q1) (q0 even) of the weights at w (bf16) or the codes at c (FP8, pairs of step
+ * bytes back to back), with q - q0 even into chain 0 and odd into chain 1 for down. bf16 tiles
+ * are two streams (kernels/ref/expert_layout.h): gate/up, up's pairs `second` bytes after
+ * gate's and 64-byte pairs in each; down, the odd pair after an even one `second` bytes on,
+ * the even pairs 64 bytes apart. FP8: up's codes 32 bytes after gate's. */
 INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t *const *x,
-                     size_t q0, size_t q1, size_t k, const unsigned char *base, __m512 acc[][2])
+                     size_t q0, size_t q1, size_t k, const unsigned char *base, size_t second,
+                     __m512 acc[][2])
 {
-    const size_t step = fp8 ? 2 * moe_xl_fp8_step_bytes(np) : moe_xl_bf16_pair_bytes(np);
-    const unsigned char *p = base + q0 * step;
+    /* next: pair q + 1 after pair q (q even); adv: both of them to pair q + 2. */
+    const size_t step = fp8 ? 2 * moe_xl_fp8_step_bytes(np) : 64;
+    const size_t next = fp8 || np == 2 ? step : second, adv = fp8 || np == 2 ? 2 * step : 64;
+    const size_t up = fp8 ? 32 : second;
+    const unsigned char *p = base + q0 / 2 * adv;
     size_t q = q0;
-    for (; q + 2 <= q1; q += 2, p += 2 * step) {
-        UNROLL
-        for (size_t o = 0; o < 2 * step; o += 64)
-            prefetch(p + PF_BYTES + o);
+    for (; q + 2 <= q1; q += 2, p += adv) {
+        if (fp8) {
+            UNROLL
+            for (size_t o = 0; o < adv; o += 64)
+                prefetch(p + PF_BYTES + o);
+        } else {
+            prefetch(p + PF_BYTES);
+            prefetch(p + second + PF_BYTES);
+            if (np == 2) {
+                prefetch(p + PF_BYTES + 64);
+                prefetch(p + second + PF_BYTES + 64);
+            }
+        }
         __m512bh w0, w1, v0, v1;
         if (fp8) {
-            pair_fp8(np, p, &w0, &w1);
-            pair_fp8(np, p + step, &v0, &v1);
+            pair_fp8(np, p, up, &w0, &w1);
+            pair_fp8(np, p + next, up, &v0, &v1);
         } else {
-            pair_bf16(np, p, &w0, &w1);
-            pair_bf16(np, p + step, &v0, &v1);
+            pair_bf16(np, p, up, &w0, &w1);
+            pair_bf16(np, p + next, up, &v0, &v1);
         }
         pair_dp(M, np, 0, x, q, k, w0, w1, acc);
         pair_dp(M, np, 1, x, q + 1, k, v0, v1, acc);
@@ -140,9 +157,9 @@ INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t
     if (q < q1) {
         __m512bh w0, w1;
         if (fp8)
-            pair_fp8(np, p, &w0, &w1);
+            pair_fp8(np, p, up, &w0, &w1);
         else
-            pair_bf16(np, p, &w0, &w1);
+            pair_bf16(np, p, up, &w0, &w1);
         pair_dp(M, np, 0, x, q, k, w0, w1, acc);
     }
 }
@@ -150,7 +167,7 @@ INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t
 INLINE void dot_bf16(const size_t M, const int np, size_t k, const uint16_t *const *x,
                      const unsigned char *w, __m512 acc[][2])
 {
-    pairs_dp(M, np, 0, x, 0, (k + 1) / 2, k, w, acc);
+    pairs_dp(M, np, 0, x, 0, (k + 1) / 2, k, w, moe_xl_bf16_stream2(np, (int64_t)k), acc);
 }
 
 INLINE void dot_fp8(const size_t M, const int np, size_t k, const uint16_t *const *x,
@@ -165,7 +182,7 @@ INLINE void dot_fp8(const size_t M, const int np, size_t k, const uint16_t *cons
         UNROLL
         for (size_t i = 0; i < M; i++)
             b[i][0] = b[i][1] = _mm512_setzero_ps();
-        pairs_dp(M, np, 1, x, q0, q1, k, codes, b);
+        pairs_dp(M, np, 1, x, q0, q1, k, codes, 0, b);
         if (np == 1) {
             const __m512 s = _mm512_set1_ps(load_f32(sc));
             UNROLL

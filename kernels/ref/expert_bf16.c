@@ -55,11 +55,11 @@ static uint32_t fp8_code_bf16(uint8_t code)
 static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
                       const uint16_t *x)
 {
-    const unsigned char *w = tile + moe_xl_bf16_weights(np) + ((size_t)p * NR + n) * 4;
-    const size_t step = moe_xl_bf16_pair_bytes(np);
+    const unsigned char *w = tile + moe_xl_bf16_weights(np) + n * 4;
     float acc = 0.0f;
     for (size_t q = 0; q < (k + 1) / 2; q++)
-        acc = moe_xr_dpbf16(acc, x_pair(x, q, k), load_u32(w + q * step));
+        acc = moe_xr_dpbf16(acc, x_pair(x, q, k),
+                            load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q)));
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
@@ -94,9 +94,9 @@ static float chains(const unsigned char *tile, int fp8, size_t q0, size_t q1, si
 {
     float acc[2] = {0.0f, 0.0f};
     for (size_t q = q0; q < q1; q++) {
-        const uint32_t w =
-            fp8 ? fp8_pair(tile, 1, 0, n, k, q)
-                : load_u32(tile + moe_xl_bf16_weights(1) + q * moe_xl_bf16_pair_bytes(1) + n * 4);
+        const uint32_t w = fp8 ? fp8_pair(tile, 1, 0, n, k, q)
+                               : load_u32(tile + moe_xl_bf16_weights(1) +
+                                          moe_xl_bf16_pair_at(1, (int64_t)k, 0, q) + n * 4);
         acc[q & 1] = moe_xr_dpbf16(acc[q & 1], x_pair(x, q, k), w);
     }
     return acc[0] + acc[1];

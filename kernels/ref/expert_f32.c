@@ -52,11 +52,11 @@ static float fp8_weight(uint8_t code) { return moe_e4m3_to_f32(code) * MOE_XL_FP
 /* Row n of projection p (of np) over x, in the recipe's order. */
 static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
 {
-    const unsigned char *w = tile + moe_xl_bf16_weights(np) + ((size_t)p * NR + n) * 4;
-    const size_t step = moe_xl_bf16_pair_bytes(np);
+    const unsigned char *w = tile + moe_xl_bf16_weights(np) + n * 4;
     float acc = 0.0f;
     for (size_t kk = 0; kk < k; kk++)
-        acc = fmaf(pair_weight(load_u32(w + kk / 2 * step), kk), x[kk], acc);
+        acc = fmaf(pair_weight(load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, kk / 2)), kk),
+                   x[kk], acc);
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
@@ -76,14 +76,16 @@ static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t 
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
-/* down's two chains over the k-pairs of [q0, q1) (pair q = k 2q, 2q+1, k < kmax). */
-static float chains_bf16(const unsigned char *w, size_t step, size_t q0, size_t q1, size_t k,
-                         const float *x)
+/* down's two chains over the k-pairs of [q0, q1) (pair q = k 2q, 2q+1, k < kmax); w: row n's
+ * dword in the weights of a bf16 down tile. */
+static float chains_bf16(const unsigned char *w, size_t q0, size_t q1, size_t k, const float *x)
 {
     float acc[2] = {0.0f, 0.0f};
     for (size_t q = q0; q < q1; q++)
         for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
-            acc[q & 1] = fmaf(pair_weight(load_u32(w + q * step), kk), x[kk], acc[q & 1]);
+            acc[q & 1] =
+                fmaf(pair_weight(load_u32(w + moe_xl_bf16_pair_at(1, (int64_t)k, 0, q)), kk), x[kk],
+                     acc[q & 1]);
     return acc[0] + acc[1];
 }
 
@@ -100,8 +102,8 @@ static float chains_fp8(const unsigned char *codes, size_t step, size_t q0, size
 static float down_dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
                            const float *x)
 {
-    const unsigned char *w = tile + moe_xl_bf16_weights(np) + ((size_t)p * NR + n) * 4;
-    float acc = chains_bf16(w, moe_xl_bf16_pair_bytes(np), 0, (k + 1) / 2, k, x);
+    const unsigned char *w = tile + moe_xl_bf16_weights(np) + n * 4;
+    float acc = chains_bf16(w, 0, (k + 1) / 2, k, x);
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 

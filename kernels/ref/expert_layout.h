@@ -13,10 +13,14 @@
  * zeros in the padding, and rows past the matrix's edge are zeros too.
  *
  * bf16 pair layout (format BF16, both recipes):
- *   [bias: np × 16 f32] then, for each k-pair q < kpad/2 and each projection p < np, 16
- *   dwords: dword n = w[row n][2q] | w[row n][2q+1] << 16 (bf16 codes). One 64-byte load is
- *   then either the two f32 weight vectors of k = 2q and 2q+1 (shift / mask: the f32 recipe)
- *   or exactly the operand vdpbf16ps pairs with (x[2q], x[2q+1]) (the bf16 recipe).
+ *   [bias: np × 16 f32] then the pairs: for k-pair q < kpad/2 of projection p, 16 dwords,
+ *   dword n = w[row n][2q] | w[row n][2q+1] << 16 (bf16 codes). One 64-byte load is then
+ *   either the two f32 weight vectors of k = 2q and 2q+1 (shift / mask: the f32 recipe) or
+ *   exactly the operand vdpbf16ps pairs with (x[2q], x[2q+1]) (the bf16 recipe). The pairs
+ *   lie in two streams the kernels read side by side (moe_xl_bf16_pair_at): gate/up, all of
+ *   gate's pairs in order, then all of up's; down, its even pairs in order (the chain of the
+ *   even pairs), then its odd ones. One core streamed a tile 6-15 % faster as two streams than
+ *   as one with gate and up interleaved (bench/NOTES.md, v8).
  *
  * FP8 layouts (format FP8_BLOCK): [bias: np × 16 f32] [scales: for each 128-K block b and
  * projection p, one f32 = scale · 2^8; padded to 64 bytes] then the E4M3 codes, one byte
@@ -77,8 +81,27 @@ static inline size_t moe_xl_fp8_code_at(int order, int np, size_t k, int p, size
     return i - i % 64 + 16 * (n / 4) + 8 * (v / 2) + 2 * (n % 4) + v % 2;
 }
 
-/* Bytes of one k-pair (bf16) or one k (FP8) step of the weights. */
+/* Bytes of one k-pair (bf16) or one k (FP8) step of the weights, all projections. */
 static inline size_t moe_xl_bf16_pair_bytes(int np) { return (size_t)np * MOE_XL_NR * 4; }
+
+/* Bytes of one projection's k-pair in a bf16 tile: one 64-byte line. */
+#define MOE_XL_BF16_LINE ((size_t)MOE_XL_NR * 4)
+
+/* Where pair q of projection p starts in a bf16 tile's weights (bytes after the bias) of np
+ * projections over k (pairs = kpad / 2): gate/up projection-major, down even pairs first. */
+static inline size_t moe_xl_bf16_pair_at(int np, int64_t k, int p, size_t q)
+{
+    const size_t pairs = (size_t)moe_xl_kpad(k) / 2;
+    if (np == 2) return ((size_t)p * pairs + q) * MOE_XL_BF16_LINE;
+    return ((q & 1) * ((pairs + 1) / 2) + q / 2) * MOE_XL_BF16_LINE;
+}
+
+/* Where a bf16 tile's second stream starts, after its weights' start: up's first pair
+ * (np = 2), or down's first odd pair (np = 1). */
+static inline size_t moe_xl_bf16_stream2(int np, int64_t k)
+{
+    return moe_xl_bf16_pair_at(np, k, np - 1, np == 2 ? 0 : 1);
+}
 static inline size_t moe_xl_fp8_step_bytes(int np) { return (size_t)np * MOE_XL_NR; }
 
 /* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */

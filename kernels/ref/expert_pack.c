@@ -276,25 +276,24 @@ static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
 {
     const int64_t k = src[0]->cols, kpad = moe_xl_kpad(k);
     unsigned char *w = tile + moe_xl_bf16_weights(np);
-    const size_t step = moe_xl_bf16_pair_bytes(np);
     const unsigned char *rows[2][NR];
     pack_bias(src, np, r0, tile);
     int64_t q = 0;
     if (contiguous_rows(src, np, r0, 2, rows))
-        for (; q < k / 2; q++) { /* whole pairs inside the rows: one 4-byte load each */
-            uint32_t *d = (uint32_t *)(void *)(w + (size_t)q * step);
-            for (int p = 0; p < np; p++)
+        for (; q < k / 2; q++) /* whole pairs inside the rows: one 4-byte load each */
+            for (int p = 0; p < np; p++) {
+                unsigned char *d = w + moe_xl_bf16_pair_at(np, k, p, (size_t)q);
                 for (int n = 0; n < NR; n++)
-                    memcpy(&d[p * NR + n], rows[p][n] + 4 * q, 4);
-        }
-    for (; q < kpad / 2; q++) {
-        uint32_t d[2 * NR];
-        for (int p = 0; p < np; p++)
+                    memcpy(d + 4 * n, rows[p][n] + 4 * q, 4);
+            }
+    for (; q < kpad / 2; q++)
+        for (int p = 0; p < np; p++) {
+            uint32_t d[NR];
             for (int n = 0; n < NR; n++)
-                d[p * NR + n] =
-                    code_at(src[p], r0 + n, 2 * q, 2) | code_at(src[p], r0 + n, 2 * q + 1, 2) << 16;
-        memcpy(w + (size_t)q * step, d, step);
-    }
+                d[n] = code_at(src[p], r0 + n, 2 * q, 2) | code_at(src[p], r0 + n, 2 * q + 1, 2)
+                                                               << 16;
+            memcpy(w + moe_xl_bf16_pair_at(np, k, p, (size_t)q), d, sizeof d);
+        }
 }
 
 /* Exchanges the bits of m << s in *a with the bits of m in *b. */
@@ -517,8 +516,7 @@ static uint32_t packed_code(const unsigned char *packed, int fmt, int np, int p,
                     moe_xl_fp8_code_at(fmt - FMT_FP8, np, (size_t)c, p, n)];
     uint32_t d;
     memcpy(&d,
-           tile + moe_xl_bf16_weights(np) + (size_t)(c / 2) * moe_xl_bf16_pair_bytes(np) +
-               ((size_t)p * NR + n) * 4,
+           tile + moe_xl_bf16_weights(np) + moe_xl_bf16_pair_at(np, k, p, (size_t)(c / 2)) + n * 4,
            sizeof d);
     return c % 2 ? d >> 16 : d & 0xFFFFu;
 }
