@@ -125,23 +125,16 @@ INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t
                      __m512 acc[][2])
 {
     /* next: pair q + 1 after pair q (q even); adv: both of them to pair q + 2. */
-    const size_t step = fp8 ? 2 * moe_xl_fp8_step_bytes(np) : 64;
+    const size_t step = fp8 ? 2 * moe_xl_fp8_step_bytes(np) : MOE_XL_BF16_LINE;
     const size_t next = fp8 || np == 2 ? step : second, adv = fp8 || np == 2 ? 2 * step : 64;
     const size_t up = fp8 ? 32 : second;
     const unsigned char *p = base + q0 / 2 * adv;
     size_t q = q0;
     for (; q + 2 <= q1; q += 2, p += adv) {
-        if (fp8) {
-            UNROLL
-            for (size_t o = 0; o < adv; o += 64)
-                prefetch(p + PF_BYTES + o);
-        } else {
-            prefetch(p + PF_BYTES);
-            prefetch(p + second + PF_BYTES);
-            if (np == 2) {
-                prefetch(p + PF_BYTES + 64);
-                prefetch(p + second + PF_BYTES + 64);
-            }
+        UNROLL
+        for (size_t o = 0; o < adv; o += 64) { /* each stream's lines of the two pairs */
+            prefetch(p + PF_BYTES + o);
+            if (!fp8) prefetch(p + second + PF_BYTES + o);
         }
         __m512bh w0, w1, v0, v1;
         if (fp8) {
