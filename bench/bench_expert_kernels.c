@@ -50,7 +50,8 @@
  * prefill path — and the same calls over tiles that stay in L2, as a fraction of the peak:
  * where the two agree, the core bounds the mid batch, not the memory stream. Usage:
  * bench_expert_kernels [--ref] [--quick] [--mid] [--mxfp4] (only the MXFP4 part) [--threads N]
- * (the MXFP4 part; default 1) [--set TEXT] (only the sets whose name contains TEXT). */
+ * (the MXFP4 part; default 1) [--set TEXT] (only the sets whose name contains TEXT) [--huge]
+ * (the packed experts in 2 MiB pages; below). */
 
 #define H 7168
 #define I 2048
@@ -70,6 +71,12 @@ static double clock_ns(int threads) { return threads == 1 ? thread_ns() : bench_
  * start of the run on one thread (main) and on the MXFP4 part's threads (mx_bench), as `moe
  * bench` takes the fastest of them. */
 static int read_pattern, mx_pattern;
+
+/* --huge: the packed experts in 2 MiB pages where the system gives them, as the library
+ * allocates them (moe_malloc_huge); without it in the system's default pages (4 KiB under
+ * THP "madvise" or "never"), where one stream per core reads slower and the kernels that
+ * read two (the bf16 tiles' two halves, MXFP4 decode's tile pairs) gain more. */
+static int huge_pages;
 
 /* The read floor beside each pass: GB/s of one read of the whole buffer on THREADS threads
  * in PATTERN, timed like the kernels, so both sides of the ratio count the same thing. */
@@ -114,7 +121,7 @@ static int pack_experts(const moe_expert_kernels *ks, int n, packed *out)
     out->gateup_bytes = out->gateup_tb * (size_t)gt;
     out->expert_bytes = out->gateup_bytes + out->down_tb * (size_t)dt;
     out->n = n;
-    out->p = aligned_alloc(4096, out->expert_bytes * (size_t)n);
+    out->p = bench_alloc_pages(out->expert_bytes * (size_t)n, huge_pages);
     const bool fp8 = ks->format == MOE_EXPERT_FMT_FP8_BLOCK;
     const size_t es = fp8 ? 1 : 2, nw = (size_t)H * I;
     unsigned char *w[3];
@@ -361,7 +368,7 @@ static int mx_pack_experts(const moe_expert_kernels *ks, const mx_shape *sh, int
     out->gateup_bytes = out->gateup_tb * (size_t)((NI + 15) / 16);
     out->expert_bytes = out->gateup_bytes + out->down_tb * (size_t)((NH + 15) / 16);
     out->n = n;
-    out->p = aligned_alloc(4096, (out->expert_bytes * (size_t)n + 4095) & ~(size_t)4095);
+    out->p = bench_alloc_pages(out->expert_bytes * (size_t)n, huge_pages);
     const size_t nw = (size_t)NH * NI;
     unsigned char *w[3], *sc[3];
     float *bias = malloc(sizeof(float) * (size_t)(NH > NI ? NH : NI));
@@ -660,6 +667,7 @@ int main(int argc, char **argv)
         quick = quick || !strcmp(argv[i], "--quick");
         only_mx = only_mx || !strcmp(argv[i], "--mxfp4");
         mid = mid || !strcmp(argv[i], "--mid");
+        huge_pages = huge_pages || !strcmp(argv[i], "--huge");
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         if (!strcmp(argv[i], "--set") && i + 1 < argc) only_set = argv[++i];
     }

@@ -33,12 +33,11 @@ static void reads(void)
         printf("reads: needs AVX-512 (skipped)\n");
         return;
     }
-    char *p = aligned_alloc((size_t)2 << 20, READ_BYTES);
+    char *p = bench_alloc_pages(READ_BYTES, 1);
     if (!p) {
         printf("reads: out of memory\n");
         return;
     }
-    (void)madvise(p, READ_BYTES, MADV_HUGEPAGE);
     memset(p, 1, READ_BYTES);
     for (int round = 0; round < 3; round++) {
         printf("round %d reads:", round + 1);

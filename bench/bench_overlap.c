@@ -1,10 +1,9 @@
 /* bench_overlap.c — what one core reaches when it streams weights and computes on them at once: an ideal kernel's fraction of the roofline floor at each arithmetic intensity. */
-#define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE (bench/bench_util.h) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "bench_util.h"
 
@@ -195,13 +194,12 @@ int main(int argc, char **argv)
         printf("bench_overlap: needs AVX-512 (skipped)\n");
         return 0;
     }
-    char *p = aligned_alloc((size_t)2 << 20, BYTES);
+    char *p = bench_alloc_pages(BYTES, 1);
     bench_buffer floor_buf;
     if (!p || bench_buffer_init(&floor_buf)) {
         printf("bench_overlap: out of memory\n");
         return 1;
     }
-    (void)madvise(p, BYTES, MADV_HUGEPAGE);
     memset(p, 0x3F, BYTES);
     printf("# %d thread(s), each streaming its share of %zu MiB, F instructions per 128 bytes; "
            "each cell: GB/s, G(FL)OP/s, fraction of max(bytes / read, ops / peak) (best of 3 "

@@ -243,17 +243,30 @@ typedef struct bench_buffer {
     size_t bytes;
 } bench_buffer;
 
+/* bytes (rounded up to 2 MiB) at a 2 MiB boundary; with huge, 2 MiB pages asked for where the
+ * system gives them (MADV_HUGEPAGE, as libmoe's moe_malloc_huge), else left to the system
+ * (4 KiB pages under THP "madvise" or "never"). Freed with free(). */
+static inline void *bench_alloc_pages(size_t bytes, int huge)
+{
+    const size_t two_mib = (size_t)2 << 20;
+    bytes = (bytes + two_mib - 1) & ~(two_mib - 1);
+    void *p = aligned_alloc(two_mib, bytes);
+#ifdef MADV_HUGEPAGE
+    if (p && huge) (void)madvise(p, bytes, MADV_HUGEPAGE);
+#else
+    (void)huge;
+#endif
+    return p;
+}
+
 static inline int bench_buffer_init(bench_buffer *b)
 {
     const size_t huge = (size_t)2 << 20;
     size_t bytes = 2 * bench_llc_bytes();
     if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
     bytes = (bytes + huge - 1) & ~(huge - 1);
-    b->p = aligned_alloc(huge, bytes);
+    b->p = bench_alloc_pages(bytes, 1);
     if (!b->p) return -1;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(b->p, bytes, MADV_HUGEPAGE);
-#endif
     memset(b->p, 0x5A, bytes);
     b->bytes = bytes;
     return 0;

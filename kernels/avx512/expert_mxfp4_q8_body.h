@@ -34,7 +34,9 @@
  * register-blocked by hand (kernels/avx512vnni/expert_mxfp4_q8_groups.h); the vpmaddubsw
  * set's are below. Same operations per element in every path, so same bits for every m.
  * The multi-tile entries run up to MX_TILES tiles side by side on the buffered path (each
- * block of each tile decoded in turn, the VNNI groups' gathered activations shared by all).
+ * block of each tile decoded in turn, the VNNI groups' gathered activations shared by all),
+ * and two at a time on the direct one: one core then reads two streams, which it does faster
+ * than one (bench/NOTES.md v9).
  *
  * Prefetch: 8 KB ahead into L2 and 2 KB ahead into L1, every 64 bytes consumed, into the
  * next tile too; decode streams each tile once from memory.
@@ -118,16 +120,24 @@ MX_INLINE __m512 mx_scale_add(__m512i isum, __m512 wsh, const mx_row *r, size_t 
 
 /* ---- Direct path: M ≤ MX_DIRECT tokens in registers ------------------------------------ */
 
-MX_INLINE void mx_gateup_direct(const size_t M, size_t k, const void *const *xv,
-                                const unsigned char *tile, const moe_act_params *act, float *h,
-                                size_t hs, size_t n_valid)
+/* NT (1 or 2) tiles tb bytes apart side by side, each its own stream and its own sums (the
+ * same operations per tile as alone); outputs MX_NR elements apart, n_valid rows in the last.
+ * Gate/up pairs keep 8·M sums, so they run up to MX_PAIR_GATEUP tokens; down pairs every M. */
+#define MX_NT 2
+#define MX_PAIR_GATEUP 2
+
+MX_INLINE void mx_gateup_direct(const size_t M, const size_t NT, size_t k, const void *const *xv,
+                                const unsigned char *tile, size_t tb, const moe_act_params *act,
+                                float *h, size_t hs, size_t n_valid)
 {
     mx_row r[MX_DIRECT];
-    __m512 ag[MX_DIRECT], au[MX_DIRECT];
+    __m512 ag[MX_NT][MX_DIRECT], au[MX_NT][MX_DIRECT];
     MX_UNROLL
     for (size_t t = 0; t < M; t++) {
         r[t] = mx_row_of(xv[t], k);
-        ag[t] = au[t] = _mm512_setzero_ps();
+        MX_UNROLL
+        for (size_t j = 0; j < NT; j++)
+            ag[j][t] = au[j][t] = _mm512_setzero_ps();
     }
     const __m512i lut = mx_lut();
     const size_t nb = k / MX_BLK;
@@ -135,54 +145,75 @@ MX_INLINE void mx_gateup_direct(const size_t M, size_t k, const void *const *xv,
         const size_t len = moe_mx_step_len(2, nb, s);
         const unsigned char *base = tile + moe_mx_step_at(2, s);
         const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
-        mx_prefetch_ahead(line);
+        MX_UNROLL
+        for (size_t j = 0; j < NT; j++)
+            mx_prefetch_ahead(line + j * tb);
         for (size_t i = 0; i < len; i++, b++) {
-            const unsigned char *ug = base + i * 2 * MOE_MX_UNIT, *uu = ug + MOE_MX_UNIT;
-            __m512i ig[MX_DIRECT], iu[MX_DIRECT];
-            MX_UNROLL
-            for (size_t t = 0; t < M; t++)
-                ig[t] = iu[t] = mx_bcast(r[t].corr + 4 * b);
-            MX_UNROLL
-            for (size_t c = 0; c < 4; c++) {
-                mx_prefetch_ahead(ug + 64 * c);
-                mx_prefetch_ahead(uu + 64 * c);
-                __m512i gl, gh, ul, uh;
-                mx_decode(ug + 64 * c, lut, &gl, &gh);
-                mx_decode(uu + 64 * c, lut, &ul, &uh);
-                MX_UNROLL
-                for (size_t t = 0; t < M; t++) {
-                    const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
-                    const __m512i xl = mx_bcast(q), xh = mx_bcast(q + 16);
-                    ig[t] = mx_dot(ig[t], gl, xl, gh, xh);
-                    iu[t] = mx_dot(iu[t], ul, xl, uh, xh);
-                }
-            }
-            const __m512 wg = mx_half_scales(line + 32 * i), wu = mx_half_scales(line + 32 * i + 16);
+            __m512i ig[MX_NT][MX_DIRECT], iu[MX_NT][MX_DIRECT];
             MX_UNROLL
             for (size_t t = 0; t < M; t++) {
-                ag[t] = mx_scale_add(ig[t], wg, &r[t], b, ag[t]);
-                au[t] = mx_scale_add(iu[t], wu, &r[t], b, au[t]);
+                const __m512i corr = mx_bcast(r[t].corr + 4 * b);
+                MX_UNROLL
+                for (size_t j = 0; j < NT; j++)
+                    ig[j][t] = iu[j][t] = corr;
+            }
+            MX_UNROLL
+            for (size_t c = 0; c < 4; c++) {
+                MX_UNROLL
+                for (size_t j = 0; j < NT; j++) {
+                    const unsigned char *ug = base + j * tb + i * 2 * MOE_MX_UNIT,
+                                        *uu = ug + MOE_MX_UNIT;
+                    mx_prefetch_ahead(ug + 64 * c);
+                    mx_prefetch_ahead(uu + 64 * c);
+                    __m512i gl, gh, ul, uh;
+                    mx_decode(ug + 64 * c, lut, &gl, &gh);
+                    mx_decode(uu + 64 * c, lut, &ul, &uh);
+                    MX_UNROLL
+                    for (size_t t = 0; t < M; t++) {
+                        const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
+                        const __m512i xl = mx_bcast(q), xh = mx_bcast(q + 16);
+                        ig[j][t] = mx_dot(ig[j][t], gl, xl, gh, xh);
+                        iu[j][t] = mx_dot(iu[j][t], ul, xl, uh, xh);
+                    }
+                }
+            }
+            MX_UNROLL
+            for (size_t j = 0; j < NT; j++) {
+                const __m512 wg = mx_half_scales(line + j * tb + 32 * i),
+                             wu = mx_half_scales(line + j * tb + 32 * i + 16);
+                MX_UNROLL
+                for (size_t t = 0; t < M; t++) {
+                    ag[j][t] = mx_scale_add(ig[j][t], wg, &r[t], b, ag[j][t]);
+                    au[j][t] = mx_scale_add(iu[j][t], wu, &r[t], b, au[j][t]);
+                }
             }
         }
     }
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
     MX_UNROLL
-    for (size_t t = 0; t < M; t++) {
-        const __m512 v = act16(act, _mm512_add_ps(ag[t], bg), _mm512_add_ps(au[t], bu));
-        _mm512_mask_storeu_ps(h + t * hs, mask, v);
+    for (size_t j = 0; j < NT; j++) {
+        const unsigned char *tj = tile + j * tb;
+        const __m512 bg = _mm512_loadu_ps(tj), bu = _mm512_loadu_ps(tj + 64);
+        const __mmask16 mask = rows_mask(j + 1 == NT ? n_valid : MX_NR);
+        MX_UNROLL
+        for (size_t t = 0; t < M; t++) {
+            const __m512 v = act16(act, _mm512_add_ps(ag[j][t], bg), _mm512_add_ps(au[j][t], bu));
+            _mm512_mask_storeu_ps(h + t * hs + j * MX_NR, mask, v);
+        }
     }
 }
 
-MX_INLINE void mx_down_direct(const size_t M, size_t k, const void *const *hv,
-                              const unsigned char *tile, float *y, size_t ys, size_t n_valid)
+MX_INLINE void mx_down_direct(const size_t M, const size_t NT, size_t k, const void *const *hv,
+                              const unsigned char *tile, size_t tb, float *y, size_t ys,
+                              size_t n_valid)
 {
     mx_row r[MX_DIRECT];
-    __m512 acc[MX_DIRECT];
+    __m512 acc[MX_NT][MX_DIRECT];
     MX_UNROLL
     for (size_t t = 0; t < M; t++) {
         r[t] = mx_row_of(hv[t], k);
-        acc[t] = _mm512_setzero_ps();
+        MX_UNROLL
+        for (size_t j = 0; j < NT; j++)
+            acc[j][t] = _mm512_setzero_ps();
     }
     const __m512i lut = mx_lut();
     const size_t nb = k / MX_BLK;
@@ -190,35 +221,50 @@ MX_INLINE void mx_down_direct(const size_t M, size_t k, const void *const *hv,
         const size_t len = moe_mx_step_len(1, nb, s);
         const unsigned char *base = tile + moe_mx_step_at(1, s);
         const unsigned char *line = base + len * MOE_MX_UNIT;
-        mx_prefetch_ahead(line);
+        MX_UNROLL
+        for (size_t j = 0; j < NT; j++)
+            mx_prefetch_ahead(line + j * tb);
         for (size_t i = 0; i < len; i++, b++) {
-            const unsigned char *u = base + i * MOE_MX_UNIT;
-            __m512i is[MX_DIRECT];
+            __m512i is[MX_NT][MX_DIRECT];
             MX_UNROLL
-            for (size_t t = 0; t < M; t++)
-                is[t] = mx_bcast(r[t].corr + 4 * b);
+            for (size_t t = 0; t < M; t++) {
+                const __m512i corr = mx_bcast(r[t].corr + 4 * b);
+                MX_UNROLL
+                for (size_t j = 0; j < NT; j++)
+                    is[j][t] = corr;
+            }
             MX_UNROLL
             for (size_t c = 0; c < 4; c++) {
-                mx_prefetch_ahead(u + 64 * c);
-                __m512i wl, wh;
-                mx_decode(u + 64 * c, lut, &wl, &wh);
                 MX_UNROLL
-                for (size_t t = 0; t < M; t++) {
-                    const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
-                    is[t] = mx_dot(is[t], wl, mx_bcast(q), wh, mx_bcast(q + 16));
+                for (size_t j = 0; j < NT; j++) {
+                    const unsigned char *u = base + j * tb + i * MOE_MX_UNIT;
+                    mx_prefetch_ahead(u + 64 * c);
+                    __m512i wl, wh;
+                    mx_decode(u + 64 * c, lut, &wl, &wh);
+                    MX_UNROLL
+                    for (size_t t = 0; t < M; t++) {
+                        const unsigned char *q = r[t].q + MX_BLK * b + 4 * c;
+                        is[j][t] = mx_dot(is[j][t], wl, mx_bcast(q), wh, mx_bcast(q + 16));
+                    }
                 }
             }
-            const __m512 w = mx_half_scales(line + 16 * i);
             MX_UNROLL
-            for (size_t t = 0; t < M; t++)
-                acc[t] = mx_scale_add(is[t], w, &r[t], b, acc[t]);
+            for (size_t j = 0; j < NT; j++) {
+                const __m512 w = mx_half_scales(line + j * tb + 16 * i);
+                MX_UNROLL
+                for (size_t t = 0; t < M; t++)
+                    acc[j][t] = mx_scale_add(is[j][t], w, &r[t], b, acc[j][t]);
+            }
         }
     }
-    const __m512 bias = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
     MX_UNROLL
-    for (size_t t = 0; t < M; t++)
-        _mm512_mask_storeu_ps(y + t * ys, mask, _mm512_add_ps(acc[t], bias));
+    for (size_t j = 0; j < NT; j++) {
+        const __m512 bias = _mm512_loadu_ps(tile + j * tb);
+        const __mmask16 mask = rows_mask(j + 1 == NT ? n_valid : MX_NR);
+        MX_UNROLL
+        for (size_t t = 0; t < M; t++)
+            _mm512_mask_storeu_ps(y + t * ys + j * MX_NR, mask, _mm512_add_ps(acc[j][t], bias));
+    }
 }
 
 /* ---- Buffered path: each block decoded once, tokens in groups over it ------------------- */
@@ -427,7 +473,7 @@ static void mx_gateup(size_t m, size_t k, const void *const *x, const void *tile
     if (m > MX_DIRECT)
         mx_gateup_buffered(m, k, x, tile, 1, 0, act, h, h_stride, n_valid);
     else
-        MX_DIRECT_DISPATCH(mx_gateup_direct, m, k, x, tile, act, h, h_stride, n_valid);
+        MX_DIRECT_DISPATCH(mx_gateup_direct, m, 1, k, x, tile, 0, act, h, h_stride, n_valid);
 }
 
 static void mx_down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
@@ -436,11 +482,46 @@ static void mx_down(size_t m, size_t k, const void *const *h, const void *tile, 
     if (m > MX_DIRECT)
         mx_down_buffered(m, k, h, tile, 1, 0, y, y_stride, n_valid);
     else
-        MX_DIRECT_DISPATCH(mx_down_direct, m, k, h, tile, y, y_stride, n_valid);
+        MX_DIRECT_DISPATCH(mx_down_direct, m, 1, k, h, tile, 0, y, y_stride, n_valid);
 }
 
-/* n_tiles tiles: MX_TILES at a time side by side on the buffered path (the VNNI groups then
- * gather each block's activations once for all of them), tile by tile on the direct one. */
+/* The direct path over n tiles tb bytes apart: two side by side where their sums fit in
+ * registers (gate/up up to MX_PAIR_GATEUP tokens, down every m), a last odd tile alone. */
+static void mx_gateup_direct_tiles(size_t m, size_t k, const void *const *x,
+                                   const unsigned char *tile, size_t n, size_t tb,
+                                   const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    for (size_t j = 0, nt; j < n; j += nt) {
+        nt = n - j >= 2 && m <= MX_PAIR_GATEUP ? 2 : 1;
+        const size_t nv = j + nt == n ? n_valid : MX_NR;
+        const unsigned char *t = tile + j * tb;
+        float *hj = h + j * MX_NR;
+        if (nt == 1)
+            MX_DIRECT_DISPATCH(mx_gateup_direct, m, 1, k, x, t, 0, act, hj, hs, nv);
+        else if (m == 1)
+            mx_gateup_direct(1, 2, k, x, t, tb, act, hj, hs, nv);
+        else
+            mx_gateup_direct(2, 2, k, x, t, tb, act, hj, hs, nv);
+    }
+}
+
+static void mx_down_direct_tiles(size_t m, size_t k, const void *const *h,
+                                 const unsigned char *tile, size_t n, size_t tb, float *y,
+                                 size_t ys, size_t n_valid)
+{
+    for (size_t j = 0, nt; j < n; j += nt) {
+        nt = n - j >= 2 ? 2 : 1;
+        const size_t nv = j + nt == n ? n_valid : MX_NR;
+        const unsigned char *t = tile + j * tb;
+        if (nt == 2)
+            MX_DIRECT_DISPATCH(mx_down_direct, m, 2, k, h, t, tb, y + j * MX_NR, ys, nv);
+        else
+            MX_DIRECT_DISPATCH(mx_down_direct, m, 1, k, h, t, 0, y + j * MX_NR, ys, nv);
+    }
+}
+
+/* n_tiles tiles, MX_TILES at a time: side by side on the buffered path (the VNNI groups then
+ * gather each block's activations once for all of them), in pairs on the direct one. */
 static void mx_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
                             size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
                             size_t n_valid)
@@ -454,9 +535,7 @@ static void mx_gateup_tiles(size_t m, size_t k, const void *const *x, const void
         if (m > MX_DIRECT)
             mx_gateup_buffered(m, k, x, t, n, tb, act, hi, h_stride, nv);
         else
-            for (size_t j = 0; j < n; j++)
-                mx_gateup(m, k, x, t + j * tb, act, hi + j * MX_NR, h_stride,
-                          j + 1 == n ? nv : MX_NR);
+            mx_gateup_direct_tiles(m, k, x, t, n, tb, act, hi, h_stride, nv);
     }
 }
 
@@ -472,8 +551,7 @@ static void mx_down_tiles(size_t m, size_t k, const void *const *h, const void *
         if (m > MX_DIRECT)
             mx_down_buffered(m, k, h, t, n, tb, yi, y_stride, nv);
         else
-            for (size_t j = 0; j < n; j++)
-                mx_down(m, k, h, t + j * tb, yi + j * MX_NR, y_stride, j + 1 == n ? nv : MX_NR);
+            mx_down_direct_tiles(m, k, h, t, n, tb, yi, y_stride, nv);
     }
 }
 

@@ -419,7 +419,7 @@ static void check_tiles(const xset *xs, const runner *r, const tokens *tok, cons
 {
     const moe_expert_kernels *ks = xs->set;
     if (r->gateup ? !ks->gateup_tiles : !ks->down_tiles) return;
-    const size_t ms[] = {1, 4, 5, 13, (size_t)ks->mr};
+    const size_t ms[] = {1, 2, 3, 4, 5, 13, (size_t)ks->mr};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         const size_t m = ms[i];
         if (m > (size_t)tok->n) continue;
