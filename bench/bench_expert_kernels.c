@@ -221,24 +221,49 @@ static void decode_expert(const moe_expert_kernels *ks, const packed *pk, int e,
                  a->y + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
 }
 
+/* Gate/up tiles [t0, t0 + n) of the tiles at base for the m tokens from token c: one call of
+ * the set's multi-tile entry where the engine makes one (from tiles_from_m tokens on), else
+ * tile by tile. */
+static void gateup_calls(const moe_expert_kernels *ks, const packed *pk, const unsigned char *base,
+                         acts *a, size_t es, size_t c, size_t m, int t0, int n)
+{
+    float *h = (float *)(void *)(a->hbuf + (c * I + (size_t)t0 * MOE_EXPERT_NR) * es);
+    if (ks->gateup_tiles && m >= (size_t)ks->tiles_from_m) {
+        ks->gateup_tiles(m, H, (const void *const *)&a->x[c], base + pk->gateup_tb * (size_t)t0,
+                         (size_t)n, &act, h, I, MOE_EXPERT_NR);
+        return;
+    }
+    for (int t = t0; t < t0 + n; t++)
+        ks->gateup(m, H, (const void *const *)&a->x[c], base + pk->gateup_tb * (size_t)t, &act,
+                   a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I, MOE_EXPERT_NR);
+}
+
+/* The same for down tiles [t0, t0 + n) of the down tiles at base. */
+static void down_calls(const moe_expert_kernels *ks, const packed *pk, const unsigned char *base,
+                       acts *a, size_t c, size_t m, int t0, int n)
+{
+    if (ks->down_tiles && m >= (size_t)ks->tiles_from_m) {
+        ks->down_tiles(m, I, (const void *const *)&a->h[c], base + pk->down_tb * (size_t)t0,
+                       (size_t)n, a->y + c * H + (size_t)t0 * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
+        return;
+    }
+    for (int t = t0; t < t0 + n; t++)
+        ks->down(m, I, (const void *const *)&a->h[c], base + pk->down_tb * (size_t)t,
+                 a->y + c * H + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
+}
+
 /* The first gt gate/up and dt down tiles of expert e for m tokens, in calls of at most MR
- * tokens per tile (the engine's order: a tile's calls back to back, so it is read once). */
+ * tokens (the engine's order: one chunk's calls over the tiles, so with m ≤ MR, the decode
+ * and mid batch here, each tile is read once). */
 static void expert_tiles(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
                          size_t m, int gt, int dt)
 {
     const size_t mr = (size_t)ks->mr;
     const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
-    for (int t = 0; t < gt; t++)
-        for (size_t c = 0; c < m; c += mr)
-            ks->gateup(m - c < mr ? m - c : mr, H, (const void *const *)&a->x[c],
-                       base + pk->gateup_tb * (size_t)t, &act,
-                       a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I, MOE_EXPERT_NR);
-    base += pk->gateup_bytes;
-    for (int t = 0; t < dt; t++)
-        for (size_t c = 0; c < m; c += mr)
-            ks->down(m - c < mr ? m - c : mr, I, (const void *const *)&a->h[c],
-                     base + pk->down_tb * (size_t)t, a->y + c * H + (size_t)t * MOE_EXPERT_NR, H,
-                     MOE_EXPERT_NR);
+    for (size_t c = 0; c < m; c += mr)
+        gateup_calls(ks, pk, base, a, es, c, m - c < mr ? m - c : mr, 0, gt);
+    for (size_t c = 0; c < m; c += mr)
+        down_calls(ks, pk, base + pk->gateup_bytes, a, c, m - c < mr ? m - c : mr, 0, dt);
 }
 
 /* Mid batch: every tile of expert e once from memory for m tokens. */
@@ -323,19 +348,14 @@ static void prefill_expert(const moe_expert_kernels *ks, const packed *pk, acts 
     const int gg = group_of(pk->gateup_tb, mr * H * es), gd = group_of(pk->down_tb, mr * I * es);
     for (int t0 = 0; t0 < I / MOE_EXPERT_NR; t0 += gg)
         for (size_t c = 0; c < PREFILL_T; c += mr) {
-            size_t m = PREFILL_T - c < mr ? PREFILL_T - c : mr;
-            for (int t = t0; t < t0 + gg && t < I / MOE_EXPERT_NR; t++)
-                ks->gateup(m, H, (const void *const *)&a->x[c], pk->p + pk->gateup_tb * (size_t)t,
-                           &act, a->hbuf + (c * I + (size_t)t * MOE_EXPERT_NR) * es, I,
-                           MOE_EXPERT_NR);
+            const int n = I / MOE_EXPERT_NR - t0 < gg ? I / MOE_EXPERT_NR - t0 : gg;
+            gateup_calls(ks, pk, pk->p, a, es, c, PREFILL_T - c < mr ? PREFILL_T - c : mr, t0, n);
         }
     for (int t0 = 0; t0 < H / MOE_EXPERT_NR; t0 += gd)
         for (size_t c = 0; c < PREFILL_T; c += mr) {
-            size_t m = PREFILL_T - c < mr ? PREFILL_T - c : mr;
-            for (int t = t0; t < t0 + gd && t < H / MOE_EXPERT_NR; t++)
-                ks->down(m, I, (const void *const *)&a->h[c],
-                         pk->p + pk->gateup_bytes + pk->down_tb * (size_t)t,
-                         a->y + c * H + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
+            const int n = H / MOE_EXPERT_NR - t0 < gd ? H / MOE_EXPERT_NR - t0 : gd;
+            down_calls(ks, pk, pk->p + pk->gateup_bytes, a, c,
+                       PREFILL_T - c < mr ? PREFILL_T - c : mr, t0, n);
         }
 }
 

@@ -230,6 +230,9 @@ typedef struct moe_expert_kernels {
     /* Optional (NULL: the engine calls gateup / down tile by tile). */
     moe_expert_gateup_tiles_ukernel *gateup_tiles;
     moe_expert_down_tiles_ukernel *down_tiles;
+    /* The least m the multi-tile entries do more for than tile-by-tile calls (0: every m);
+     * below it the engine treats the set as one without them. */
+    int tiles_from_m;
     /* The activation rows of the Q8 recipe (above): bytes of one prepared row of k values (0
      * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
      * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any

@@ -208,4 +208,7 @@ const moe_expert_kernels moe_expert_fp8_f32_32x16__avx512 = {
     .unpack_down = moe_xl_fp8_unpack_down,
     .gateup = gateup_fp8,
     .down = down_fp8,
+    .gateup_tiles = gateup_fp8_tiles,
+    .down_tiles = down_fp8_tiles,
+    .tiles_from_m = MR + 1,
 };

@@ -304,6 +304,208 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
         _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), b));
 }
 
+/* ---- 9..32 tokens: two tiles side by side (the multi-tile entries) -------------------- */
+
+/*
+ * Each block of two neighbouring tiles is decoded into two buffers and the tokens run over
+ * both in groups: gate/up up to PAIR_GATEUP (6) tokens with 24 chains and 4 weight vectors per
+ * k (4 FMAs per broadcast activation rather than 2); down up to PAIR_DOWN (5) with 20 chains
+ * and 8 weight vectors per 4 k (2 FMAs per broadcast rather than 1). In L2 the down pairs ran
+ * 6-10 % faster at 12-32 tokens and the gate/up pairs 2-3 % slower; streaming, where a pair
+ * reads two tiles at once, both gained (`moe bench` DeepSeek-V3 fp8, bench/NOTES.md v9). Every
+ * chain, and the order of its FMAs, is the one-tile path's, so the bits are too.
+ */
+#define PAIR_GATEUP 6
+#define PAIR_DOWN 5
+#define PAIR_BUF (MOE_XL_KB * 2 * NR) /* floats of one tile's decoded gate/up block */
+
+/* tot = fma(acc, s, tot), in memory. */
+INLINE void total_add(float *tot, __m512 acc, __m512 s)
+{
+    _mm512_store_ps(tot, _mm512_fmadd_ps(acc, s, _mm512_load_ps(tot)));
+}
+
+/* One group over the decoded gate/up blocks of two tiles (buf: tile 0's, PAIR_BUF floats on
+ * tile 1's; n k from k0; sc: the block's scales, gate and up, of tile 0, tb bytes before tile
+ * 1's), into the totals tot[j]. The scales are read after the loop, which so keeps its
+ * registers for the 24 chains. */
+INLINE void gateup_pair_group(const size_t M, const float *buf, size_t n, const float *const *x,
+                              size_t k0, const unsigned char *sc, size_t tb,
+                              float (*const tot[2])[NR], const unsigned char *next)
+{
+    __m512 a[GROUP][4]; /* per token: gate, up of tile 0; gate, up of tile 1 */
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
+    for (size_t kk = 0; kk < n; kk++) {
+        _mm_prefetch((const char *)next + 32 * kk, _MM_HINT_T1);
+        _mm_prefetch((const char *)next + tb + 32 * kk, _MM_HINT_T1);
+        const __m512 w0 = _mm512_load_ps(buf + 32 * kk), w1 = _mm512_load_ps(buf + 32 * kk + 16),
+                     w2 = _mm512_load_ps(buf + PAIR_BUF + 32 * kk),
+                     w3 = _mm512_load_ps(buf + PAIR_BUF + 32 * kk + 16);
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const __m512 xb = _mm512_set1_ps(x[i][k0 + kk]);
+            a[i][0] = _mm512_fmadd_ps(w0, xb, a[i][0]);
+            a[i][1] = _mm512_fmadd_ps(w1, xb, a[i][1]);
+            a[i][2] = _mm512_fmadd_ps(w2, xb, a[i][2]);
+            a[i][3] = _mm512_fmadd_ps(w3, xb, a[i][3]);
+        }
+    }
+    const __m512 s[4] = {_mm512_set1_ps(load_f32(sc)), _mm512_set1_ps(load_f32(sc + 4)),
+                         _mm512_set1_ps(load_f32(sc + tb)), _mm512_set1_ps(load_f32(sc + tb + 4))};
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        total_add(tot[0][2 * i], a[i][0], s[0]);
+        total_add(tot[0][2 * i + 1], a[i][1], s[1]);
+        total_add(tot[1][2 * i], a[i][2], s[2]);
+        total_add(tot[1][2 * i + 1], a[i][3], s[3]);
+    }
+}
+
+/* One group over the decoded down blocks of two tiles, each with down_group's two chains. */
+INLINE void down_pair_group(const size_t M, const float *const buf[2], size_t n,
+                            const float *const *x, size_t k0, const __m512 s[2],
+                            float (*const tot[2])[NR], const unsigned char *const next[2])
+{
+    __m512 a[GROUP][2], b[GROUP][2]; /* per token and tile: the even and the odd pairs' chains */
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        a[i][0] = a[i][1] = b[i][0] = b[i][1] = _mm512_setzero_ps();
+    size_t kk = 0;
+    for (; kk + 4 <= n; kk += 4) {
+        _mm_prefetch((const char *)next[0] + 16 * kk, _MM_HINT_T1);
+        _mm_prefetch((const char *)next[1] + 16 * kk, _MM_HINT_T1);
+        __m512 w[2][4];
+        UNROLL
+        for (size_t j = 0; j < 2; j++) {
+            UNROLL
+            for (size_t v = 0; v < 4; v++)
+                w[j][v] = _mm512_load_ps(buf[j] + 16 * (kk + v));
+        }
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const float *xi = x[i] + k0 + kk;
+            const __m512 x0 = _mm512_set1_ps(xi[0]), x1 = _mm512_set1_ps(xi[1]);
+            const __m512 x2 = _mm512_set1_ps(xi[2]), x3 = _mm512_set1_ps(xi[3]);
+            UNROLL
+            for (size_t j = 0; j < 2; j++) {
+                a[i][j] = _mm512_fmadd_ps(w[j][0], x0, a[i][j]);
+                b[i][j] = _mm512_fmadd_ps(w[j][2], x2, b[i][j]);
+                a[i][j] = _mm512_fmadd_ps(w[j][1], x1, a[i][j]);
+                b[i][j] = _mm512_fmadd_ps(w[j][3], x3, b[i][j]);
+            }
+        }
+    }
+    for (size_t v = 0; kk + v < n; v++) { /* as down_group's rest */
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const __m512 xb = _mm512_set1_ps(x[i][k0 + kk + v]);
+            UNROLL
+            for (size_t j = 0; j < 2; j++) {
+                const __m512 wv = _mm512_load_ps(buf[j] + 16 * (kk + v));
+                if (v >= 2)
+                    b[i][j] = _mm512_fmadd_ps(wv, xb, b[i][j]);
+                else
+                    a[i][j] = _mm512_fmadd_ps(wv, xb, a[i][j]);
+            }
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        total_add(tot[0][i], _mm512_add_ps(a[i][0], b[i][0]), s[0]);
+        total_add(tot[1][i], _mm512_add_ps(a[i][1], b[i][1]), s[1]);
+    }
+}
+
+/* Two gate/up tiles (tile, tile + tb) for 9..32 tokens: tile 1's outputs NR elements after
+ * tile 0's, n_valid rows in tile 1. */
+static void gateup_fp8_pair(size_t m, size_t k, const void *const *xv, const unsigned char *tile,
+                            size_t tb, const moe_act_params *act, float *h, size_t hs,
+                            size_t n_valid)
+{
+    float buf[2 * PAIR_BUF] __attribute__((aligned(64)));
+    float tot0[2 * MR_FP8][NR] __attribute__((aligned(64)));
+    float tot1[2 * MR_FP8][NR] __attribute__((aligned(64)));
+    float(*const tot[2])[NR] = {tot0, tot1};
+    const float *x[MR_FP8];
+    for (size_t i = 0; i < m; i++) {
+        x[i] = xv[i];
+        for (size_t r = 0; r < 2; r++) {
+            _mm512_store_ps(tot0[2 * i + r], _mm512_setzero_ps());
+            _mm512_store_ps(tot1[2 * i + r], _mm512_setzero_ps());
+        }
+    }
+    const fp8_dec dec = fp8_dec_init();
+    const group_split sp = group_split_of(m, PAIR_GATEUP);
+    const unsigned char *sc = tile + moe_xl_bias_bytes(2);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
+        const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
+        fp8_decode(&dec, codes + k0 * 32, (n + 1) / 2, buf);
+        fp8_decode(&dec, codes + tb + k0 * 32, (n + 1) / 2, buf + PAIR_BUF);
+        const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 32;
+        for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
+            g = sp.base + (j < sp.extra);
+            float(*const tj[2])[NR] = {tot[0] + 2 * c, tot[1] + 2 * c};
+            DISPATCH(gateup_pair_group, g, buf, n, x + c, k0, sc, tb, tj, next);
+        }
+    }
+    for (size_t j = 0; j < 2; j++) {
+        const unsigned char *t = tile + j * tb;
+        const __m512 bg = _mm512_loadu_ps(t), bu = _mm512_loadu_ps(t + 64);
+        const __mmask16 mask = rows_mask(j == 1 ? n_valid : NR);
+        for (size_t i = 0; i < m; i++) {
+            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bg);
+            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), bu);
+            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
+        }
+    }
+}
+
+/* Two down tiles (tile, tile + tb) for 9..32 tokens: tile 1's outputs NR elements after tile
+ * 0's, n_valid rows in tile 1. */
+static void down_fp8_pair(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
+                          size_t tb, float *y, size_t ys, size_t n_valid)
+{
+    float buf0[MOE_XL_KB * NR] __attribute__((aligned(64)));
+    float buf1[MOE_XL_KB * NR] __attribute__((aligned(64)));
+    float tot0[MR_FP8][NR] __attribute__((aligned(64)));
+    float tot1[MR_FP8][NR] __attribute__((aligned(64)));
+    const float *const buf[2] = {buf0, buf1};
+    float(*const tot[2])[NR] = {tot0, tot1};
+    const float *x[MR_FP8];
+    for (size_t i = 0; i < m; i++) {
+        x[i] = hv[i];
+        _mm512_store_ps(tot0[i], _mm512_setzero_ps());
+        _mm512_store_ps(tot1[i], _mm512_setzero_ps());
+    }
+    const fp8_dec dec = fp8_dec_init();
+    const group_split sp = group_split_of(m, PAIR_DOWN);
+    const unsigned char *sc = tile + moe_xl_bias_bytes(1);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
+    for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
+        const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
+        fp8_decode(&dec, codes + k0 * 16, (n + 3) / 4, buf0);
+        fp8_decode(&dec, codes + tb + k0 * 16, (n + 3) / 4, buf1);
+        const __m512 s[2] = {_mm512_set1_ps(load_f32(sc)), _mm512_set1_ps(load_f32(sc + tb))};
+        const unsigned char *nx = codes + (k0 + n < k ? k0 + n : k0) * 16;
+        const unsigned char *const next[2] = {nx, nx + tb};
+        for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
+            g = sp.base + (j < sp.extra);
+            float(*const tj[2])[NR] = {tot[0] + c, tot[1] + c};
+            DISPATCH(down_pair_group, g, buf, n, x + c, k0, s, tj, next);
+        }
+    }
+    for (size_t j = 0; j < 2; j++) {
+        const __m512 b = _mm512_loadu_ps(tile + j * tb);
+        const __mmask16 mask = rows_mask(j == 1 ? n_valid : NR);
+        for (size_t i = 0; i < m; i++)
+            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
+                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), b));
+    }
+}
+
 /* ---- Dispatch on m ------------------------------------------------------------------ */
 
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
@@ -322,6 +524,42 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
         down_fp8_buffered(m, k, h, tile, y, y_stride, n_valid);
     else
         DISPATCH(down_fp8_m, m, k, h, tile, y, y_stride, n_valid);
+}
+
+/* n_tiles gate/up tiles: in pairs on the buffered path (9..32 tokens), tile by tile on the
+ * direct one (and a last odd tile). */
+static void gateup_fp8_tiles(size_t m, size_t k, const void *const *x, const void *tile,
+                             size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
+                             size_t n_valid)
+{
+    const size_t tb = moe_xl_fp8_gateup_bytes((int64_t)k);
+    for (size_t j = 0, nt; j < n_tiles; j += nt) {
+        nt = m > MR && n_tiles - j >= 2 ? 2 : 1;
+        const size_t nv = j + nt == n_tiles ? n_valid : NR;
+        const unsigned char *t = (const unsigned char *)tile + j * tb;
+        float *hj = (float *)h + j * NR;
+        if (nt == 2)
+            gateup_fp8_pair(m, k, x, t, tb, act, hj, h_stride, nv);
+        else
+            gateup_fp8(m, k, x, t, act, hj, h_stride, nv);
+    }
+}
+
+/* n_tiles down tiles: in pairs on the buffered path (9..32 tokens), tile by tile on the direct
+ * one (and a last odd tile). */
+static void down_fp8_tiles(size_t m, size_t k, const void *const *h, const void *tile,
+                           size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
+{
+    const size_t tb = moe_xl_fp8_down_bytes((int64_t)k);
+    for (size_t j = 0, nt; j < n_tiles; j += nt) {
+        nt = m > MR && n_tiles - j >= 2 ? 2 : 1;
+        const size_t nv = j + nt == n_tiles ? n_valid : NR;
+        const unsigned char *t = (const unsigned char *)tile + j * tb;
+        if (nt == 2)
+            down_fp8_pair(m, k, h, t, tb, y + j * NR, y_stride, nv);
+        else
+            down_fp8(m, k, h, t, y + j * NR, y_stride, nv);
+    }
 }
 
 #endif

@@ -528,6 +528,52 @@ static void run(const runner *r, const moe_expert_kernels *ks, bool ref, size_t 
         run_down(ks, packed, tb, m, r->k, r->n, rows, o);
 }
 
+/* The same through the set's multi-tile entry, per_call tiles a call (the last call the rest). */
+static void run_tiles(const runner *r, const moe_expert_kernels *ks, size_t m,
+                      const void *const *rows, outbuf *o, size_t per_call)
+{
+    const size_t ntiles = (r->n + NR - 1) / NR;
+    for (size_t t = 0; t < ntiles; t += per_call) {
+        const size_t n = ntiles - t < per_call ? ntiles - t : per_call;
+        const size_t last = t + n - 1, nv = r->n - last * NR < NR ? r->n - last * NR : NR;
+        const unsigned char *tile = (const unsigned char *)r->packed + t * r->tb;
+        if (r->gateup)
+            ks->gateup_tiles(m, r->k, rows, tile, n, r->act, o->p + t * NR * o->es, o->stride, nv);
+        else
+            ks->down_tiles(m, r->k, rows, tile, n, (float *)o->p + t * NR, o->stride, nv);
+    }
+}
+
+/* A set's multi-tile entry gives the tile-by-tile bits, every tile at once and three at a
+ * time (so pairs and a lone last tile), for token counts on both sides of the direct/buffered
+ * switch, and writes nothing outside its outputs. */
+static void check_tiles(const xset *xs, const runner *r, const tokens *tok, const char *what)
+{
+    const moe_expert_kernels *ks = xs->set;
+    if (r->gateup ? !ks->gateup_tiles : !ks->down_tiles) return;
+    const size_t ms[] = {1, 8, 9, 13, 20, (size_t)ks->mr};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const size_t m = ms[i];
+        if (m > (size_t)tok->n || m > (size_t)ks->mr) continue;
+        const void *rows[MAX_MR];
+        for (size_t t = 0; t < m; t++)
+            rows[t] = tok->row[(t + 1) % (size_t)tok->n];
+        outbuf one, all, three;
+        out_init(&one, r->es, r->n, m);
+        out_init(&all, r->es, r->n, m);
+        out_init(&three, r->es, r->n, m);
+        run(r, ks, false, m, rows, &one);
+        run_tiles(r, ks, m, rows, &all, (r->n + NR - 1) / NR);
+        run_tiles(r, ks, m, rows, &three, 3);
+        CHECKF(out_guards_ok(&all, m, r->n) && out_guards_ok(&three, m, r->n),
+               "%s %s: the multi-tile entry wrote outside its outputs (m=%zu)", xs->name, what, m);
+        CHECKF(!memcmp(one.p, all.p, one.bytes) && !memcmp(one.p, three.p, one.bytes),
+               "%s %s k=%zu n=%zu m=%zu: the multi-tile entry differs from tile by tile", xs->name,
+               what, r->k, r->n, m);
+        free(one.p), free(all.p), free(three.p);
+    }
+}
+
 /* The reference's own packing of the same matrices (NULL b: down). */
 static const void *pack_ref(const xset *xs, const mat *a, const mat *b, guarded *g, size_t *tb)
 {
@@ -594,6 +640,7 @@ static void check_kernel(const xset *xs, const runner *r, const tokens *tok, con
             free(o.p);
         }
     }
+    check_tiles(xs, r, tok, what);
     for (int t = 0; t < ntok; t++)
         free(alone[t].p);
 }
