@@ -22,7 +22,7 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The whole suite; tests named *kernel* also run under MOE_ISA=scalar and MOE_ISA=avx2.
+# The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512.
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 

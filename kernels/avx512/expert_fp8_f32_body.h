@@ -317,7 +317,8 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
  */
 #define PAIR_GATEUP 6
 #define PAIR_DOWN 5
-#define PAIR_BUF (MOE_XL_KB * 2 * NR) /* floats of one tile's decoded gate/up block */
+#define PAIR_BUF (MOE_XL_KB * 2 * NR)  /* floats of one tile's decoded gate/up block */
+#define PAIR_DOWN_BUF (MOE_XL_KB * NR) /* and of its down block */
 
 /* tot = fma(acc, s, tot), in memory. */
 INLINE void total_add(float *tot, __m512 acc, __m512 s)
@@ -363,10 +364,12 @@ INLINE void gateup_pair_group(const size_t M, const float *buf, size_t n, const 
     }
 }
 
-/* One group over the decoded down blocks of two tiles, each with down_group's two chains. */
-INLINE void down_pair_group(const size_t M, const float *const buf[2], size_t n,
-                            const float *const *x, size_t k0, const __m512 s[2],
-                            float (*const tot[2])[NR], const unsigned char *const next[2])
+/* One group over the decoded down blocks of two tiles (buf: tile 0's, PAIR_DOWN_BUF floats on
+ * tile 1's; sc: tile 0's block scale, tb bytes before tile 1's), each with down_group's two
+ * chains; the scales read after the loop, as in gateup_pair_group. */
+INLINE void down_pair_group(const size_t M, const float *buf, size_t n, const float *const *x,
+                            size_t k0, const unsigned char *sc, size_t tb,
+                            float (*const tot[2])[NR], const unsigned char *next)
 {
     __m512 a[GROUP][2], b[GROUP][2]; /* per token and tile: the even and the odd pairs' chains */
     UNROLL
@@ -374,14 +377,14 @@ INLINE void down_pair_group(const size_t M, const float *const buf[2], size_t n,
         a[i][0] = a[i][1] = b[i][0] = b[i][1] = _mm512_setzero_ps();
     size_t kk = 0;
     for (; kk + 4 <= n; kk += 4) {
-        _mm_prefetch((const char *)next[0] + 16 * kk, _MM_HINT_T1);
-        _mm_prefetch((const char *)next[1] + 16 * kk, _MM_HINT_T1);
+        _mm_prefetch((const char *)next + 16 * kk, _MM_HINT_T1);
+        _mm_prefetch((const char *)next + tb + 16 * kk, _MM_HINT_T1);
         __m512 w[2][4];
         UNROLL
         for (size_t j = 0; j < 2; j++) {
             UNROLL
             for (size_t v = 0; v < 4; v++)
-                w[j][v] = _mm512_load_ps(buf[j] + 16 * (kk + v));
+                w[j][v] = _mm512_load_ps(buf + j * PAIR_DOWN_BUF + 16 * (kk + v));
         }
         UNROLL
         for (size_t i = 0; i < M; i++) {
@@ -403,7 +406,7 @@ INLINE void down_pair_group(const size_t M, const float *const buf[2], size_t n,
             const __m512 xb = _mm512_set1_ps(x[i][k0 + kk + v]);
             UNROLL
             for (size_t j = 0; j < 2; j++) {
-                const __m512 wv = _mm512_load_ps(buf[j] + 16 * (kk + v));
+                const __m512 wv = _mm512_load_ps(buf + j * PAIR_DOWN_BUF + 16 * (kk + v));
                 if (v >= 2)
                     b[i][j] = _mm512_fmadd_ps(wv, xb, b[i][j]);
                 else
@@ -411,10 +414,11 @@ INLINE void down_pair_group(const size_t M, const float *const buf[2], size_t n,
             }
         }
     }
+    const __m512 s0 = _mm512_set1_ps(load_f32(sc)), s1 = _mm512_set1_ps(load_f32(sc + tb));
     UNROLL
     for (size_t i = 0; i < M; i++) {
-        total_add(tot[0][i], _mm512_add_ps(a[i][0], b[i][0]), s[0]);
-        total_add(tot[1][i], _mm512_add_ps(a[i][1], b[i][1]), s[1]);
+        total_add(tot[0][i], _mm512_add_ps(a[i][0], b[i][0]), s0);
+        total_add(tot[1][i], _mm512_add_ps(a[i][1], b[i][1]), s1);
     }
 }
 
@@ -468,11 +472,9 @@ static void gateup_fp8_pair(size_t m, size_t k, const void *const *xv, const uns
 static void down_fp8_pair(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
                           size_t tb, float *y, size_t ys, size_t n_valid)
 {
-    float buf0[MOE_XL_KB * NR] __attribute__((aligned(64)));
-    float buf1[MOE_XL_KB * NR] __attribute__((aligned(64)));
+    float buf[2 * PAIR_DOWN_BUF] __attribute__((aligned(64)));
     float tot0[MR_FP8][NR] __attribute__((aligned(64)));
     float tot1[MR_FP8][NR] __attribute__((aligned(64)));
-    const float *const buf[2] = {buf0, buf1};
     float(*const tot[2])[NR] = {tot0, tot1};
     const float *x[MR_FP8];
     for (size_t i = 0; i < m; i++) {
@@ -486,15 +488,13 @@ static void down_fp8_pair(size_t m, size_t k, const void *const *hv, const unsig
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
-        fp8_decode(&dec, codes + k0 * 16, (n + 3) / 4, buf0);
-        fp8_decode(&dec, codes + tb + k0 * 16, (n + 3) / 4, buf1);
-        const __m512 s[2] = {_mm512_set1_ps(load_f32(sc)), _mm512_set1_ps(load_f32(sc + tb))};
-        const unsigned char *nx = codes + (k0 + n < k ? k0 + n : k0) * 16;
-        const unsigned char *const next[2] = {nx, nx + tb};
+        fp8_decode(&dec, codes + k0 * 16, (n + 3) / 4, buf);
+        fp8_decode(&dec, codes + tb + k0 * 16, (n + 3) / 4, buf + PAIR_DOWN_BUF);
+        const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 16;
         for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
             g = sp.base + (j < sp.extra);
             float(*const tj[2])[NR] = {tot[0] + c, tot[1] + c};
-            DISPATCH(down_pair_group, g, buf, n, x + c, k0, s, tj, next);
+            DISPATCH(down_pair_group, g, buf, n, x + c, k0, sc, tb, tj, next);
         }
     }
     for (size_t j = 0; j < 2; j++) {

@@ -107,9 +107,9 @@ typedef struct stage {
 #define STAGE_ROW_BYTES sizeof(stage_row)
 
 /* Whether a chunk of m rows, tiles of nr outputs of eb bytes, goes through a stage. Not for
- * the sets with a multi-tile entry: cut into calls of STAGE_TILES tiles, the MXFP4 sets ran
- * 1-3 % slower at 1-16 tokens (bench/NOTES.md, v5), and staging inside their multi-tile
- * entries instead was within the noise (v6). */
+ * calls through a multi-tile entry (multi; use_tiles): cut into calls of STAGE_TILES tiles,
+ * the MXFP4 sets ran 1-3 % slower at 1-16 tokens (bench/NOTES.md, v5), and staging inside
+ * their multi-tile entries instead was within the noise (v6). */
 static bool staged(bool multi, size_t m, size_t nr, size_t eb)
 {
     return !multi && m <= STAGE_ROWS && STAGE_TILES * nr * eb <= STAGE_ROW_BYTES;
