@@ -253,17 +253,24 @@ static void down_calls(const moe_expert_kernels *ks, const packed *pk, const uns
 }
 
 /* The first gt gate/up and dt down tiles of expert e for m tokens, in calls of at most MR
- * tokens (the engine's order: one chunk's calls over the tiles, so with m ≤ MR, the decode
- * and mid batch here, each tile is read once). */
+ * tokens, each run of tiles read once for all of them: all tiles in one run for m ≤ MR, else
+ * runs of 4 tiles through a multi-tile entry and single tiles without (the engine's runs, but
+ * for the L2-sized runs of the sets without one, which read each tile once all the same). */
 static void expert_tiles(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
                          size_t m, int gt, int dt)
 {
     const size_t mr = (size_t)ks->mr;
+    const bool multi = (ks->gateup_tiles || ks->down_tiles) && mr >= (size_t)ks->tiles_from_m;
+    const int run = m <= mr ? (gt > dt ? gt : dt) : multi ? 4 : 1;
     const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
-    for (size_t c = 0; c < m; c += mr)
-        gateup_calls(ks, pk, base, a, es, c, m - c < mr ? m - c : mr, 0, gt);
-    for (size_t c = 0; c < m; c += mr)
-        down_calls(ks, pk, base + pk->gateup_bytes, a, c, m - c < mr ? m - c : mr, 0, dt);
+    for (int t0 = 0; t0 < gt; t0 += run)
+        for (size_t c = 0; c < m; c += mr)
+            gateup_calls(ks, pk, base, a, es, c, m - c < mr ? m - c : mr, t0,
+                         gt - t0 < run ? gt - t0 : run);
+    for (int t0 = 0; t0 < dt; t0 += run)
+        for (size_t c = 0; c < m; c += mr)
+            down_calls(ks, pk, base + pk->gateup_bytes, a, c, m - c < mr ? m - c : mr, t0,
+                       dt - t0 < run ? dt - t0 : run);
 }
 
 /* Mid batch: every tile of expert e once from memory for m tokens. */
