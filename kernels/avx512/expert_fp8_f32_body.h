@@ -22,8 +22,10 @@
  * Up to 8 tokens (the direct path) the weights are decoded in registers at every call; from
  * 9 tokens on (MR_FP8 32) each 128-K block is decoded once into a stack buffer (f32, 16 KB for
  * gate/up) and the tokens run over it in groups of at most 8, as equal as they go
- * (group_split_of), their weights loaded from L1. Each element's arithmetic is the same on
- * both paths: the block's chain in k order, then one FMA with the block scale into the total.
+ * (group_split_of), their weights loaded from L1. The multi-tile entries (gateup_fp8_tiles,
+ * down_fp8_tiles) run that path on two tiles side by side. Each element's arithmetic is the
+ * same on every path: the block's chain in k order, then one FMA with the block scale into the
+ * total.
  */
 
 #define MR_FP8 32 /* FP8 weights: 9..32 tokens take the buffered path */
