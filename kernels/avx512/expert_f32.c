@@ -18,23 +18,15 @@
 
 /* ---- bf16 weights ------------------------------------------------------------------- */
 
-INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
-                          const unsigned char *tile, const moe_act_params *act, float *h, size_t hs,
-                          size_t n_valid)
+/* Pairs [q0, q1) of a gate/up tile's two streams (gate at w0, up at w0 + up), the gate
+ * stream's L2 prefetch pf1 bytes ahead. */
+INLINE void gateup_bf16_pairs(const size_t M, const float *const *x, const unsigned char *w0,
+                              size_t up, size_t q0, size_t q1, size_t pf1, __m512 *ag, __m512 *au)
 {
-    const float *x[MR];
-    __m512 ag[MR], au[MR];
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        x[i] = xv[i];
-        ag[i] = au[i] = _mm512_setzero_ps();
-    }
-    const unsigned char *w = tile + moe_xl_bf16_weights(2);
-    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    const size_t pairs = k / 2;
-    for (size_t q = 0; q < pairs; q++, w += 64) {
-        prefetch_ahead(w);
+    const unsigned char *w = w0 + q0 * 64;
+    for (size_t q = q0; q < q1; q++, w += 64) {
+        prefetch_at(w, pf1);
         prefetch_ahead(w + up);
         const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + up);
         const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
@@ -50,6 +42,26 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
             au[i] = _mm512_fmadd_ps(u1, x1, au[i]);
         }
     }
+}
+
+INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
+                          const unsigned char *tile, const moe_act_params *act, float *h, size_t hs,
+                          size_t n_valid)
+{
+    const float *x[MR];
+    __m512 ag[MR], au[MR];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        x[i] = xv[i];
+        ag[i] = au[i] = _mm512_setzero_ps();
+    }
+    const unsigned char *w = tile + moe_xl_bf16_weights(2);
+    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
+    const size_t pairs = k / 2, qs = prefetch_switch(up, pairs);
+    gateup_bf16_pairs(M, x, w, up, 0, qs, PF_BYTES, ag, au);
+    gateup_bf16_pairs(M, x, w, up, qs, pairs, PF_BYTES + moe_xl_bf16_gateup_bytes((int64_t)k), ag,
+                      au);
+    w += pairs * 64;
     if (k & 1) {
         const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + up);
         const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
@@ -70,6 +82,33 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
     }
 }
 
+/* Lines [l0, l1) of a down tile's two streams (the even k-pairs at w0, the odd ones at
+ * w0 + odd; line l holds pairs 2l and 2l + 1), the first stream's L2 prefetch pf1 bytes
+ * ahead. */
+INLINE void down_bf16_lines(const size_t M, const float *const *x, const unsigned char *w0,
+                            size_t odd, size_t l0, size_t l1, size_t pf1, __m512 *a, __m512 *b)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    const unsigned char *w = w0 + l0 * 64;
+    for (size_t l = l0; l < l1; l++, w += 64) {
+        prefetch_at(w, pf1);
+        prefetch_ahead(w + odd);
+        const __m512i v0 = _mm512_loadu_si512(w), v1 = _mm512_loadu_si512(w + odd);
+        const __m512 a0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+        const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+        const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+        const __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+        const size_t k0 = 4 * l;
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            a[i] = _mm512_fmadd_ps(a0, _mm512_set1_ps(x[i][k0]), a[i]);
+            b[i] = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[i][k0 + 2]), b[i]);
+            a[i] = _mm512_fmadd_ps(a1, _mm512_set1_ps(x[i][k0 + 1]), a[i]);
+            b[i] = _mm512_fmadd_ps(b1, _mm512_set1_ps(x[i][k0 + 3]), b[i]);
+        }
+    }
+}
+
 INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
                         float *y, size_t ys, size_t n_valid)
 {
@@ -84,25 +123,11 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
     const unsigned char *w = tile + moe_xl_bf16_weights(1);
     const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    const size_t full = k / 2;
-    size_t q = 0;
-    for (; q + 2 <= full; q += 2, w += 64) {
-        prefetch_ahead(w);
-        prefetch_ahead(w + odd);
-        const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + odd);
-        const __m512 a0 = _mm512_castsi512_ps(_mm512_slli_epi32(l0, 16));
-        const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(l0, hi));
-        const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(l1, 16));
-        const __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(l1, hi));
-        const size_t k0 = 2 * q;
-        UNROLL
-        for (size_t i = 0; i < M; i++) {
-            a[i] = _mm512_fmadd_ps(a0, _mm512_set1_ps(x[i][k0]), a[i]);
-            b[i] = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[i][k0 + 2]), b[i]);
-            a[i] = _mm512_fmadd_ps(a1, _mm512_set1_ps(x[i][k0 + 1]), a[i]);
-            b[i] = _mm512_fmadd_ps(b1, _mm512_set1_ps(x[i][k0 + 3]), b[i]);
-        }
-    }
+    const size_t full = k / 2, lines = full / 2, ls = prefetch_switch(odd, lines);
+    down_bf16_lines(M, x, w, odd, 0, ls, PF_BYTES, a, b);
+    down_bf16_lines(M, x, w, odd, ls, lines, PF_BYTES + moe_xl_bf16_down_bytes((int64_t)k), a, b);
+    w += lines * 64;
+    size_t q = 2 * lines;
     if (q < full) { /* one more whole pair, even: chain a */
         const __m512i l = _mm512_loadu_si512(w);
         const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
