@@ -39,6 +39,16 @@ static float load_f32(const unsigned char *p)
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
+/* The first line index (lines 64 bytes apart) of a tile's first stream, len bytes long, whose
+ * prefetch falls in the second stream, which the loop reads itself: from there on the first
+ * stream prefetches the next tile's second stream, which otherwise started cold (bf16;
+ * kernels/avx512/expert_f32_common.h has the same). */
+INLINE size_t prefetch_switch(size_t len, size_t lines)
+{
+    const size_t q = len > PF_BYTES ? (len - PF_BYTES + 63) / 64 : 0;
+    return q < lines ? q : lines;
+}
+
 /* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
 INLINE __m256 act8(const moe_act_params *a, __m256 g, __m256 u)
 {
@@ -112,10 +122,16 @@ INLINE void bf16_dot(const size_t M, size_t k, const void *const *xv, const unsi
         for (size_t j = 0; j < 4; j++)
             acc[i][j] = _mm256_setzero_ps();
     }
-    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
+    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k), qs = prefetch_switch(up, k / 2);
+    const size_t pf_far = PF_BYTES + moe_xl_bf16_gateup_bytes((int64_t)k);
     size_t q = 0;
-    for (; q < k / 2; q++, w += 64) {
+    for (; q < qs; q++, w += 64) {
         prefetch(w + PF_BYTES);
+        prefetch(w + up + PF_BYTES);
+        bf16_pair(M, w, up, x, 2 * q, acc, true);
+    }
+    for (; q < k / 2; q++, w += 64) { /* the gate stream's prefetch on to the next tile's up */
+        prefetch(w + pf_far);
         prefetch(w + up + PF_BYTES);
         bf16_pair(M, w, up, x, 2 * q, acc, true);
     }
@@ -208,22 +224,27 @@ INLINE void down_fp8_pair(const size_t M, const int ch, const unsigned char *c,
  * pair; each odd pair lies `odd` bytes after the even one before it, and p moves 64 bytes per
  * two pairs (FP8 k-major: 32-byte pairs back to back; bf16: the tile's even and odd streams). */
 INLINE void down_pairs(const size_t M, const int fp8, const unsigned char *p, size_t odd,
-                       const float *const *x, size_t q0, size_t q1, size_t k, __m256 d[][2][2])
+                       size_t far_from, size_t far, const float *const *x, size_t q0, size_t q1,
+                       size_t k, __m256 d[][2][2])
 {
     UNROLL
     for (size_t i = 0; i < M; i++)
         d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
     size_t q = q0;
-    for (; q + 2 <= q1; q += 2, p += 64) {
-        prefetch(p + PF_BYTES);
-        if (!fp8) prefetch(p + odd + PF_BYTES);
-        const bool last_half = 2 * q + 3 == k; /* pair q + 1 is (k - 1, padding) */
-        if (fp8) {
-            down_fp8_pair(M, 0, p, x, 2 * q, true, d);
-            down_fp8_pair(M, 1, p + odd, x, 2 * q + 2, !last_half, d);
-        } else {
-            down_bf16_pair(M, 0, p, x, 2 * q, true, d);
-            down_bf16_pair(M, 1, p + odd, x, 2 * q + 2, !last_half, d);
+    for (int part = 0; part < 2; part++) { /* before far_from, and from there on */
+        const size_t end = part == 0 && far_from < q1 ? far_from : q1;
+        const size_t pf = part == 0 ? PF_BYTES : far;
+        for (; q + 2 <= end; q += 2, p += 64) {
+            prefetch(p + pf);
+            if (!fp8) prefetch(p + odd + PF_BYTES);
+            const bool last_half = 2 * q + 3 == k; /* pair q + 1 is (k - 1, padding) */
+            if (fp8) {
+                down_fp8_pair(M, 0, p, x, 2 * q, true, d);
+                down_fp8_pair(M, 1, p + odd, x, 2 * q + 2, !last_half, d);
+            } else {
+                down_bf16_pair(M, 0, p, x, 2 * q, true, d);
+                down_bf16_pair(M, 1, p + odd, x, 2 * q + 2, !last_half, d);
+            }
         }
     }
     if (q < q1) {
@@ -247,8 +268,9 @@ INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const 
     __m256 d[MR][2][2];
     const size_t pairs = (k + 1) / 2;
     if (!fp8) {
-        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), moe_xl_bf16_stream2(1, (int64_t)k), x, 0,
-                   pairs, k, d);
+        const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
+        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), odd, 2 * prefetch_switch(odd, pairs / 2),
+                   PF_BYTES + moe_xl_bf16_down_bytes((int64_t)k), x, 0, pairs, k, d);
         UNROLL
         for (size_t i = 0; i < M; i++)
             UNROLL
@@ -260,7 +282,7 @@ INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const 
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
     for (size_t q0 = 0; q0 < pairs; q0 += MOE_XL_KB / 2, sc += 4) {
         const size_t q1 = q0 + MOE_XL_KB / 2 < pairs ? q0 + MOE_XL_KB / 2 : pairs;
-        down_pairs(M, 1, codes + q0 * 32, 32, x, q0, q1, k, d);
+        down_pairs(M, 1, codes + q0 * 32, 32, SIZE_MAX, PF_BYTES, x, q0, q1, k, d);
         const __m256 s = _mm256_set1_ps(load_f32(sc));
         UNROLL
         for (size_t i = 0; i < M; i++)
