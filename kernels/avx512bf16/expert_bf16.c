@@ -122,7 +122,7 @@ INLINE void pair_dp(const size_t M, const int np, const int chain, const uint16_
  * the even pairs 64 bytes apart. FP8: up's codes 32 bytes after gate's. */
 INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t *const *x,
                      size_t q0, size_t q1, size_t k, const unsigned char *base, size_t second,
-                     __m512 acc[][2])
+                     size_t far_from, size_t far, __m512 acc[][2])
 {
     /* next: pair q + 1 after pair q (q even); adv: both of them to pair q + 2. */
     const size_t step = fp8 ? 2 * moe_xl_fp8_step_bytes(np) : MOE_XL_BF16_LINE;
@@ -130,22 +130,26 @@ INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t
     const size_t up = fp8 ? 32 : second;
     const unsigned char *p = base + q0 / 2 * adv;
     size_t q = q0;
-    for (; q + 2 <= q1; q += 2, p += adv) {
-        UNROLL
-        for (size_t o = 0; o < adv; o += 64) { /* each stream's lines of the two pairs */
-            prefetch(p + PF_BYTES + o);
-            if (!fp8) prefetch(p + second + PF_BYTES + o);
+    for (int part = 0; part < 2; part++) { /* before far_from, and from there on */
+        const size_t end = part == 0 && far_from < q1 ? far_from : q1;
+        const size_t pf = part == 0 ? PF_BYTES : far;
+        for (; q + 2 <= end; q += 2, p += adv) {
+            UNROLL
+            for (size_t o = 0; o < adv; o += 64) { /* each stream's lines of the two pairs */
+                prefetch(p + pf + o);
+                if (!fp8) prefetch(p + second + PF_BYTES + o);
+            }
+            __m512bh w0, w1, v0, v1;
+            if (fp8) {
+                pair_fp8(np, p, up, &w0, &w1);
+                pair_fp8(np, p + next, up, &v0, &v1);
+            } else {
+                pair_bf16(np, p, up, &w0, &w1);
+                pair_bf16(np, p + next, up, &v0, &v1);
+            }
+            pair_dp(M, np, 0, x, q, k, w0, w1, acc);
+            pair_dp(M, np, 1, x, q + 1, k, v0, v1, acc);
         }
-        __m512bh w0, w1, v0, v1;
-        if (fp8) {
-            pair_fp8(np, p, up, &w0, &w1);
-            pair_fp8(np, p + next, up, &v0, &v1);
-        } else {
-            pair_bf16(np, p, up, &w0, &w1);
-            pair_bf16(np, p + next, up, &v0, &v1);
-        }
-        pair_dp(M, np, 0, x, q, k, w0, w1, acc);
-        pair_dp(M, np, 1, x, q + 1, k, v0, v1, acc);
     }
     if (q < q1) {
         __m512bh w0, w1;
@@ -160,7 +164,13 @@ INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t
 INLINE void dot_bf16(const size_t M, const int np, size_t k, const uint16_t *const *x,
                      const unsigned char *w, __m512 acc[][2])
 {
-    pairs_dp(M, np, 0, x, 0, (k + 1) / 2, k, w, moe_xl_bf16_stream2(np, (int64_t)k), acc);
+    /* The first stream's prefetch, once it would fall in the second, which the loop reads
+     * itself, goes on to the next tile's second stream (kernels/avx512/expert_f32_common.h). */
+    const size_t second = moe_xl_bf16_stream2(np, (int64_t)k), adv = np == 2 ? 128 : 64;
+    const size_t far_from = second > PF_BYTES ? 2 * ((second - PF_BYTES + adv - 1) / adv) : 0;
+    const size_t tb =
+        np == 2 ? moe_xl_bf16_gateup_bytes((int64_t)k) : moe_xl_bf16_down_bytes((int64_t)k);
+    pairs_dp(M, np, 0, x, 0, (k + 1) / 2, k, w, second, far_from, PF_BYTES + tb, acc);
 }
 
 INLINE void dot_fp8(const size_t M, const int np, size_t k, const uint16_t *const *x,
@@ -175,7 +185,7 @@ INLINE void dot_fp8(const size_t M, const int np, size_t k, const uint16_t *cons
         UNROLL
         for (size_t i = 0; i < M; i++)
             b[i][0] = b[i][1] = _mm512_setzero_ps();
-        pairs_dp(M, np, 1, x, q0, q1, k, codes, 0, b);
+        pairs_dp(M, np, 1, x, q0, q1, k, codes, 0, SIZE_MAX, PF_BYTES, b);
         if (np == 1) {
             const __m512 s = _mm512_set1_ps(load_f32(sc));
             UNROLL
