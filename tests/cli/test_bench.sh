@@ -142,7 +142,8 @@ assert ceil >= start - 0.005, (start, ceil)
 rows = re.findall(r"^ +([13]) +([0-9.]+) +[0-9.]+ +([0-9.]+) +([0-9.]+) +([0-9.]+) +[0-9.]+ +[0-9.]+ +([0-9.]+) +([0-9.]+) +(mem|flops)$", text, re.M)
 assert [r[0] for r in rows] == ["1", "3"], rows
 for tokens, ms, hit, per_hit, mb, floor, eff, bound in rows:
-    # top-2; hit (a mean over the forwards) and tok/hit are printed to 0.1
+    # top-2; hit (the median forward's, or the mean of the two middle ones) and tok/hit are
+    # printed to 0.1
     assert abs(float(per_hit) - 2 * int(tokens) / float(hit)) <= 0.1, (tokens, hit, per_hit)
     if bound == "mem":  # the table's rounding: MB to 0.1 (0.05 / ceil ms), floor to 0.001 ms,
         # ceiling to 0.01 GB/s (under 1 % of the floor)
