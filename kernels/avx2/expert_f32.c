@@ -39,16 +39,6 @@ static float load_f32(const unsigned char *p)
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
-/* The first line index (lines 64 bytes apart) of a tile's first stream, len bytes long, whose
- * prefetch falls in the second stream, which the loop reads itself: from there on the first
- * stream prefetches the next tile's second stream, which otherwise started cold (bf16;
- * kernels/avx512/expert_f32_common.h has the same). */
-INLINE size_t prefetch_switch(size_t len, size_t lines)
-{
-    const size_t q = len > PF_BYTES ? (len - PF_BYTES + 63) / 64 : 0;
-    return q < lines ? q : lines;
-}
-
 /* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
 INLINE __m256 act8(const moe_act_params *a, __m256 g, __m256 u)
 {
@@ -122,7 +112,8 @@ INLINE void bf16_dot(const size_t M, size_t k, const void *const *xv, const unsi
         for (size_t j = 0; j < 4; j++)
             acc[i][j] = _mm256_setzero_ps();
     }
-    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k), qs = prefetch_switch(up, k / 2);
+    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k),
+                 qs = moe_xl_prefetch_switch(up, PF_BYTES, 64, k / 2);
     const size_t pf_far = PF_BYTES + moe_xl_bf16_gateup_bytes((int64_t)k);
     size_t q = 0;
     for (; q < qs; q++, w += 64) {
@@ -269,7 +260,8 @@ INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const 
     const size_t pairs = (k + 1) / 2;
     if (!fp8) {
         const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
-        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), odd, 2 * prefetch_switch(odd, pairs / 2),
+        down_pairs(M, 0, tile + moe_xl_bf16_weights(1), odd,
+                   2 * moe_xl_prefetch_switch(odd, PF_BYTES, 64, pairs / 2),
                    PF_BYTES + moe_xl_bf16_down_bytes((int64_t)k), x, 0, pairs, k, d);
         UNROLL
         for (size_t i = 0; i < M; i++)

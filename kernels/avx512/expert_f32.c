@@ -57,7 +57,7 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
     }
     const unsigned char *w = tile + moe_xl_bf16_weights(2);
     const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
-    const size_t pairs = k / 2, qs = prefetch_switch(up, pairs);
+    const size_t pairs = k / 2, qs = moe_xl_prefetch_switch(up, PF_BYTES, 64, pairs);
     gateup_bf16_pairs(M, x, w, up, 0, qs, PF_BYTES, ag, au);
     gateup_bf16_pairs(M, x, w, up, qs, pairs, PF_BYTES + moe_xl_bf16_gateup_bytes((int64_t)k), ag,
                       au);
@@ -123,7 +123,8 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
     const unsigned char *w = tile + moe_xl_bf16_weights(1);
     const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    const size_t full = k / 2, lines = full / 2, ls = prefetch_switch(odd, lines);
+    const size_t full = k / 2, lines = full / 2,
+                 ls = moe_xl_prefetch_switch(odd, PF_BYTES, 64, lines);
     down_bf16_lines(M, x, w, odd, 0, ls, PF_BYTES, a, b);
     down_bf16_lines(M, x, w, odd, ls, lines, PF_BYTES + moe_xl_bf16_down_bytes((int64_t)k), a, b);
     w += lines * 64;

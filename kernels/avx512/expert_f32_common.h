@@ -17,10 +17,11 @@
  * kernel sets say how).
  *
  * Prefetch runs 8 KB ahead into L2 and 2 KB ahead into L1, in the tile and on into the next
- * one: decode streams each tile once from memory. A tile's first stream, once its L2 line
- * falls in the second, prefetches the next tile's second stream instead (prefetch_switch). The hardware prefetcher alone left a
+ * one: decode streams each tile once from memory. The hardware prefetcher alone left a
  * quarter of the read bandwidth unused on the development machine; the L1 prefetch beside
- * the L2 one took another 5–12 % at 1–16 tokens (bench/NOTES.md, v3).
+ * the L2 one took another 5–12 % at 1–16 tokens (bench/NOTES.md, v3). Where a bf16 tile's
+ * first stream's L2 line would fall in its second stream, it goes to the next tile's second
+ * stream instead (moe_xl_prefetch_switch).
  */
 
 #define NR MOE_XL_NR
@@ -35,16 +36,6 @@ INLINE void prefetch_ahead(const unsigned char *p)
 {
     _mm_prefetch((const char *)p + PF_BYTES, _MM_HINT_T1);
     _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
-}
-
-/* The first pair index q (of lines 64 bytes apart) of a tile's first stream, len bytes long,
- * whose L2 prefetch falls past the stream, in the second stream that the loop reads itself;
- * from there on the loops add the tile's size to the first stream's prefetch distance, so the
- * line goes to the next tile's second stream, which otherwise started cold (v10). */
-INLINE size_t prefetch_switch(size_t len, size_t lines)
-{
-    const size_t q = len > PF_BYTES ? (len - PF_BYTES + 63) / 64 : 0;
-    return q < lines ? q : lines;
 }
 
 /* The L2 line pf bytes past p and the L1 line PF_L1_BYTES past it. */

@@ -164,10 +164,9 @@ INLINE void pairs_dp(const size_t M, const int np, const int fp8, const uint16_t
 INLINE void dot_bf16(const size_t M, const int np, size_t k, const uint16_t *const *x,
                      const unsigned char *w, __m512 acc[][2])
 {
-    /* The first stream's prefetch, once it would fall in the second, which the loop reads
-     * itself, goes on to the next tile's second stream (kernels/avx512/expert_f32_common.h). */
+    /* Two pairs per step, adv bytes along the first stream (moe_xl_prefetch_switch). */
     const size_t second = moe_xl_bf16_stream2(np, (int64_t)k), adv = np == 2 ? 128 : 64;
-    const size_t far_from = second > PF_BYTES ? 2 * ((second - PF_BYTES + adv - 1) / adv) : 0;
+    const size_t far_from = 2 * moe_xl_prefetch_switch(second, PF_BYTES, adv, (k + 1) / 4);
     const size_t tb =
         np == 2 ? moe_xl_bf16_gateup_bytes((int64_t)k) : moe_xl_bf16_down_bytes((int64_t)k);
     pairs_dp(M, np, 0, x, 0, (k + 1) / 2, k, w, second, far_from, PF_BYTES + tb, acc);

@@ -104,6 +104,17 @@ static inline size_t moe_xl_bf16_stream2(int np, int64_t k)
 }
 static inline size_t moe_xl_fp8_step_bytes(int np) { return (size_t)np * MOE_XL_NR; }
 
+/* For a loop that reads a bf16 tile's two streams side by side, n steps of step bytes along
+ * the first (len bytes long), prefetching pf bytes ahead: the first step whose prefetch falls
+ * in the second stream, which the loop reads itself. From there on the kernels add the tile's
+ * size to the first stream's distance, so its lines go to the next tile's second stream, which
+ * otherwise starts on demand misses (bench/NOTES.md v10). */
+static inline size_t moe_xl_prefetch_switch(size_t len, size_t pf, size_t step, size_t n)
+{
+    const size_t i = len > pf ? (len - pf + step - 1) / step : 0;
+    return i < n ? i : n;
+}
+
 /* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */
 size_t moe_xl_bf16_gateup_bytes(int64_t k);
 size_t moe_xl_bf16_down_bytes(int64_t k);
