@@ -18,21 +18,32 @@
 
 /* ---- bf16 weights ------------------------------------------------------------------- */
 
+/* The 16 rows' pair at p as two f32 vectors: k = 2q (even) and k = 2q + 1 (odd). */
+INLINE void bf16_widen(const unsigned char *p, __m512 *even, __m512 *odd)
+{
+    const __m512i l = _mm512_loadu_si512(p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(l, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* The even half of the pair at p (a half pair: its odd half is padding). */
+INLINE __m512 bf16_even(const unsigned char *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));
+}
+
 /* Pairs [q0, q1) of a gate/up tile's two streams (gate at w0, up at w0 + up), the gate
  * stream's L2 prefetch pf1 bytes ahead. */
 INLINE void gateup_bf16_pairs(const size_t M, const float *const *x, const unsigned char *w0,
                               size_t up, size_t q0, size_t q1, size_t pf1, __m512 *ag, __m512 *au)
 {
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     const unsigned char *w = w0 + q0 * 64;
     for (size_t q = q0; q < q1; q++, w += 64) {
         prefetch_at(w, pf1);
         prefetch_ahead(w + up);
-        const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + up);
-        const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
-        const __m512 u0 = _mm512_castsi512_ps(_mm512_slli_epi32(lu, 16));
-        const __m512 g1 = _mm512_castsi512_ps(_mm512_and_si512(lg, hi));
-        const __m512 u1 = _mm512_castsi512_ps(_mm512_and_si512(lu, hi));
+        __m512 g0, g1, u0, u1;
+        bf16_widen(w, &g0, &g1);
+        bf16_widen(w + up, &u0, &u1);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             const __m512 x0 = _mm512_set1_ps(x[i][2 * q]), x1 = _mm512_set1_ps(x[i][2 * q + 1]);
@@ -63,9 +74,7 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
                       au);
     w += pairs * 64;
     if (k & 1) {
-        const __m512i lg = _mm512_loadu_si512(w), lu = _mm512_loadu_si512(w + up);
-        const __m512 g0 = _mm512_castsi512_ps(_mm512_slli_epi32(lg, 16));
-        const __m512 u0 = _mm512_castsi512_ps(_mm512_slli_epi32(lu, 16));
+        const __m512 g0 = bf16_even(w), u0 = bf16_even(w + up);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             const __m512 x0 = _mm512_set1_ps(x[i][k - 1]);
@@ -88,16 +97,13 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
 INLINE void down_bf16_lines(const size_t M, const float *const *x, const unsigned char *w0,
                             size_t odd, size_t l0, size_t l1, size_t pf1, __m512 *a, __m512 *b)
 {
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     const unsigned char *w = w0 + l0 * 64;
     for (size_t l = l0; l < l1; l++, w += 64) {
         prefetch_at(w, pf1);
         prefetch_ahead(w + odd);
-        const __m512i v0 = _mm512_loadu_si512(w), v1 = _mm512_loadu_si512(w + odd);
-        const __m512 a0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
-        const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
-        const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
-        const __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+        __m512 a0, a1, b0, b1;
+        bf16_widen(w, &a0, &a1);
+        bf16_widen(w + odd, &b0, &b1);
         const size_t k0 = 4 * l;
         UNROLL
         for (size_t i = 0; i < M; i++) {
@@ -122,7 +128,6 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
     /* w: the even pair q; its odd successor q + 1 lies `odd` bytes on, in the second stream. */
     const unsigned char *w = tile + moe_xl_bf16_weights(1);
     const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     const size_t full = k / 2, lines = full / 2,
                  ls = moe_xl_prefetch_switch(odd, PF_BYTES, 64, lines);
     down_bf16_lines(M, x, w, odd, 0, ls, PF_BYTES, a, b);
@@ -130,9 +135,8 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
     w += lines * 64;
     size_t q = 2 * lines;
     if (q < full) { /* one more whole pair, even: chain a */
-        const __m512i l = _mm512_loadu_si512(w);
-        const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
-        const __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(l, hi));
+        __m512 w0, w1;
+        bf16_widen(w, &w0, &w1);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             a[i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[i][2 * q]), a[i]);
@@ -141,8 +145,7 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
         q++; /* odd now: the half pair below sits at w + odd */
     }
     if (k & 1) { /* the half pair (w[k-1], 0), in the chain (and the stream) of its parity */
-        const unsigned char *wl = q & 1 ? w + odd : w;
-        const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(wl), 16));
+        const __m512 w0 = bf16_even(q & 1 ? w + odd : w);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             const __m512 xb = _mm512_set1_ps(x[i][k - 1]);

@@ -159,6 +159,10 @@ INLINE void down_fp8_m(const size_t M, size_t k, const void *const *hv, const un
 
 /* ---- 9..32 tokens: each 128-K block of the tile decoded once into L1 ------------------ */
 
+/* Floats of one tile's decoded 128-K block: gate/up (32 per k) and down (16 per k). */
+#define GATEUP_BUF (MOE_XL_KB * 2 * NR)
+#define DOWN_BUF (MOE_XL_KB * NR)
+
 /* The groups of 64 codes from codes on into f32 (64 floats per group). */
 INLINE void fp8_decode(const fp8_dec *dec, const unsigned char *codes, size_t groups, float *buf)
 {
@@ -241,18 +245,55 @@ INLINE void down_group(const size_t M, const float *buf, size_t n, const float *
                         _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_load_ps(tot[i])));
 }
 
+/* The first rows rows of the totals tot, zeroed. */
+INLINE void totals_zero(float (*tot)[NR], size_t rows)
+{
+    for (size_t r = 0; r < rows; r++)
+        _mm512_store_ps(tot[r], _mm512_setzero_ps());
+}
+
+/* The outputs of nt gate/up tiles (tile, tile + tb) from their totals tot[j] (gate, up per
+ * token): bias, activation, h; tile j's outputs NR elements after tile j - 1's, n_valid rows
+ * in the last. */
+INLINE void gateup_fp8_out(size_t nt, size_t m, const unsigned char *tile, size_t tb,
+                           float (*const *tot)[NR], const moe_act_params *act, float *h, size_t hs,
+                           size_t n_valid)
+{
+    for (size_t j = 0; j < nt; j++) {
+        const unsigned char *t = tile + j * tb;
+        const __m512 bg = _mm512_loadu_ps(t), bu = _mm512_loadu_ps(t + 64);
+        const __mmask16 mask = rows_mask(j + 1 == nt ? n_valid : NR);
+        for (size_t i = 0; i < m; i++) {
+            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bg);
+            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), bu);
+            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
+        }
+    }
+}
+
+/* The same for nt down tiles: bias, y. */
+INLINE void down_fp8_out(size_t nt, size_t m, const unsigned char *tile, size_t tb,
+                         float (*const *tot)[NR], float *y, size_t ys, size_t n_valid)
+{
+    for (size_t j = 0; j < nt; j++) {
+        const __m512 b = _mm512_loadu_ps(tile + j * tb);
+        const __mmask16 mask = rows_mask(j + 1 == nt ? n_valid : NR);
+        for (size_t i = 0; i < m; i++)
+            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
+                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), b));
+    }
+}
+
 static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
                                 const unsigned char *tile, const moe_act_params *act, float *h,
                                 size_t hs, size_t n_valid)
 {
-    float buf[MOE_XL_KB * 2 * NR] __attribute__((aligned(64)));
+    float buf[GATEUP_BUF] __attribute__((aligned(64)));
     float tot[2 * MR_FP8][NR] __attribute__((aligned(64)));
     const float *x[MR_FP8];
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         x[i] = xv[i];
-        _mm512_store_ps(tot[2 * i], _mm512_setzero_ps());
-        _mm512_store_ps(tot[2 * i + 1], _mm512_setzero_ps());
-    }
+    totals_zero(tot, 2 * m);
     const fp8_dec dec = fp8_dec_init();
     const group_split sp = group_split_of(m, GROUP);
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
@@ -267,25 +308,19 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
             DISPATCH(gateup_group, g, buf, n, x + c, k0, sg, su, tot + 2 * c, next);
         }
     }
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t i = 0; i < m; i++) {
-        __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * i]), bg);
-        __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * i + 1]), bu);
-        _mm512_mask_storeu_ps(h + i * hs, mask, act16(act, g, u));
-    }
+    float(*const t[1])[NR] = {tot};
+    gateup_fp8_out(1, m, tile, 0, t, act, h, hs, n_valid);
 }
 
 static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
                               float *y, size_t ys, size_t n_valid)
 {
-    float buf[MOE_XL_KB * NR] __attribute__((aligned(64)));
+    float buf[DOWN_BUF] __attribute__((aligned(64)));
     float tot[MR_FP8][NR] __attribute__((aligned(64)));
     const float *x[MR_FP8];
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         x[i] = hv[i];
-        _mm512_store_ps(tot[i], _mm512_setzero_ps());
-    }
+    totals_zero(tot, m);
     const fp8_dec dec = fp8_dec_init();
     const group_split sp = group_split_of(m, GROUP);
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
@@ -300,10 +335,8 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
             DISPATCH(down_group, g, buf, n, x + c, k0, s, tot + c, next);
         }
     }
-    const __m512 b = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t i = 0; i < m; i++)
-        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), b));
+    float(*const t[1])[NR] = {tot};
+    down_fp8_out(1, m, tile, 0, t, y, ys, n_valid);
 }
 
 /* ---- 9..32 tokens: two tiles side by side (the multi-tile entries) -------------------- */
@@ -319,8 +352,6 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
  */
 #define PAIR_GATEUP 6
 #define PAIR_DOWN 5
-#define PAIR_BUF (MOE_XL_KB * 2 * NR)  /* floats of one tile's decoded gate/up block */
-#define PAIR_DOWN_BUF (MOE_XL_KB * NR) /* and of its down block */
 
 /* tot = fma(acc, s, tot), in memory. */
 INLINE void total_add(float *tot, __m512 acc, __m512 s)
@@ -328,7 +359,7 @@ INLINE void total_add(float *tot, __m512 acc, __m512 s)
     _mm512_store_ps(tot, _mm512_fmadd_ps(acc, s, _mm512_load_ps(tot)));
 }
 
-/* One group over the decoded gate/up blocks of two tiles (buf: tile 0's, PAIR_BUF floats on
+/* One group over the decoded gate/up blocks of two tiles (buf: tile 0's, GATEUP_BUF floats on
  * tile 1's; n k from k0; sc: the block's scales, gate and up, of tile 0, tb bytes before tile
  * 1's), into the totals tot[j]. The scales are read after the loop, which so keeps its
  * registers for the 24 chains. */
@@ -344,8 +375,8 @@ INLINE void gateup_pair_group(const size_t M, const float *buf, size_t n, const 
         _mm_prefetch((const char *)next + 32 * kk, _MM_HINT_T1);
         _mm_prefetch((const char *)next + tb + 32 * kk, _MM_HINT_T1);
         const __m512 w0 = _mm512_load_ps(buf + 32 * kk), w1 = _mm512_load_ps(buf + 32 * kk + 16),
-                     w2 = _mm512_load_ps(buf + PAIR_BUF + 32 * kk),
-                     w3 = _mm512_load_ps(buf + PAIR_BUF + 32 * kk + 16);
+                     w2 = _mm512_load_ps(buf + GATEUP_BUF + 32 * kk),
+                     w3 = _mm512_load_ps(buf + GATEUP_BUF + 32 * kk + 16);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             const __m512 xb = _mm512_set1_ps(x[i][k0 + kk]);
@@ -366,7 +397,7 @@ INLINE void gateup_pair_group(const size_t M, const float *buf, size_t n, const 
     }
 }
 
-/* One group over the decoded down blocks of two tiles (buf: tile 0's, PAIR_DOWN_BUF floats on
+/* One group over the decoded down blocks of two tiles (buf: tile 0's, DOWN_BUF floats on
  * tile 1's; sc: tile 0's block scale, tb bytes before tile 1's), each with down_group's two
  * chains; the scales read after the loop, as in gateup_pair_group. */
 INLINE void down_pair_group(const size_t M, const float *buf, size_t n, const float *const *x,
@@ -386,7 +417,7 @@ INLINE void down_pair_group(const size_t M, const float *buf, size_t n, const fl
         for (size_t j = 0; j < 2; j++) {
             UNROLL
             for (size_t v = 0; v < 4; v++)
-                w[j][v] = _mm512_load_ps(buf + j * PAIR_DOWN_BUF + 16 * (kk + v));
+                w[j][v] = _mm512_load_ps(buf + j * DOWN_BUF + 16 * (kk + v));
         }
         UNROLL
         for (size_t i = 0; i < M; i++) {
@@ -408,7 +439,7 @@ INLINE void down_pair_group(const size_t M, const float *buf, size_t n, const fl
             const __m512 xb = _mm512_set1_ps(x[i][k0 + kk + v]);
             UNROLL
             for (size_t j = 0; j < 2; j++) {
-                const __m512 wv = _mm512_load_ps(buf + j * PAIR_DOWN_BUF + 16 * (kk + v));
+                const __m512 wv = _mm512_load_ps(buf + j * DOWN_BUF + 16 * (kk + v));
                 if (v >= 2)
                     b[i][j] = _mm512_fmadd_ps(wv, xb, b[i][j]);
                 else
@@ -430,18 +461,15 @@ static void gateup_fp8_pair(size_t m, size_t k, const void *const *xv, const uns
                             size_t tb, const moe_act_params *act, float *h, size_t hs,
                             size_t n_valid)
 {
-    float buf[2 * PAIR_BUF] __attribute__((aligned(64)));
+    float buf[2 * GATEUP_BUF] __attribute__((aligned(64)));
     float tot0[2 * MR_FP8][NR] __attribute__((aligned(64)));
     float tot1[2 * MR_FP8][NR] __attribute__((aligned(64)));
     float(*const tot[2])[NR] = {tot0, tot1};
     const float *x[MR_FP8];
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         x[i] = xv[i];
-        for (size_t r = 0; r < 2; r++) {
-            _mm512_store_ps(tot0[2 * i + r], _mm512_setzero_ps());
-            _mm512_store_ps(tot1[2 * i + r], _mm512_setzero_ps());
-        }
-    }
+    totals_zero(tot0, 2 * m);
+    totals_zero(tot1, 2 * m);
     const fp8_dec dec = fp8_dec_init();
     const group_split sp = group_split_of(m, PAIR_GATEUP);
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
@@ -449,7 +477,7 @@ static void gateup_fp8_pair(size_t m, size_t k, const void *const *xv, const uns
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
         fp8_decode(&dec, codes + k0 * 32, (n + 1) / 2, buf);
-        fp8_decode(&dec, codes + tb + k0 * 32, (n + 1) / 2, buf + PAIR_BUF);
+        fp8_decode(&dec, codes + tb + k0 * 32, (n + 1) / 2, buf + GATEUP_BUF);
         const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 32;
         for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
             g = sp.base + (j < sp.extra);
@@ -457,16 +485,7 @@ static void gateup_fp8_pair(size_t m, size_t k, const void *const *xv, const uns
             DISPATCH(gateup_pair_group, g, buf, n, x + c, k0, sc, tb, tj, next);
         }
     }
-    for (size_t j = 0; j < 2; j++) {
-        const unsigned char *t = tile + j * tb;
-        const __m512 bg = _mm512_loadu_ps(t), bu = _mm512_loadu_ps(t + 64);
-        const __mmask16 mask = rows_mask(j == 1 ? n_valid : NR);
-        for (size_t i = 0; i < m; i++) {
-            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bg);
-            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), bu);
-            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
-        }
-    }
+    gateup_fp8_out(2, m, tile, tb, tot, act, h, hs, n_valid);
 }
 
 /* Two down tiles (tile, tile + tb) for 9..32 tokens: tile 1's outputs NR elements after tile
@@ -474,16 +493,15 @@ static void gateup_fp8_pair(size_t m, size_t k, const void *const *xv, const uns
 static void down_fp8_pair(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
                           size_t tb, float *y, size_t ys, size_t n_valid)
 {
-    float buf[2 * PAIR_DOWN_BUF] __attribute__((aligned(64)));
+    float buf[2 * DOWN_BUF] __attribute__((aligned(64)));
     float tot0[MR_FP8][NR] __attribute__((aligned(64)));
     float tot1[MR_FP8][NR] __attribute__((aligned(64)));
     float(*const tot[2])[NR] = {tot0, tot1};
     const float *x[MR_FP8];
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         x[i] = hv[i];
-        _mm512_store_ps(tot0[i], _mm512_setzero_ps());
-        _mm512_store_ps(tot1[i], _mm512_setzero_ps());
-    }
+    totals_zero(tot0, m);
+    totals_zero(tot1, m);
     const fp8_dec dec = fp8_dec_init();
     const group_split sp = group_split_of(m, PAIR_DOWN);
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
@@ -491,7 +509,7 @@ static void down_fp8_pair(size_t m, size_t k, const void *const *hv, const unsig
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
         const size_t n = k0 + MOE_XL_KB < k ? MOE_XL_KB : k - k0;
         fp8_decode(&dec, codes + k0 * 16, (n + 3) / 4, buf);
-        fp8_decode(&dec, codes + tb + k0 * 16, (n + 3) / 4, buf + PAIR_DOWN_BUF);
+        fp8_decode(&dec, codes + tb + k0 * 16, (n + 3) / 4, buf + DOWN_BUF);
         const unsigned char *next = codes + (k0 + n < k ? k0 + n : k0) * 16;
         for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
             g = sp.base + (j < sp.extra);
@@ -499,13 +517,7 @@ static void down_fp8_pair(size_t m, size_t k, const void *const *hv, const unsig
             DISPATCH(down_pair_group, g, buf, n, x + c, k0, sc, tb, tj, next);
         }
     }
-    for (size_t j = 0; j < 2; j++) {
-        const __m512 b = _mm512_loadu_ps(tile + j * tb);
-        const __mmask16 mask = rows_mask(j == 1 ? n_valid : NR);
-        for (size_t i = 0; i < m; i++)
-            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
-                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), b));
-    }
+    down_fp8_out(2, m, tile, tb, tot, y, ys, n_valid);
 }
 
 /* ---- Dispatch on m ------------------------------------------------------------------ */
