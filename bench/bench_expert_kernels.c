@@ -228,7 +228,7 @@ static void gateup_calls(const moe_expert_kernels *ks, const packed *pk, const u
                          acts *a, size_t es, size_t c, size_t m, int t0, int n)
 {
     float *h = (float *)(void *)(a->hbuf + (c * I + (size_t)t0 * MOE_EXPERT_NR) * es);
-    if (ks->gateup_tiles && m >= (size_t)ks->tiles_from_m) {
+    if (moe_expert_uses_tiles(ks, true, m)) {
         ks->gateup_tiles(m, H, (const void *const *)&a->x[c], base + pk->gateup_tb * (size_t)t0,
                          (size_t)n, &act, h, I, MOE_EXPERT_NR);
         return;
@@ -242,7 +242,7 @@ static void gateup_calls(const moe_expert_kernels *ks, const packed *pk, const u
 static void down_calls(const moe_expert_kernels *ks, const packed *pk, const unsigned char *base,
                        acts *a, size_t c, size_t m, int t0, int n)
 {
-    if (ks->down_tiles && m >= (size_t)ks->tiles_from_m) {
+    if (moe_expert_uses_tiles(ks, false, m)) {
         ks->down_tiles(m, I, (const void *const *)&a->h[c], base + pk->down_tb * (size_t)t0,
                        (size_t)n, a->y + c * H + (size_t)t0 * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
         return;
@@ -260,7 +260,7 @@ static void expert_tiles(const moe_expert_kernels *ks, const packed *pk, int e, 
                          size_t m, int gt, int dt)
 {
     const size_t mr = (size_t)ks->mr;
-    const bool multi = (ks->gateup_tiles || ks->down_tiles) && mr >= (size_t)ks->tiles_from_m;
+    const bool multi = moe_expert_uses_tiles(ks, true, mr) || moe_expert_uses_tiles(ks, false, mr);
     const int run = m <= mr ? (gt > dt ? gt : dt) : multi ? 4 : 1;
     const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
     for (int t0 = 0; t0 < gt; t0 += run)

@@ -243,6 +243,15 @@ typedef struct moe_expert_kernels {
     void (*prepare_act)(size_t k, const float *x, void *dst);
 } moe_expert_kernels;
 
+/* Whether calls of m rows of a phase (gate/up, else down) go through the set's multi-tile
+ * entry for it: where it has one, from tiles_from_m rows on (the engine's rule, which the
+ * benches follow). */
+static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gateup, size_t m)
+{
+    const bool has = gateup ? ks->gateup_tiles != NULL : ks->down_tiles != NULL;
+    return has && m >= (size_t)ks->tiles_from_m;
+}
+
 /* Every kernel set compiled into this build, declared from the five enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;

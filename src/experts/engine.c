@@ -52,13 +52,6 @@ static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
     return per < tiles ? per : tiles;
 }
 
-/* Whether calls of m rows of a phase go through the set's multi-tile entry for it (has: the set
- * has one): from the set's tiles_from_m on. */
-static bool use_tiles(const moe_expert_kernels *ks, bool has, size_t m)
-{
-    return has && m >= (size_t)ks->tiles_from_m;
-}
-
 /* Tiles per call of a set's multi-tile entry when a span has more rows than one call takes:
  * they stay in L2 while every chunk of MR rows runs over them. (A span of at most MR rows
  * passes its whole range in one call.) Runs sized from the L2, as the other sets get, were
@@ -107,8 +100,8 @@ typedef struct stage {
 #define STAGE_ROW_BYTES sizeof(stage_row)
 
 /* Whether a chunk of m rows, tiles of nr outputs of eb bytes, goes through a stage. Not for
- * calls through a multi-tile entry (multi; use_tiles): cut into calls of STAGE_TILES tiles,
- * the MXFP4 sets ran 1-3 % slower at 1-16 tokens (bench/NOTES.md, v5), and staging inside
+ * calls through a multi-tile entry (multi; moe_expert_uses_tiles): cut into calls of STAGE_TILES
+ * tiles, the MXFP4 sets ran 1-3 % slower at 1-16 tokens (bench/NOTES.md, v5), and staging inside
  * their multi-tile entries instead was within the noise (v6). */
 static bool staged(bool multi, size_t m, size_t nr, size_t eb)
 {
@@ -130,7 +123,7 @@ static void gateup_run(const moe_expert_group *g, size_t m, const void *const *x
 {
     const moe_expert_kernels *ks = g->ks;
     const size_t nr = (size_t)ks->nr, eb = g->act_elem, tb = g->gateup_tile_bytes;
-    if (use_tiles(ks, ks->gateup_tiles != NULL, m)) {
+    if (moe_expert_uses_tiles(ks, true, m)) {
         const size_t last = (size_t)(j + n - 1) * nr;
         ks->gateup_tiles(m, (size_t)g->hidden, x, tiles + (size_t)j * tb, (size_t)n, &g->act, out,
                          out_stride, min_size(nr, (size_t)g->inter - last));
@@ -151,7 +144,7 @@ static void down_run(const moe_expert_group *g, size_t m, const void *const *hp,
     const moe_expert_kernels *ks = g->ks;
     float *out = (float *)out_bytes;
     const size_t nr = (size_t)ks->nr, tb = g->down_tile_bytes;
-    if (use_tiles(ks, ks->down_tiles != NULL, m)) {
+    if (moe_expert_uses_tiles(ks, false, m)) {
         const size_t last = (size_t)(j + n - 1) * nr;
         ks->down_tiles(m, (size_t)g->inter, hp, tiles + (size_t)j * tb, (size_t)n, out, out_stride,
                        min_size(nr, (size_t)g->hidden - last));
@@ -201,8 +194,8 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const unsigned char *tiles = moe_expert_gateup(g, s->copy);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(use_tiles(ks, ks->gateup_tiles != NULL, mr), s->n, mr, g->run_bytes, tb,
-                       x_row, j, j1);
+        nt = run_tiles(moe_expert_uses_tiles(ks, true, mr), s->n, mr, g->run_bytes, tb, x_row, j,
+                       j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++) {
@@ -210,7 +203,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
                 x[i] = act + (s->token ? s->token[r] : r) * x_row;
             }
             const size_t c0 = (size_t)j * nr;
-            chunk_run(g, gateup_run, use_tiles(ks, ks->gateup_tiles != NULL, m), m, x, tiles, j, nt,
+            chunk_run(g, gateup_run, moe_expert_uses_tiles(ks, true, m), m, x, tiles, j, nt,
                       h + (s->first + c) * h_row + c0 * eb, h_row, eb, (size_t)g->inter - c0);
         }
     }
@@ -232,14 +225,14 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const unsigned char *tiles = moe_expert_down(g, s->copy);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(use_tiles(ks, ks->down_tiles != NULL, mr), s->n, mr, g->run_bytes, tb, h_row,
-                       j, j1);
+        nt = run_tiles(moe_expert_uses_tiles(ks, false, mr), s->n, mr, g->run_bytes, tb, h_row, j,
+                       j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)
                 hp[i] = h + (s->first + c + i) * h_row;
             const size_t c0 = (size_t)j * nr;
-            chunk_run(g, down_run, use_tiles(ks, ks->down_tiles != NULL, m), m, hp, tiles, j, nt,
+            chunk_run(g, down_run, moe_expert_uses_tiles(ks, false, m), m, hp, tiles, j, nt,
                       (unsigned char *)(y + (s->first + c) * y_stride + c0),
                       y_stride * sizeof(float), sizeof(float), (size_t)g->hidden - c0);
         }
