@@ -345,9 +345,9 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
  * Each block of two neighbouring tiles is decoded into two buffers and the tokens run over
  * both in groups: gate/up up to PAIR_GATEUP (6) tokens with 24 chains and 4 weight vectors per
  * k (4 FMAs per broadcast activation rather than 2); down up to PAIR_DOWN (5) with 20 chains
- * and 8 weight vectors per 4 k (2 FMAs per broadcast rather than 1). In L2 the down pairs ran
- * 6-10 % faster at 12-32 tokens and the gate/up pairs 2-3 % slower; streaming, where a pair
- * reads two tiles at once, both gained (`moe bench` DeepSeek-V3 fp8, bench/NOTES.md v9). Every
+ * and 8 weight vectors per 4 k (2 FMAs per broadcast rather than 1). In L2 the whole expert ran
+ * 5-10 % faster at 9-32 tokens; streaming, where a pair reads two tiles at once, more
+ * (`moe bench` DeepSeek-V3 fp8, bench/NOTES.md v9). Every
  * chain, and the order of its FMAs, is the one-tile path's, so the bits are too.
  */
 #define PAIR_GATEUP 6
