@@ -26,11 +26,15 @@
  * Tokens run in groups of up to GROUP = 4 (4 integer sums and their 16-bit partials, the two
  * weight vectors, two broadcasts and the constants fill the 16 ymm registers); the f32
  * totals, touched once per block and projection half, live on the stack. Up to GROUP tokens
- * decode each chunk in registers (decode, m = 1..4, is bound by memory); more tokens decode
- * each block once into a 1 KB stack buffer and run over it group after group. Every element
- * sees the same operations in both paths, so the bits do not depend on m.
+ * decode each chunk in registers; more tokens decode each block once into a 1 KB stack buffer
+ * and run over it group after group. Every element sees the same operations in both paths, so
+ * the bits do not depend on m. The multi-tile entries run two tiles side by side, block by
+ * block, on the register path (the engine's decode calls), tile by tile on the buffered one.
  *
- * Prefetch: 8 KB ahead into L2, every 64 bytes consumed, into the next tile too.
+ * Prefetch: every 64 bytes consumed, 8 KB ahead into L2 (into the next tile too, or for one of
+ * a pair into the next pair's) and 2 KB ahead into L1. From memory at one token the register
+ * path alone read 0.56 of the read floor, with the L1 line and the pairs 0.88; from 2 tokens
+ * on it is bound by its uops, not by memory (bench/NOTES.md v11).
  */
 
 #define NR MOE_MX_NR
@@ -39,10 +43,20 @@
 #define MR 16
 #define GROUP 4
 #define PF_BYTES 8192
+#define PF_L1_BYTES 2048
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+/* The line PF_BYTES past p into L2, and the one PF_L1_BYTES past p into L1. One of a pair of
+ * tiles side by side (end: its tile's end; skip: the tile size, 0 alone): an L2 line past the
+ * tile's end, in the next tile, which the pair reads itself, goes skip bytes further, into the
+ * next pair's tile of the same side. */
+INLINE void prefetch(const unsigned char *p, const unsigned char *end, size_t skip)
+{
+    const unsigned char *a = p + PF_BYTES;
+    _mm_prefetch((const char *)(a >= end ? a + skip : a), _MM_HINT_T1);
+    _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
+}
 
 INLINE __m256i lut_w2u(void)
 {
@@ -72,15 +86,14 @@ INLINE float load_f32(const unsigned char *p)
     return v;
 }
 
-/* 2^(e - 128) for the 8 scale bytes at p, exactly: bits (e - 1) << 23 for e ≥ 2; for e = 0
- * and 1 the subnormals 2^-128 = 1 << 21 and 2^-127 = 1 << 22 (2^-149 is bit 0). */
+/* 2^(e - 128) for the 8 scale bytes at p (e ≤ 254: packing refuses 0xFF), exactly: bits
+ * e << 23 are 2^(e - 127) for e ≥ 1, and the max with 1 << 22 (2^-127) adds e = 0; halving a
+ * power of two ≥ 2^-127 is exact, subnormal or not. */
 INLINE __m256 half_scales(const unsigned char *p)
 {
     const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), e);
-    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+    const __m256i w = _mm256_max_epu32(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(1 << 22));
+    return _mm256_mul_ps(_mm256_castsi256_ps(w), _mm256_set1_ps(0.5f));
 }
 
 /* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
@@ -199,69 +212,123 @@ INLINE void decode_block(const int np, const unsigned char *units, __m256i *dec)
         }                                                                                          \
     } while (0)
 
-/* The f32 totals of m ≤ MR tokens over a tile of np projections and K = k. */
+/* The f32 totals of m ≤ MR tokens over nt tiles tb bytes apart and np projections, K = k:
+ * tot[j] those of tile j. Two tiles run side by side, block by block, on the direct path only
+ * (m ≤ GROUP): one core then reads two streams, which it does faster than one (bench/NOTES.md
+ * v9, v11); their sums are the same operations as alone. */
 INLINE void accumulate(const int np, size_t m, size_t k, const void *const *xv,
-                       const unsigned char *tile, totals *tot)
+                       const unsigned char *tile, size_t nt, size_t tb, totals (*tot)[MR])
 {
     __m256i dec[32] __attribute__((aligned(32)));
     qrow r[MR];
     for (size_t t = 0; t < m; t++) {
         const unsigned char *row = xv[t];
         r[t] = (qrow){row, row + moe_q8_scales_offset(k), row + moe_q8_corr_offset(k)};
-        memset(tot[t], 0, sizeof tot[t]);
+        for (size_t j = 0; j < nt; j++)
+            memset(tot[j][t], 0, sizeof tot[j][t]);
     }
-    const size_t nb = k / BLK;
+    const size_t nb = k / BLK, skip = nt == 2 ? tb : 0;
     for (size_t s = 0, b = 0; b < nb; s++) {
         const size_t len = moe_mx_step_len(np, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(np, s);
-        const unsigned char *line = base + len * (size_t)np * UNIT;
-        prefetch(line + PF_BYTES);
-        for (size_t i = 0; i < len; i++, b++) {
-            const unsigned char *units = base + i * (size_t)np * UNIT;
-            const unsigned char *scales = line + 16 * i * (size_t)np;
-            for (size_t c = 0; c < 4 * (size_t)np; c++)
-                prefetch(units + 64 * c + PF_BYTES);
-            if (m <= GROUP) {
-                GROUP_DISPATCH(m, np, units, NULL, scales, r, b, tot);
-                continue;
+        const size_t at = moe_mx_step_at(np, s), line = at + len * (size_t)np * UNIT;
+        for (size_t j = 0; j < nt; j++)
+            prefetch(tile + j * tb + line, tile + (j + 1) * tb, skip);
+        for (size_t i = 0; i < len; i++, b++)
+            for (size_t j = 0; j < nt; j++) {
+                const unsigned char *units = tile + j * tb + at + i * (size_t)np * UNIT;
+                const unsigned char *scales = tile + j * tb + line + 16 * i * (size_t)np;
+                for (size_t c = 0; c < 4 * (size_t)np; c++)
+                    prefetch(units + 64 * c, tile + (j + 1) * tb, skip);
+                if (m <= GROUP) {
+                    GROUP_DISPATCH(m, np, units, NULL, scales, r, b, tot[j]);
+                    continue;
+                }
+                decode_block(np, units, dec);
+                for (size_t t0 = 0; t0 < m; t0 += GROUP) {
+                    const size_t g = m - t0 < GROUP ? m - t0 : GROUP;
+                    GROUP_DISPATCH(g, np, NULL, dec, scales, r + t0, b, tot[j] + t0);
+                }
             }
-            decode_block(np, units, dec);
-            for (size_t t0 = 0; t0 < m; t0 += GROUP) {
-                const size_t g = m - t0 < GROUP ? m - t0 : GROUP;
-                GROUP_DISPATCH(g, np, NULL, dec, scales, r + t0, b, tot + t0);
+    }
+}
+
+/* The epilogues of nt tiles' totals: bias, activation (gate/up), the rows of the last tile
+ * below n_valid, tile j's outputs NR elements after tile j - 1's. */
+INLINE void gateup_out(size_t m, size_t nt, size_t tb, const unsigned char *tile, totals (*tot)[MR],
+                       const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    for (size_t j = 0; j < nt; j++) {
+        const float *bias = (const float *)(tile + j * tb);
+        const size_t nv = j + 1 == nt ? n_valid : NR;
+        for (size_t t = 0; t < m; t++)
+            for (size_t hf = 0; hf < 2; hf++) {
+                const __m256 g =
+                    _mm256_add_ps(_mm256_load_ps(tot[j][t][hf]), _mm256_loadu_ps(bias + 8 * hf));
+                const __m256 u = _mm256_add_ps(_mm256_load_ps(tot[j][t][2 + hf]),
+                                               _mm256_loadu_ps(bias + NR + 8 * hf));
+                store_half(h + t * hs + j * NR, hf, act8(act, g, u), nv);
             }
-        }
+    }
+}
+
+INLINE void down_out(size_t m, size_t nt, size_t tb, const unsigned char *tile, totals (*tot)[MR],
+                     float *y, size_t ys, size_t n_valid)
+{
+    for (size_t j = 0; j < nt; j++) {
+        const float *bias = (const float *)(tile + j * tb);
+        const size_t nv = j + 1 == nt ? n_valid : NR;
+        for (size_t t = 0; t < m; t++)
+            for (size_t hf = 0; hf < 2; hf++) {
+                const __m256 v =
+                    _mm256_add_ps(_mm256_load_ps(tot[j][t][hf]), _mm256_loadu_ps(bias + 8 * hf));
+                store_half(y + t * ys + j * NR, hf, v, nv);
+            }
     }
 }
 
 static void gateup(size_t m, size_t k, const void *const *x, const void *tile,
                    const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    totals tot[MR] __attribute__((aligned(32)));
-    accumulate(2, m, k, x, tile, tot);
-    const float *bias = tile;
-    for (size_t t = 0; t < m; t++)
-        for (size_t hf = 0; hf < 2; hf++) {
-            const __m256 g =
-                _mm256_add_ps(_mm256_load_ps(tot[t][hf]), _mm256_loadu_ps(bias + 8 * hf));
-            const __m256 u =
-                _mm256_add_ps(_mm256_load_ps(tot[t][2 + hf]), _mm256_loadu_ps(bias + NR + 8 * hf));
-            store_half((float *)h + t * h_stride, hf, act8(act, g, u), n_valid);
-        }
+    totals tot[1][MR] __attribute__((aligned(32)));
+    accumulate(2, m, k, x, tile, 1, 0, tot);
+    gateup_out(m, 1, 0, tile, tot, act, h, h_stride, n_valid);
 }
 
 static void down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                  size_t y_stride, size_t n_valid)
 {
-    totals tot[MR] __attribute__((aligned(32)));
-    accumulate(1, m, k, h, tile, tot);
-    const float *bias = tile;
-    for (size_t t = 0; t < m; t++)
-        for (size_t hf = 0; hf < 2; hf++) {
-            const __m256 v =
-                _mm256_add_ps(_mm256_load_ps(tot[t][hf]), _mm256_loadu_ps(bias + 8 * hf));
-            store_half(y + t * y_stride, hf, v, n_valid);
-        }
+    totals tot[1][MR] __attribute__((aligned(32)));
+    accumulate(1, m, k, h, tile, 1, 0, tot);
+    down_out(m, 1, 0, tile, tot, y, y_stride, n_valid);
+}
+
+/* n tiles: in pairs up to GROUP tokens (and a last odd tile), one by one above. */
+static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile, size_t n,
+                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    totals tot[2][MR] __attribute__((aligned(32)));
+    const size_t tb = moe_mx_gateup_bytes((int64_t)k), pair = m <= GROUP ? 2 : 1;
+    for (size_t j = 0, nt; j < n; j += nt) {
+        nt = n - j < pair ? n - j : pair;
+        const unsigned char *t = (const unsigned char *)tile + j * tb;
+        const size_t nv = j + nt == n ? n_valid : NR;
+        accumulate(2, m, k, x, t, nt, tb, tot);
+        gateup_out(m, nt, tb, t, tot, act, (float *)h + j * NR, h_stride, nv);
+    }
+}
+
+static void down_tiles(size_t m, size_t k, const void *const *h, const void *tile, size_t n,
+                       float *y, size_t y_stride, size_t n_valid)
+{
+    totals tot[2][MR] __attribute__((aligned(32)));
+    const size_t tb = moe_mx_down_bytes((int64_t)k), pair = m <= GROUP ? 2 : 1;
+    for (size_t j = 0, nt; j < n; j += nt) {
+        nt = n - j < pair ? n - j : pair;
+        const unsigned char *t = (const unsigned char *)tile + j * tb;
+        const size_t nv = j + nt == n ? n_valid : NR;
+        accumulate(1, m, k, h, t, nt, tb, tot);
+        down_out(m, nt, tb, t, tot, y + j * NR, y_stride, nv);
+    }
 }
 
 const moe_expert_kernels moe_expert_mxfp4_q8_16x16__avx2 = {
@@ -279,6 +346,8 @@ const moe_expert_kernels moe_expert_mxfp4_q8_16x16__avx2 = {
     .unpack_down = moe_mx_unpack_down,
     .gateup = gateup,
     .down = down,
+    .gateup_tiles = gateup_tiles,
+    .down_tiles = down_tiles,
     .act_row_bytes = moe_q8_row_bytes,
     .prepare_act = q8_prepare_avx2,
 };
