@@ -93,9 +93,44 @@ for c in cases:
     # packed bytes per user-CPU second (0 when the clock saw no user time at all)
     cpu = c["packed_bytes"] / (c["create_user_ms"] * 1e6) if c["create_user_ms"] > 0 else 0
     assert abs(c["pack_gbps_per_thread_cpu"] - cpu) <= 1e-6 * cpu, c
+    assert "trace" not in c and "trace_forward_ns" not in c, c  # only with --trace
 svg = ET.parse(sys.argv[2]).getroot()
 circles = svg.findall("{http://www.w3.org/2000/svg}circle")
 assert len(circles) == len(cases), len(circles)
+PY
+
+# --trace: each case's median forward, step by step, in the JSON and after the table.
+"$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1 --time-ms 1 --json --trace \
+  >"$tmp/t.json" 2>"$tmp/err"
+check "trace json run: nothing on stderr" test ! -s "$tmp/err"
+check "trace json: the steps of every case" python3 - "$tmp/t.json" <<'PY'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+assert [c["tokens"] for c in cases] == [1, 3], cases
+for c in cases:
+    steps = {s["step"]: s for s in c["trace"]}
+    for name in ("gate", "route", "experts.gate_up", "experts.down", "combine"):
+        assert name in steps, (name, list(steps))
+    # the gate reads its 8 x 256 bf16 weights; gate/up and down at least one expert's packed rows
+    assert steps["gate"]["bytes_read"] >= 8 * 256 * 2, steps["gate"]
+    assert steps["experts.gate_up"]["bytes_read"] >= 2 * 256 * 128 * 2, steps["experts.gate_up"]
+    assert steps["experts.down"]["bytes_read"] >= 256 * 128 * 2, steps["experts.down"]
+    assert steps["experts.down"]["bytes_written"] >= c["tokens"] * 256 * 4, steps["experts.down"]
+    assert all(s["kernel"] for s in c["trace"]), c["trace"]
+    # the steps lie inside the traced forward, whose wall time the table's median brackets loosely
+    total = sum(s["ns"] for s in c["trace"])
+    assert 0 < total <= c["trace_forward_ns"], (total, c["trace_forward_ns"])
+PY
+"$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1 --time-ms 1 --trace >"$tmp/t.txt" 2>"$tmp/err"
+check "trace table: one block per case, after the table" python3 - "$tmp/t.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+heads = re.findall(r"^trace: (\d+) tokens?, 1 thread \(the median of (\d+) forwards\)$", text, re.M)
+assert [h[0] for h in heads] == ["1", "3"], heads
+assert all(int(h[1]) >= 3 for h in heads), heads
+assert text.index("trace: 1 token") > text.index("  tokens "), "traces follow the table"
+for name in ("experts.gate_up", "experts.down", "steps", "forward (wall)"):
+    assert len(re.findall(r"^  " + re.escape(name) + r" ", text, re.M)) == 2, name
 PY
 
 # Shared experts of another recipe (DeepSeek-V4: MXFP4 routed, FP8 shared) are bounded by

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "trace_report.h"
+
 void bench_report_floors(FILE *out, const bench_floors *f)
 {
     fprintf(out, "machine floors (this run; the fastest of a few passes):\n");
@@ -67,6 +69,33 @@ void bench_report_row(FILE *out, const bench_result *r)
             r->compute_bound ? "flops" : "mem");
 }
 
+void bench_report_trace(FILE *out, const bench_result *r)
+{
+    if (!r->trace) return;
+    fprintf(out, "\ntrace: %zu token%s, %d thread%s (the median of %d forwards)\n", r->tokens,
+            r->tokens == 1 ? "" : "s", r->layer->threads, r->layer->threads == 1 ? "" : "s",
+            r->repeats);
+    trace_report(out, r->trace);
+    fprintf(out, "  %-20s %-52s %14s %14s %12.0f\n", "forward (wall)", "", "", "", r->trace_ns);
+}
+
+/* The trace's steps: name, kernel, bytes read and written, ns. */
+static json_t *trace_json(const moe_trace *tr)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < tr->count && i < MOE_TRACE_MAX_STEPS; i++) {
+        const moe_trace_step *s = &tr->steps[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "step", json_string(s->name));
+        json_object_set_new(o, "kernel", json_string(s->kernel));
+        json_object_set_new(o, "bytes_read", json_integer((json_int_t)s->bytes_read));
+        json_object_set_new(o, "bytes_written", json_integer((json_int_t)s->bytes_written));
+        json_object_set_new(o, "ns", json_integer((json_int_t)s->ns));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
 static json_t *floors_json(const bench_floors *f)
 {
     json_t *o = json_object(), *peaks = json_object();
@@ -118,6 +147,10 @@ static json_t *result_json(const bench_result *r)
     json_object_set_new(o, "pack_gbps", json_real(c->pack_gbs));
     json_object_set_new(o, "pack_gbps_per_thread_cpu", json_real(c->pack_gbs_cpu));
     json_object_set_new(o, "create_peak_rss_growth_bytes", json_integer((json_int_t)c->rss_growth));
+    if (r->trace) {
+        json_object_set_new(o, "trace", trace_json(r->trace));
+        json_object_set_new(o, "trace_forward_ns", json_real(r->trace_ns));
+    }
     return o;
 }
 

@@ -9,6 +9,7 @@
 
 #include "bench_machine.h"
 #include "create_stats.h"
+#include "moe.h"
 
 /* One layer as created for a run of cases. */
 typedef struct bench_layer_info {
@@ -26,12 +27,14 @@ typedef struct bench_result {
     const bench_layer_info *layer;
     size_t tokens;
     int repeats;
-    double hit; /* routed experts with a token, the mean over the timed forwards */
-    double ms, weight_bytes, flops; /* median ms; the mean forward's bytes */
+    double hit; /* routed experts with a token in the median forward (cmd_bench.c) */
+    double ms, weight_bytes, flops; /* the median forward's ms and bytes */
     double shared_flops; /* the part of flops the shared experts run (in flops) */
     /* floor = max(bytes / read, Σ flops / peak of the instruction each part runs on) */
     double floor_ms, efficiency;
     bool compute_bound;
+    moe_trace *trace; /* --trace: the median forward's steps (heap; NULL without) */
+    double trace_ns;  /* and that forward's wall time */
 } bench_result;
 
 void bench_report_floors(FILE *out, const bench_floors *f);
@@ -39,6 +42,8 @@ void bench_report_floors(FILE *out, const bench_floors *f);
 void bench_report_layer(FILE *out, const bench_layer_info *l, const bench_floors *f);
 void bench_report_header(FILE *out);
 void bench_report_row(FILE *out, const bench_result *r);
+/* The case's trace under a line naming the case; nothing without one. */
+void bench_report_trace(FILE *out, const bench_result *r);
 /* The whole run as one JSON document; false when out of memory or on a write error. */
 bool bench_report_json(FILE *out, const bench_floors *f, const bench_result *r, size_t n);
 /* The roofline: both ceilings per thread count, each case a point. False on an I/O error. */

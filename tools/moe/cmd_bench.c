@@ -65,6 +65,8 @@ static void help(void)
            "                     temporary folder, removed at the end)\n"
            "  --json             print the results as JSON on stdout instead of the table\n"
            "  --plot FILE.svg    draw the roofline: the ceilings and every case as a point\n"
+           "  --trace            each case's median forward step by step (moe run --trace's\n"
+           "                     table) after the layer's table, or as \"trace\" in the JSON\n"
            "  --help             this text\n"
            "\n"
            "A progress bar goes to stderr while weights are generated and packed (only on a\n"
@@ -79,7 +81,7 @@ typedef struct bench_args {
     int threads[MAX_LIST];
     int n_threads;
     double memory_gb, time_ms;
-    bool json, list;
+    bool json, list, trace;
 } bench_args;
 
 /* ---- Options ------------------------------------------------------------------------- */
@@ -128,6 +130,8 @@ static int parse_args(bench_args *o, int argc, char **argv)
             o->list = true;
         } else if (cli_flag(&a, "--json")) {
             o->json = true;
+        } else if (cli_flag(&a, "--trace")) {
+            o->trace = true;
         } else if (cli_option(&a, "--preset", &v)) {
             o->preset = v;
         } else if (cli_option(&a, "--format", &v)) {
@@ -444,9 +448,9 @@ static int buffers_alloc(const moe_layer *layer, size_t max_t, size_t h, size_t 
     return 0;
 }
 
-/* Forward I of T tokens (WINDOWS above). */
+/* Forward I of T tokens (WINDOWS above), its steps into TRACE when not NULL. */
 static int forward(const moe_layer *layer, const buffers *b, size_t i, size_t t, size_t h,
-                   double *ns)
+                   moe_trace *trace, double *ns)
 {
     const size_t first = i * t % WINDOWS;
     moe_forward_args a = {.size = sizeof a,
@@ -459,17 +463,19 @@ static int forward(const moe_layer *layer, const buffers *b, size_t i, size_t t,
                           .out = b->out,
                           .ids_out = b->ids,
                           .workspace = b->ws,
-                          .workspace_size = b->ws_size};
+                          .workspace_size = b->ws_size,
+                          .trace = trace};
     const double t0 = bench_clock_ns();
     if (moe_layer_forward(layer, &a) != MOE_OK) return cli_fail(PROG, 1, "%s", moe_last_error());
     *ns = bench_clock_ns() - t0;
     return 0;
 }
 
-/* One timed forward: its time and the routed experts its ids hit. */
+/* One timed forward: its time, the routed experts its ids hit, and its trace (--trace). */
 typedef struct timed {
     double ns;
     int hit;
+    moe_trace *trace;
 } timed;
 
 static int cmp_timed(const void *a, const void *b)
@@ -521,16 +527,24 @@ static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t
                       const bench_args *o, bench_floors *f, const bench_layer_info *info,
                       bench_result *r)
 {
-    timed fw[64];
+    enum { MAX_FORWARDS = 64 };
+    timed fw[MAX_FORWARDS];
+    moe_trace *traces = NULL;
+    if (o->trace && !(traces = calloc(MAX_FORWARDS, sizeof *traces)))
+        return cli_fail(PROG, 1, "out of memory for the traces");
     double warm;
-    if (forward(layer, b, 0, t, h, &warm)) return 1; /* code, page tables, the thread team */
-    int n = 0;
+    int n = 0, rc = forward(layer, b, 0, t, h, NULL, &warm); /* code, page tables, the team */
     double total = 0;
-    while (n < 64 && (n < 3 || total < o->time_ms * 1e6)) {
+    while (!rc && n < MAX_FORWARDS && (n < 3 || total < o->time_ms * 1e6)) {
         bench_evict(f, info->threads);
-        if (forward(layer, b, (size_t)n + 1, t, h, &fw[n].ns)) return 1;
+        fw[n].trace = traces ? &traces[n] : NULL;
+        rc = forward(layer, b, (size_t)n + 1, t, h, fw[n].trace, &fw[n].ns);
         fw[n].hit = experts_hit(layer, b->ids, t);
         total += fw[n++].ns;
+    }
+    if (rc) {
+        free(traces);
+        return rc;
     }
     qsort(fw, (size_t)n, sizeof fw[0], cmp_timed);
     const timed *lo = &fw[(n - 1) / 2], *hi = &fw[n / 2];
@@ -540,6 +554,13 @@ static int run_tokens(const moe_layer *layer, const buffers *b, size_t t, size_t
     r->repeats = n;
     r->ms = (lo->ns + hi->ns) / 2 / 1e6;
     r->hit = (lo->hit + hi->hit) / 2.0;
+    if (traces) { /* the lower middle forward's, as moe run --trace shows */
+        r->trace = malloc(sizeof *r->trace);
+        if (r->trace) *r->trace = *lo->trace;
+        r->trace_ns = lo->ns;
+        free(traces);
+        if (!r->trace) return cli_fail(PROG, 1, "out of memory for the traces");
+    }
     forward_work(layer, t, r);
     return 0;
 }
@@ -617,6 +638,8 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o, b
             bench_report_header(stdout);
             for (size_t j = first; j < res->n; j++)
                 bench_report_row(stdout, &res->r[j]);
+            for (size_t j = first; j < res->n; j++)
+                bench_report_trace(stdout, &res->r[j]);
             fflush(stdout);
         }
         buffers_free(&b);
@@ -813,6 +836,8 @@ int moe_cmd_bench(int argc, char **argv)
                "routed experts with at least one token (the median forward's); tok/hit: "
                "token rows per expert hit, the expert kernels' mean batch.\n");
     bench_floors_free(&f);
+    for (size_t i = 0; i < res->n; i++)
+        free(res->r[i].trace);
     free(res);
     return rc;
 }
