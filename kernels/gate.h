@@ -18,10 +18,12 @@
  * Families: one per (input, weight) dtype pair, MOE_KERNEL_FAMILY_GATE_X<in>_W<w>, each with
  * its enumerator kernels/gate_x<in>_w<w>.inc (reference first). Every kernel takes any m
  * (0 included), any n ≥ 1 and k ≥ 1, any x_stride ≥ k and ld ≥ n; x aligned to its element
- * type; it reads x, w and bias only where they exist and writes logits[i][0..n) only (rows
- * ld floats apart, nothing in between). It may store partial sums in those logits elements
- * before the final values. No allocation, no state: any number of threads may call a kernel
- * at once on disjoint logits rows.
+ * type; it computes the experts of the tiles [tile_begin, tile_end) (tiles of NR = 16, below;
+ * 0 ≤ tile_begin ≤ tile_end ≤ ceil(n / 16)), reads x, w and bias only where they exist and
+ * writes logits[i][16·tile_begin .. min(n, 16·tile_end)) only (rows ld floats apart, nothing
+ * in between). It may store partial sums in those logits elements before the final values.
+ * No allocation, no state: any number of threads may call a kernel at once on disjoint logits
+ * rows or disjoint tile ranges (a decode step's few rows split over threads by experts).
  *
  * The order of operations, the same in every kernel except the AVX512-BF16 one:
  *   acc = +0.0f;  for h = 0, 1, ..., k-1:  acc = fmaf(x[i][h], W[e][h], acc);
@@ -59,6 +61,8 @@ struct moe_gate_args {
     int round_bf16;    /* nonzero: bf16-logits parity mode */
     float *logits;     /* [m, n], ld floats between rows */
     size_t ld;         /* ≥ n */
+    size_t tile_begin; /* the tiles of 16 experts computed: [tile_begin, tile_end) */
+    size_t tile_end;
 };
 
 /*

@@ -19,7 +19,7 @@
  *     for each block of up to MR rows (m split into blocks as equal as possible):
  *       x is read in place (f32 rows; bf16 rows in pairs for vdpbf16ps), or — bf16 x for an
  *       FMA kernel — widened to f32 once for the chunk into a buffer on the stack;
- *       for each group of up to NT(mr) tiles of 16 experts:
+ *       for each group of up to NT(mr) tiles of 16 experts (of the call's tile range):
  *         tile function: mr × 16·nt accumulators in registers, loaded from the logits (zero
  *         in the first chunk), one FMA per weight in increasing h with x[row][h] broadcast
  *         from its row, stored back (the epilogue in the last chunk).
@@ -87,7 +87,7 @@ static inline const float *moe_gate_widen(const moe_gate_args *a, moe_cvt_bf16_f
 /* Runs the whole problem a through kernel b (the loop nest above). */
 static inline void moe_gate_drive(const moe_gate_args *a, const moe_gate_blocking *b)
 {
-    if (a->m == 0) return;
+    if (a->m == 0 || a->tile_begin >= a->tile_end) return;
     _Alignas(64) float widened[MOE_GATE_MR_MAX * MOE_GATE_KC];
     size_t tiles = moe_gate_tiles(a->n);
     size_t nblocks = (a->m + b->mr_max - 1) / b->mr_max;
@@ -114,9 +114,9 @@ static inline void moe_gate_drive(const moe_gate_args *a, const moe_gate_blockin
                 t.x_ld = a->x_stride;
             }
             size_t ntm = b->nt_max[t.mr];
-            for (size_t t0 = 0; t0 < tiles; t0 += ntm) {
+            for (size_t t0 = a->tile_begin; t0 < a->tile_end; t0 += ntm) {
                 size_t e0 = t0 * MOE_GATE_NR;
-                t.nt = tiles - t0 < ntm ? tiles - t0 : ntm;
+                t.nt = a->tile_end - t0 < ntm ? a->tile_end - t0 : ntm;
                 t.n_valid = a->n - e0 < t.nt * MOE_GATE_NR ? a->n - e0 : t.nt * MOE_GATE_NR;
                 t.w = wc + t0 * t.tile_stride;
                 t.c = a->logits + i0 * a->ld + e0;

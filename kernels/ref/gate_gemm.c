@@ -64,7 +64,7 @@ static inline void gate_ref(const moe_gate_args *a, int xk, int wk)
     size_t x_size = xk == D_F32 ? 4 : 2;
     for (size_t i = 0; i < a->m; i++) {
         const void *xrow = (const uint8_t *)a->x + i * a->x_stride * x_size;
-        for (size_t t = 0; t < moe_gate_tiles(a->n); t++)
+        for (size_t t = a->tile_begin; t < a->tile_end; t++)
             tile_row(a, xrow, xk, wk, t, a->logits + i * a->ld + t * MOE_GATE_NR);
     }
 }

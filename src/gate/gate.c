@@ -199,10 +199,11 @@ moe_status moe_gate_set_logits_dtype(moe_gate *gate, const moe_cpu_caps *allowed
 }
 
 void moe_gate_forward(const moe_gate *gate, size_t m, const void *x, moe_dtype x_dtype,
-                      size_t x_stride, float *logits, size_t ld)
+                      size_t x_stride, float *logits, size_t ld, size_t part, size_t parts)
 {
     int s = input_slot(x_dtype);
-    if (s < 0 || m == 0) return; /* the layer validates; nothing to do either way */
+    if (s < 0 || m == 0 || part >= parts) return; /* the layer validates; nothing to do */
+    const size_t tiles = moe_gate_tiles((size_t)gate->n_experts);
     moe_gate_args a = {.m = m,
                        .n = (size_t)gate->n_experts,
                        .k = (size_t)gate->hidden,
@@ -212,7 +213,9 @@ void moe_gate_forward(const moe_gate *gate, size_t m, const void *x, moe_dtype x
                        .bias = gate->bias,
                        .round_bf16 = gate->logits_dtype == MOE_DTYPE_BF16,
                        .logits = logits,
-                       .ld = ld};
+                       .ld = ld,
+                       .tile_begin = tiles * part / parts,
+                       .tile_end = tiles * (part + 1) / parts};
     gate->choice[s].kernel->fn.gate(&a);
 }
 

@@ -48,10 +48,13 @@ moe_status moe_gate_set_logits_dtype(moe_gate *gate, const moe_cpu_caps *allowed
                                      moe_dtype logits_dtype);
 
 /* logits [m, n_experts] (ld floats apart) for m rows of x (f32 or bf16, x_stride elements
- * apart). Thread-safe and allocation-free, so the layer may split rows between threads; a
- * row's logits do not depend on m or on the other rows. */
+ * apart): the experts of share `part` of `parts` (0 ≤ part < parts; the tiles of 16 experts
+ * cut into parts contiguous shares as equal as they go), the other logits untouched; part 0 of
+ * 1 is all of them. Thread-safe and allocation-free, so the layer may split rows, or a decode
+ * step's experts, between threads; a logit does not depend on m, on the other rows or on the
+ * share. */
 void moe_gate_forward(const moe_gate *gate, size_t m, const void *x, moe_dtype x_dtype,
-                      size_t x_stride, float *logits, size_t ld);
+                      size_t x_stride, float *logits, size_t ld, size_t part, size_t parts);
 
 /* The kernel chosen for input dtype X_DTYPE, with its reason; packed bytes; the resolved
  * logits dtype. */

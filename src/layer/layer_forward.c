@@ -170,12 +170,20 @@ static void gate_step(fwd *f)
     const moe_layer *l = f->l;
     const size_t n = f->a->n_tokens, h = f->h, e = (size_t)l->plan.ld->routing.n_experts;
     const moe_dtype dt = f->a->hidden_dtype;
-    const size_t eb = dt == MOE_DTYPE_BF16 ? 2 : 4;
+    const size_t eb = dt == MOE_DTYPE_BF16 ? 2 : 4, threads = (size_t)omp_get_num_threads();
+    if (row_items(n) < threads) {
+        /* Fewer row items than threads (a decode step): every thread takes all the rows for
+         * its share of the experts, so the gate's weight streams on every core (same bits). */
 #pragma omp for schedule(static)
-    for (size_t it = 0; it < row_items(n); it++) {
-        const size_t r0 = it * ROWS_PER_ITEM;
-        moe_gate_forward(l->gate, item_rows(n, it), (const char *)f->a->hidden + r0 * h * eb, dt, h,
-                         f->logits + r0 * e, e);
+        for (size_t part = 0; part < threads; part++)
+            moe_gate_forward(l->gate, n, f->a->hidden, dt, h, f->logits, e, part, threads);
+    } else {
+#pragma omp for schedule(static)
+        for (size_t it = 0; it < row_items(n); it++) {
+            const size_t r0 = it * ROWS_PER_ITEM;
+            moe_gate_forward(l->gate, item_rows(n, it), (const char *)f->a->hidden + r0 * h * eb,
+                             dt, h, f->logits + r0 * e, e, 0, 1);
+        }
     }
 #pragma omp master
     moe_trace_mark(&f->trace, "gate", moe_gate_choice(l->gate, dt)->kernel->name,

@@ -295,9 +295,10 @@ typedef struct run_ctx {
     outbuf out;
 } run_ctx;
 
-/* Runs kernel fn on the first m rows; returns the logits (in ctx->out) after checking that
- * nothing outside them was written. */
-static float *run(run_ctx *c, moe_gate_ukernel *fn, size_t m, bool bias, int round)
+/* Runs kernel fn on the first m rows and the expert tiles [t0, t1); returns the logits (in
+ * ctx->out, the rest of it SENTINEL before the call). */
+static float *run_tiles(run_ctx *c, moe_gate_ukernel *fn, size_t m, bool bias, int round, size_t t0,
+                        size_t t1)
 {
     const problem *p = c->p;
     size_t xs = dsize(p->xd);
@@ -314,9 +315,17 @@ static float *run(run_ctx *c, moe_gate_ukernel *fn, size_t m, bool bias, int rou
                        .bias = bias ? p->bias : NULL,
                        .round_bf16 = round,
                        .logits = logits,
-                       .ld = c->out.ld};
+                       .ld = c->out.ld,
+                       .tile_begin = t0,
+                       .tile_end = t1};
     fn(&a);
     return logits;
+}
+
+/* run_tiles over every tile. */
+static float *run(run_ctx *c, moe_gate_ukernel *fn, size_t m, bool bias, int round)
+{
+    return run_tiles(c, fn, m, bias, round, 0, moe_gate_tiles(c->p->n));
 }
 
 static bool same_bits(float a, float b) { return f32_bits(a) == f32_bits(b) || (a != a && b != b); }
@@ -404,6 +413,27 @@ static void check_rows(const test_kernel *k, const problem *p, size_t m, int rou
            bad);
 }
 
+/* A run over the tiles [t0, t1) only (a decode step split between threads by experts): those
+ * experts' logits have the bits of the whole run, every other element is untouched. */
+static void check_tile_range(const test_kernel *k, run_ctx *c, size_t m, bool bias, size_t t0,
+                             size_t t1, const base *own)
+{
+    const problem *p = c->p;
+    const float *l = run_tiles(c, k->fn, m, bias, 0, t0, t1);
+    size_t bad = 0, touched = 0;
+    for (size_t i = 0; i < m; i++)
+        for (size_t e = 0; e < p->n; e++) {
+            const bool in = e >= t0 * MOE_GATE_NR && e < t1 * MOE_GATE_NR;
+            if (in)
+                bad += !same_bits(l[i * c->out.ld + e], own->v[0][i * p->n + e]);
+            else
+                touched += f32_bits(l[i * c->out.ld + e]) != SENTINEL;
+        }
+    CHECKF(bad == 0 && touched == 0 && out_damage(&c->out) == 0,
+           "%s %s m=%zu tiles [%zu, %zu): %zu differ from the whole run, %zu outside written",
+           k->name, case_str, m, t0, t1, bad, touched);
+}
+
 static const size_t m_list[] = {0, 1, 2, 3, 7, 16, 33, 300};
 
 /* The largest m a shape is run with, so the whole program stays fast even in a Debug build
@@ -470,6 +500,13 @@ static void run_family(const family *f, size_t n, size_t k, size_t m_max, bool b
         }
         if (ki > 0 && !small) base_round(&own, &p);
         check_base(kr, &p, ki > 0 ? &own : &ref, &ref, bias);
+        /* Tile ranges: the middle ones, the first alone, the last alone, none. */
+        const size_t tiles = moe_gate_tiles(n), mt = m_max < 3 ? m_max : 3;
+        check_tile_range(kr, &c, mt, bias, tiles > 2 ? 1 : 0, tiles > 2 ? tiles - 1 : 1,
+                         ki > 0 ? &own : &ref);
+        check_tile_range(kr, &c, mt, bias, 0, 1, ki > 0 ? &own : &ref);
+        check_tile_range(kr, &c, mt, bias, tiles - 1, tiles, ki > 0 ? &own : &ref);
+        check_tile_range(kr, &c, mt, bias, tiles / 2, tiles / 2, ki > 0 ? &own : &ref);
         /* Fewer rows: the same bits per row (the reference, trivially so, at m ≤ 3 only). */
         for (size_t mi = 0; mi < COUNT(m_list) && m_list[mi] < m_max; mi++) {
             if (ki == 0 && m_list[mi] > 3) break;
@@ -647,12 +684,15 @@ static void test_gate_object(const moe_cpu_caps *allowed)
                                .bias = p.bias,
                                .round_bf16 = round,
                                .logits = want,
-                               .ld = n};
+                               .ld = n,
+                               .tile_begin = 0,
+                               .tile_end = moe_gate_tiles(n)};
             /* The test's own packing of the same weight: the gate's must equal it. */
             ch->kernel->fn.gate(&a);
             for (size_t i = 0; i < m * (n + 2) + 4; i++)
                 memcpy(&got[i], &(uint32_t){SENTINEL}, 4);
-            moe_gate_forward(g, m, x, s ? MOE_DTYPE_BF16 : MOE_DTYPE_F32, p.stride, got, n + 2);
+            moe_gate_forward(g, m, x, s ? MOE_DTYPE_BF16 : MOE_DTYPE_F32, p.stride, got, n + 2, 0,
+                             1);
             size_t bad = 0, damage = 0;
             for (size_t i = 0; i < m; i++) {
                 for (size_t e = 0; e < n; e++)
@@ -671,6 +711,33 @@ static void test_gate_object(const moe_cpu_caps *allowed)
             }
             CHECKF(far == 0, "gate forward (x %s, round %d): %zu logits off the float64 sum",
                    s ? "bf16" : "f32", round, far);
+            /* Shares of the experts (a decode step split between threads): all of them in
+             * reverse order give the whole; share 1 alone writes its own tiles' experts only. */
+            const moe_dtype xd = s ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+            const size_t tiles = moe_gate_tiles(n);
+            for (size_t parts = 2; parts <= 4; parts++) {
+                for (int alone = 0; alone < 2; alone++) {
+                    for (size_t i = 0; i < m * (n + 2) + 4; i++)
+                        memcpy(&got[i], &(uint32_t){SENTINEL}, 4);
+                    for (size_t q = parts; q-- > 0;)
+                        if (!alone || q == 1)
+                            moe_gate_forward(g, m, x, xd, p.stride, got, n + 2, q, parts);
+                    const size_t e0 = alone ? tiles * 1 / parts * MOE_GATE_NR : 0,
+                                 e1 = alone ? tiles * 2 / parts * MOE_GATE_NR : n;
+                    bad = damage = 0;
+                    for (size_t i = 0; i < m; i++) {
+                        for (size_t e = 0; e < n; e++)
+                            bad += e >= e0 && e < e1
+                                       ? !same_bits(got[i * (n + 2) + e], want[i * n + e])
+                                       : f32_bits(got[i * (n + 2) + e]) != SENTINEL;
+                        damage += f32_bits(got[i * (n + 2) + n]) != SENTINEL;
+                    }
+                    CHECKF(bad == 0 && damage == 0,
+                           "gate forward (x %s, round %d), %s of %zu shares: %zu wrong, %zu gap",
+                           s ? "bf16" : "f32", round, alone ? "share 1" : "all", parts, bad,
+                           damage);
+                }
+            }
         }
         if (pass == 0) {
             const moe_kernel *before = cb->kernel;
@@ -684,8 +751,8 @@ static void test_gate_object(const moe_cpu_caps *allowed)
     /* Unknown input dtype or m = 0: nothing written. */
     for (size_t i = 0; i < 8; i++)
         memcpy(&got[i], &(uint32_t){SENTINEL}, 4);
-    moe_gate_forward(g, 1, xf, MOE_DTYPE_F16, k, got, n);
-    moe_gate_forward(g, 0, xf, MOE_DTYPE_F32, k, got, n);
+    moe_gate_forward(g, 1, xf, MOE_DTYPE_F16, k, got, n, 0, 1);
+    moe_gate_forward(g, 0, xf, MOE_DTYPE_F32, k, got, n, 0, 1);
     CHECK(f32_bits(got[0]) == SENTINEL && f32_bits(got[7]) == SENTINEL);
     CHECK_STATUS(moe_gate_set_logits_dtype(g, allowed, MOE_DTYPE_F16), MOE_EDTYPE);
     CHECK_STATUS(moe_gate_set_logits_dtype(g, allowed, MOE_DTYPE_INVALID), MOE_EDTYPE);
@@ -740,7 +807,7 @@ static void test_gate_object(const moe_cpu_caps *allowed)
         REQUIRE(g2);
         CHECK(moe_gate_choice(g2, MOE_DTYPE_F32)->packing == packing_for(wds[d]));
         float l[5 * 24];
-        moe_gate_forward(g2, 5, q.x, MOE_DTYPE_F32, q.stride, l, 24);
+        moe_gate_forward(g2, 5, q.x, MOE_DTYPE_F32, q.stride, l, 24, 0, 1);
         size_t far = 0;
         for (size_t i = 0; i < 5; i++)
             for (size_t e = 0; e < 24; e++) {
