@@ -304,28 +304,30 @@ static void combine_phase(const moe_experts_job *job)
     const size_t *row = job->ws.plan.row;
     const float *y = job->ws.y_routed;
     const bool add_shared = job->always != NULL;
+    const size_t chunks = (h_n + COMBINE_CHUNK - 1) / COMBINE_CHUNK;
+    /* Work items are (token, chunk) pairs, so a decode step's few tokens spread over every
+     * thread too; each element sees the same operations whichever thread runs it. */
 #pragma omp for schedule(static)
-    for (size_t t = 0; t < n_t; t++) {
+    for (size_t it = 0; it < n_t * chunks; it++) {
+        const size_t t = it / chunks, c = it % chunks * COMBINE_CHUNK;
+        const size_t n = min_size(COMBINE_CHUNK, h_n - c);
         const float *w = job->weights + t * k_n;
         float *o = job->out + t * h_n;
         float acc[COMBINE_CHUNK];
-        for (size_t c = 0; c < h_n; c += COMBINE_CHUNK) {
-            const size_t n = min_size(COMBINE_CHUNK, h_n - c);
-            const float *y0 = y + row[t * k_n] * h_n + c;
+        const float *y0 = y + row[t * k_n] * h_n + c;
+        for (size_t i = 0; i < n; i++)
+            acc[i] = w[0] * y0[i];
+        for (size_t k = 1; k < k_n; k++) {
+            const float *yk = y + row[t * k_n + k] * h_n + c;
+            const float wk = w[k];
             for (size_t i = 0; i < n; i++)
-                acc[i] = w[0] * y0[i];
-            for (size_t k = 1; k < k_n; k++) {
-                const float *yk = y + row[t * k_n + k] * h_n + c;
-                const float wk = w[k];
-                for (size_t i = 0; i < n; i++)
-                    acc[i] += wk * yk[i];
-            }
-            if (add_shared)
-                for (size_t i = 0; i < n; i++)
-                    o[c + i] = acc[i] + o[c + i];
-            else
-                memcpy(o + c, acc, n * sizeof(float));
+                acc[i] += wk * yk[i];
         }
+        if (add_shared)
+            for (size_t i = 0; i < n; i++)
+                o[c + i] = acc[i] + o[c + i];
+        else
+            memcpy(o + c, acc, n * sizeof(float));
     }
 }
 
