@@ -20,6 +20,7 @@
  * sign-extended to words 16 at a time, (w << 7) & 0xBFFF (the f16 of e4m3 · 2^-8),
  * vcvtph2ps. FP8 takes up to 8 tokens: from 3 on, each 128-K block is decoded once into a
  * stack buffer and the tokens run over it two at a time (the AVX-512 file explains why).
+ * At one token the FP8 set's multi-tile entries read two tiles side by side (below).
  * Prefetch: 8 KB ahead into L2, as there.
  */
 
@@ -516,6 +517,148 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
     if (m > 2) down_fp8_buffered(m, k, h, tile, y, y_stride, n_valid);
 }
 
+/* ---- FP8, one token: two tiles side by side ----------------------------------------------
+ * As the MXFP4 set (bench/NOTES.md v11): one core reads two streams faster than one. Both
+ * tiles' block sums stay in registers (8 ymm), their totals go to the stack once per block;
+ * each element gets the direct path's operations. A tile's L2 prefetch past its end goes one
+ * tile further, to the next pair's tile of the same side (the partner reads the next tile). */
+
+INLINE void prefetch_side(const unsigned char *p, const unsigned char *end, size_t skip)
+{
+    const unsigned char *a = p + PF_BYTES;
+    prefetch(a >= end ? a + skip : a);
+}
+
+/* gate/up of the tiles at tile and tile + tb for the token x: tot[j][r] for row group r (gate
+ * 0-7, 8-15, up 0-7, 8-15). */
+INLINE void gateup_fp8_pair_dot(size_t k, const float *x, const unsigned char *tile, size_t tb,
+                                float tot[2][4][8])
+{
+    memset(tot, 0, 2 * sizeof tot[0]);
+    const size_t cs = moe_xl_fp8_codes((int64_t)k, 2), bias = moe_xl_bias_bytes(2);
+    for (size_t k0 = 0, blk = 0; k0 < k; k0 += MOE_XL_KB, blk++) {
+        const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
+        __m256 b[2][4];
+        UNROLL
+        for (size_t j = 0; j < 2; j++)
+            b[j][0] = b[j][1] = b[j][2] = b[j][3] = _mm256_setzero_ps();
+        for (size_t kk = k0; kk < k1; kk++) {
+            const __m256 xb = _mm256_set1_ps(x[kk]);
+            UNROLL
+            for (size_t j = 0; j < 2; j++) {
+                const unsigned char *c = tile + j * tb + cs + kk * 32;
+                prefetch_side(c, tile + (j + 1) * tb, tb);
+                UNROLL
+                for (size_t r = 0; r < 4; r += 2) {
+                    __m256 w0, w1;
+                    fp8_16(c + 8 * r, &w0, &w1);
+                    b[j][r] = _mm256_fmadd_ps(w0, xb, b[j][r]);
+                    b[j][r + 1] = _mm256_fmadd_ps(w1, xb, b[j][r + 1]);
+                }
+            }
+        }
+        UNROLL
+        for (size_t j = 0; j < 2; j++) {
+            const unsigned char *sc = tile + j * tb + bias + 8 * blk;
+            UNROLL
+            for (size_t r = 0; r < 4; r++) {
+                const __m256 s = _mm256_set1_ps(load_f32(sc + 4 * (r / 2)));
+                _mm256_store_ps(tot[j][r], _mm256_fmadd_ps(b[j][r], s, _mm256_load_ps(tot[j][r])));
+            }
+        }
+    }
+}
+
+/* down of the tiles at tile and tile + tb for the token x: tot[j][r] for rows 8r..8r+7. */
+INLINE void down_fp8_pair_dot(size_t k, const float *const *x, const unsigned char *tile, size_t tb,
+                              float tot[2][2][8])
+{
+    memset(tot, 0, 2 * sizeof tot[0]);
+    const size_t cs = moe_xl_fp8_codes((int64_t)k, 1), bias = moe_xl_bias_bytes(1);
+    const size_t pairs = (k + 1) / 2;
+    for (size_t q0 = 0, blk = 0; q0 < pairs; q0 += MOE_XL_KB / 2, blk++) {
+        const size_t q1 = q0 + MOE_XL_KB / 2 < pairs ? q0 + MOE_XL_KB / 2 : pairs;
+        __m256 d[2][1][2][2]; /* [tile][token][chain][row group] */
+        UNROLL
+        for (size_t j = 0; j < 2; j++)
+            d[j][0][0][0] = d[j][0][0][1] = d[j][0][1][0] = d[j][0][1][1] = _mm256_setzero_ps();
+        size_t q = q0;
+        for (; q + 2 <= q1; q += 2) {
+            const bool last_half = 2 * q + 3 == k; /* pair q + 1 is (k - 1, padding) */
+            UNROLL
+            for (size_t j = 0; j < 2; j++) {
+                const unsigned char *p = tile + j * tb + cs + q * 32;
+                prefetch_side(p, tile + (j + 1) * tb, tb);
+                down_fp8_pair(1, 0, p, x, 2 * q, true, d[j]);
+                down_fp8_pair(1, 1, p + 32, x, 2 * q + 2, !last_half, d[j]);
+            }
+        }
+        if (q < q1)
+            for (size_t j = 0; j < 2; j++)
+                down_fp8_pair(1, 0, tile + j * tb + cs + q * 32, x, 2 * q, 2 * q + 1 < k, d[j]);
+        UNROLL
+        for (size_t j = 0; j < 2; j++) {
+            const __m256 s = _mm256_set1_ps(load_f32(tile + j * tb + bias + 4 * blk));
+            UNROLL
+            for (size_t r = 0; r < 2; r++) {
+                const __m256 sum = _mm256_add_ps(d[j][0][0][r], d[j][0][1][r]);
+                _mm256_store_ps(tot[j][r], _mm256_fmadd_ps(sum, s, _mm256_load_ps(tot[j][r])));
+            }
+        }
+    }
+}
+
+/* n tiles: in pairs at one token (and a last odd tile), tile by tile otherwise. */
+static void gateup_fp8_tiles(size_t m, size_t k, const void *const *x, const void *tile, size_t n,
+                             const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    const size_t tb = moe_xl_fp8_gateup_bytes((int64_t)k);
+    const unsigned char *t = tile;
+    float *out = h;
+    for (size_t j = 0; j < n;) {
+        if (m == 1 && n - j >= 2) {
+            float tot[2][4][8] __attribute__((aligned(32)));
+            gateup_fp8_pair_dot(k, x[0], t + j * tb, tb, tot);
+            for (size_t i = 0; i < 2; i++) {
+                __m256 acc[1][4];
+                for (size_t r = 0; r < 4; r++)
+                    acc[0][r] = _mm256_load_ps(tot[i][r]);
+                gateup_out(1, acc, t + (j + i) * tb, act, out + (j + i) * NR, h_stride,
+                           j + i + 1 == n ? n_valid : NR);
+            }
+            j += 2;
+        } else {
+            gateup_fp8(m, k, x, t + j * tb, act, out + j * NR, h_stride, j + 1 == n ? n_valid : NR);
+            j++;
+        }
+    }
+}
+
+static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void *tile, size_t n,
+                           float *y, size_t y_stride, size_t n_valid)
+{
+    const size_t tb = moe_xl_fp8_down_bytes((int64_t)k);
+    const unsigned char *t = tile;
+    for (size_t j = 0; j < n;) {
+        if (m == 1 && n - j >= 2) {
+            const float *x[1] = {hv[0]};
+            float tot[2][2][8] __attribute__((aligned(32)));
+            down_fp8_pair_dot(k, x, t + j * tb, tb, tot);
+            for (size_t i = 0; i < 2; i++) {
+                __m256 acc[1][4];
+                acc[0][0] = _mm256_load_ps(tot[i][0]);
+                acc[0][1] = _mm256_load_ps(tot[i][1]);
+                down_out(1, acc, t + (j + i) * tb, y + (j + i) * NR, y_stride,
+                         j + i + 1 == n ? n_valid : NR);
+            }
+            j += 2;
+        } else {
+            down_fp8(m, k, hv, t + j * tb, y + j * NR, y_stride, j + 1 == n ? n_valid : NR);
+            j++;
+        }
+    }
+}
+
 const moe_expert_kernels moe_expert_bf16_f32_2x16__avx2 = {
     .name = "moe_expert_bf16_f32_2x16__avx2",
     .format = MOE_EXPERT_FMT_BF16,
@@ -548,4 +691,6 @@ const moe_expert_kernels moe_expert_fp8_f32_8x16__avx2 = {
     .unpack_down = moe_xl_fp8_unpack_down,
     .gateup = gateup_fp8,
     .down = down_fp8,
+    .gateup_tiles = gateup_fp8_tiles,
+    .down_tiles = down_fp8_tiles,
 };
