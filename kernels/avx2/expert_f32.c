@@ -523,12 +523,6 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
  * each element gets the direct path's operations. A tile's L2 prefetch past its end goes one
  * tile further, to the next pair's tile of the same side (the partner reads the next tile). */
 
-INLINE void prefetch_side(const unsigned char *p, const unsigned char *end, size_t skip)
-{
-    const unsigned char *a = p + PF_BYTES;
-    prefetch(a >= end ? a + skip : a);
-}
-
 /* gate/up of the tiles at tile and tile + tb for the token x: tot[j][r] for row group r (gate
  * 0-7, 8-15, up 0-7, 8-15). */
 INLINE void gateup_fp8_pair_dot(size_t k, const float *x, const unsigned char *tile, size_t tb,
@@ -547,7 +541,7 @@ INLINE void gateup_fp8_pair_dot(size_t k, const float *x, const unsigned char *t
             UNROLL
             for (size_t j = 0; j < 2; j++) {
                 const unsigned char *c = tile + j * tb + cs + kk * 32;
-                prefetch_side(c, tile + (j + 1) * tb, tb);
+                prefetch(moe_xl_pair_prefetch(c + PF_BYTES, tile + (j + 1) * tb, tb));
                 UNROLL
                 for (size_t r = 0; r < 4; r += 2) {
                     __m256 w0, w1;
@@ -569,11 +563,13 @@ INLINE void gateup_fp8_pair_dot(size_t k, const float *x, const unsigned char *t
     }
 }
 
-/* down of the tiles at tile and tile + tb for the token x: tot[j][r] for rows 8r..8r+7. */
-INLINE void down_fp8_pair_dot(size_t k, const float *const *x, const unsigned char *tile, size_t tb,
-                              float tot[2][2][8])
+/* down of the tiles at tile and tile + tb for the token x0: tot[j][r] for rows 8r..8r+7 (r <
+ * 2, in gate/up's array, so one caller serves both). */
+INLINE void down_fp8_pair_dot(size_t k, const float *x0, const unsigned char *tile, size_t tb,
+                              float tot[2][4][8])
 {
     memset(tot, 0, 2 * sizeof tot[0]);
+    const float *const x[1] = {x0};
     const size_t cs = moe_xl_fp8_codes((int64_t)k, 1), bias = moe_xl_bias_bytes(1);
     const size_t pairs = (k + 1) / 2;
     for (size_t q0 = 0, blk = 0; q0 < pairs; q0 += MOE_XL_KB / 2, blk++) {
@@ -588,7 +584,7 @@ INLINE void down_fp8_pair_dot(size_t k, const float *const *x, const unsigned ch
             UNROLL
             for (size_t j = 0; j < 2; j++) {
                 const unsigned char *p = tile + j * tb + cs + q * 32;
-                prefetch_side(p, tile + (j + 1) * tb, tb);
+                prefetch(moe_xl_pair_prefetch(p + PF_BYTES, tile + (j + 1) * tb, tb));
                 down_fp8_pair(1, 0, p, x, 2 * q, true, d[j]);
                 down_fp8_pair(1, 1, p + 32, x, 2 * q + 2, !last_half, d[j]);
             }
@@ -608,55 +604,52 @@ INLINE void down_fp8_pair_dot(size_t k, const float *const *x, const unsigned ch
     }
 }
 
-/* n tiles: in pairs at one token (and a last odd tile), tile by tile otherwise. */
+/* n tiles of np projections: in pairs at one token (and a last odd tile), tile by tile
+ * otherwise. */
+INLINE void fp8_tiles(const int np, size_t m, size_t k, const void *const *x,
+                      const unsigned char *tile, size_t n, const moe_act_params *act, float *out,
+                      size_t os, size_t n_valid)
+{
+    const size_t tb =
+        np == 2 ? moe_xl_fp8_gateup_bytes((int64_t)k) : moe_xl_fp8_down_bytes((int64_t)k);
+    for (size_t j = 0; j < n;) {
+        const size_t pair = m == 1 && n - j >= 2 ? 2 : 1;
+        if (pair == 2) {
+            float tot[2][4][8] __attribute__((aligned(32)));
+            if (np == 2)
+                gateup_fp8_pair_dot(k, x[0], tile + j * tb, tb, tot);
+            else
+                down_fp8_pair_dot(k, x[0], tile + j * tb, tb, tot);
+            for (size_t i = 0; i < 2; i++) {
+                __m256 acc[1][4];
+                for (int r = 0; r < 2 * np; r++)
+                    acc[0][r] = _mm256_load_ps(tot[i][r]);
+                const unsigned char *t = tile + (j + i) * tb;
+                const size_t nv = j + i + 1 == n ? n_valid : NR;
+                if (np == 2)
+                    gateup_out(1, acc, t, act, out + (j + i) * NR, os, nv);
+                else
+                    down_out(1, acc, t, out + (j + i) * NR, os, nv);
+            }
+        } else if (np == 2) {
+            gateup_fp8(m, k, x, tile + j * tb, act, out + j * NR, os, j + 1 == n ? n_valid : NR);
+        } else {
+            down_fp8(m, k, x, tile + j * tb, out + j * NR, os, j + 1 == n ? n_valid : NR);
+        }
+        j += pair;
+    }
+}
+
 static void gateup_fp8_tiles(size_t m, size_t k, const void *const *x, const void *tile, size_t n,
                              const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    const size_t tb = moe_xl_fp8_gateup_bytes((int64_t)k);
-    const unsigned char *t = tile;
-    float *out = h;
-    for (size_t j = 0; j < n;) {
-        if (m == 1 && n - j >= 2) {
-            float tot[2][4][8] __attribute__((aligned(32)));
-            gateup_fp8_pair_dot(k, x[0], t + j * tb, tb, tot);
-            for (size_t i = 0; i < 2; i++) {
-                __m256 acc[1][4];
-                for (size_t r = 0; r < 4; r++)
-                    acc[0][r] = _mm256_load_ps(tot[i][r]);
-                gateup_out(1, acc, t + (j + i) * tb, act, out + (j + i) * NR, h_stride,
-                           j + i + 1 == n ? n_valid : NR);
-            }
-            j += 2;
-        } else {
-            gateup_fp8(m, k, x, t + j * tb, act, out + j * NR, h_stride, j + 1 == n ? n_valid : NR);
-            j++;
-        }
-    }
+    fp8_tiles(2, m, k, x, tile, n, act, h, h_stride, n_valid);
 }
 
 static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void *tile, size_t n,
                            float *y, size_t y_stride, size_t n_valid)
 {
-    const size_t tb = moe_xl_fp8_down_bytes((int64_t)k);
-    const unsigned char *t = tile;
-    for (size_t j = 0; j < n;) {
-        if (m == 1 && n - j >= 2) {
-            const float *x[1] = {hv[0]};
-            float tot[2][2][8] __attribute__((aligned(32)));
-            down_fp8_pair_dot(k, x, t + j * tb, tb, tot);
-            for (size_t i = 0; i < 2; i++) {
-                __m256 acc[1][4];
-                acc[0][0] = _mm256_load_ps(tot[i][0]);
-                acc[0][1] = _mm256_load_ps(tot[i][1]);
-                down_out(1, acc, t + (j + i) * tb, y + (j + i) * NR, y_stride,
-                         j + i + 1 == n ? n_valid : NR);
-            }
-            j += 2;
-        } else {
-            down_fp8(m, k, hv, t + j * tb, y + j * NR, y_stride, j + 1 == n ? n_valid : NR);
-            j++;
-        }
-    }
+    fp8_tiles(1, m, k, hv, tile, n, NULL, y, y_stride, n_valid);
 }
 
 const moe_expert_kernels moe_expert_bf16_f32_2x16__avx2 = {

@@ -5,6 +5,7 @@
 
 #include "kernels/avx2/math_avx2.h"
 #include "kernels/avx2/q8_prepare.h"
+#include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
 #include "select/kernel.h"
 
@@ -47,14 +48,11 @@
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-/* The line PF_BYTES past p into L2, and the one PF_L1_BYTES past p into L1. One of a pair of
- * tiles side by side (end: its tile's end; skip: the tile size, 0 alone): an L2 line past the
- * tile's end, in the next tile, which the pair reads itself, goes skip bytes further, into the
- * next pair's tile of the same side. */
+/* The line PF_BYTES past p into L2 (for a tile ending at end, one of a pair when skip is the
+ * tile size: moe_xl_pair_prefetch) and the one PF_L1_BYTES past p into L1. */
 INLINE void prefetch(const unsigned char *p, const unsigned char *end, size_t skip)
 {
-    const unsigned char *a = p + PF_BYTES;
-    _mm_prefetch((const char *)(a >= end ? a + skip : a), _MM_HINT_T1);
+    _mm_prefetch((const char *)moe_xl_pair_prefetch(p + PF_BYTES, end, skip), _MM_HINT_T1);
     _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
 }
 
@@ -252,83 +250,68 @@ INLINE void accumulate(const int np, size_t m, size_t k, const void *const *xv,
     }
 }
 
-/* The epilogues of nt tiles' totals: bias, activation (gate/up), the rows of the last tile
- * below n_valid, tile j's outputs NR elements after tile j - 1's. */
-INLINE void gateup_out(size_t m, size_t nt, size_t tb, const unsigned char *tile, totals (*tot)[MR],
-                       const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+/* The epilogue of nt tiles' totals over np projections: bias, then (gate/up) the
+ * activation; rows of the last tile below n_valid, tile j's outputs NR elements after tile
+ * j - 1's. */
+INLINE void tiles_out(const int np, size_t m, size_t nt, size_t tb, const unsigned char *tile,
+                      totals (*tot)[MR], const moe_act_params *act, float *out, size_t os,
+                      size_t n_valid)
 {
     for (size_t j = 0; j < nt; j++) {
         const float *bias = (const float *)(tile + j * tb);
         const size_t nv = j + 1 == nt ? n_valid : NR;
         for (size_t t = 0; t < m; t++)
             for (size_t hf = 0; hf < 2; hf++) {
-                const __m256 g =
+                __m256 v =
                     _mm256_add_ps(_mm256_load_ps(tot[j][t][hf]), _mm256_loadu_ps(bias + 8 * hf));
-                const __m256 u = _mm256_add_ps(_mm256_load_ps(tot[j][t][2 + hf]),
-                                               _mm256_loadu_ps(bias + NR + 8 * hf));
-                store_half(h + t * hs + j * NR, hf, act8(act, g, u), nv);
+                if (np == 2)
+                    v = act8(act, v,
+                             _mm256_add_ps(_mm256_load_ps(tot[j][t][2 + hf]),
+                                           _mm256_loadu_ps(bias + NR + 8 * hf)));
+                store_half(out + t * os + j * NR, hf, v, nv);
             }
     }
 }
 
-INLINE void down_out(size_t m, size_t nt, size_t tb, const unsigned char *tile, totals (*tot)[MR],
-                     float *y, size_t ys, size_t n_valid)
+/* n tiles of np projections: in pairs up to GROUP tokens (and a last odd tile), one by one
+ * above. */
+INLINE void run_tiles(const int np, size_t m, size_t k, const void *const *x,
+                      const unsigned char *tile, size_t n, const moe_act_params *act, float *out,
+                      size_t os, size_t n_valid)
 {
-    for (size_t j = 0; j < nt; j++) {
-        const float *bias = (const float *)(tile + j * tb);
-        const size_t nv = j + 1 == nt ? n_valid : NR;
-        for (size_t t = 0; t < m; t++)
-            for (size_t hf = 0; hf < 2; hf++) {
-                const __m256 v =
-                    _mm256_add_ps(_mm256_load_ps(tot[j][t][hf]), _mm256_loadu_ps(bias + 8 * hf));
-                store_half(y + t * ys + j * NR, hf, v, nv);
-            }
+    totals tot[2][MR] __attribute__((aligned(32)));
+    const size_t tb = np == 2 ? moe_mx_gateup_bytes((int64_t)k) : moe_mx_down_bytes((int64_t)k);
+    const size_t pair = m <= GROUP ? 2 : 1;
+    for (size_t j = 0, nt; j < n; j += nt) {
+        nt = n - j < pair ? n - j : pair;
+        const unsigned char *t = tile + j * tb;
+        accumulate(np, m, k, x, t, nt, tb, tot);
+        tiles_out(np, m, nt, tb, t, tot, act, out + j * NR, os, j + nt == n ? n_valid : NR);
     }
 }
 
-static void gateup(size_t m, size_t k, const void *const *x, const void *tile,
-                   const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    totals tot[1][MR] __attribute__((aligned(32)));
-    accumulate(2, m, k, x, tile, 1, 0, tot);
-    gateup_out(m, 1, 0, tile, tot, act, h, h_stride, n_valid);
-}
-
-static void down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                 size_t y_stride, size_t n_valid)
-{
-    totals tot[1][MR] __attribute__((aligned(32)));
-    accumulate(1, m, k, h, tile, 1, 0, tot);
-    down_out(m, 1, 0, tile, tot, y, y_stride, n_valid);
-}
-
-/* n tiles: in pairs up to GROUP tokens (and a last odd tile), one by one above. */
 static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile, size_t n,
                          const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    totals tot[2][MR] __attribute__((aligned(32)));
-    const size_t tb = moe_mx_gateup_bytes((int64_t)k), pair = m <= GROUP ? 2 : 1;
-    for (size_t j = 0, nt; j < n; j += nt) {
-        nt = n - j < pair ? n - j : pair;
-        const unsigned char *t = (const unsigned char *)tile + j * tb;
-        const size_t nv = j + nt == n ? n_valid : NR;
-        accumulate(2, m, k, x, t, nt, tb, tot);
-        gateup_out(m, nt, tb, t, tot, act, (float *)h + j * NR, h_stride, nv);
-    }
+    run_tiles(2, m, k, x, tile, n, act, h, h_stride, n_valid);
 }
 
 static void down_tiles(size_t m, size_t k, const void *const *h, const void *tile, size_t n,
                        float *y, size_t y_stride, size_t n_valid)
 {
-    totals tot[2][MR] __attribute__((aligned(32)));
-    const size_t tb = moe_mx_down_bytes((int64_t)k), pair = m <= GROUP ? 2 : 1;
-    for (size_t j = 0, nt; j < n; j += nt) {
-        nt = n - j < pair ? n - j : pair;
-        const unsigned char *t = (const unsigned char *)tile + j * tb;
-        const size_t nv = j + nt == n ? n_valid : NR;
-        accumulate(1, m, k, h, t, nt, tb, tot);
-        down_out(m, nt, tb, t, tot, y + j * NR, y_stride, nv);
-    }
+    run_tiles(1, m, k, h, tile, n, NULL, y, y_stride, n_valid);
+}
+
+static void gateup(size_t m, size_t k, const void *const *x, const void *tile,
+                   const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    run_tiles(2, m, k, x, tile, 1, act, h, h_stride, n_valid);
+}
+
+static void down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                 size_t y_stride, size_t n_valid)
+{
+    run_tiles(1, m, k, h, tile, 1, NULL, y, y_stride, n_valid);
 }
 
 const moe_expert_kernels moe_expert_mxfp4_q8_16x16__avx2 = {

@@ -32,25 +32,29 @@ INLINE __m512 bf16_even(const unsigned char *p)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));
 }
 
-/* Pairs [q0, q1) of a gate/up tile's two streams (gate at w0, up at w0 + up), the gate
- * stream's L2 prefetch pf1 bytes ahead. */
-INLINE void gateup_bf16_pairs(const size_t M, const float *const *x, const unsigned char *w0,
-                              size_t up, size_t q0, size_t q1, size_t pf1, __m512 *ag, __m512 *au)
+/* Steps [s0, s1) of a bf16 tile's two streams side by side (the first at w0, the second at
+ * w0 + second; 64 bytes each per step): step s holds k = kstep·s and + 1 of the first stream,
+ * into a, and k = kstep·s + koff and + 1 of the second, into b. Gate/up: kstep 2, koff 0 (gate
+ * and up at the same k); down: kstep 4, koff 2 (a line's even pair and its odd one). The
+ * first stream's L2 prefetch runs pf1 bytes ahead. */
+INLINE void bf16_streams(const size_t M, const size_t kstep, const size_t koff,
+                         const float *const *x, const unsigned char *w0, size_t second, size_t s0,
+                         size_t s1, size_t pf1, __m512 *a, __m512 *b)
 {
-    const unsigned char *w = w0 + q0 * 64;
-    for (size_t q = q0; q < q1; q++, w += 64) {
+    const unsigned char *w = w0 + s0 * 64;
+    for (size_t s = s0; s < s1; s++, w += 64) {
         prefetch_at(w, pf1);
-        prefetch_ahead(w + up);
-        __m512 g0, g1, u0, u1;
-        bf16_widen(w, &g0, &g1);
-        bf16_widen(w + up, &u0, &u1);
+        prefetch_ahead(w + second);
+        __m512 a0, a1, b0, b1;
+        bf16_widen(w, &a0, &a1);
+        bf16_widen(w + second, &b0, &b1);
+        const size_t ka = kstep * s, kb = ka + koff;
         UNROLL
         for (size_t i = 0; i < M; i++) {
-            const __m512 x0 = _mm512_set1_ps(x[i][2 * q]), x1 = _mm512_set1_ps(x[i][2 * q + 1]);
-            ag[i] = _mm512_fmadd_ps(g0, x0, ag[i]);
-            au[i] = _mm512_fmadd_ps(u0, x0, au[i]);
-            ag[i] = _mm512_fmadd_ps(g1, x1, ag[i]);
-            au[i] = _mm512_fmadd_ps(u1, x1, au[i]);
+            a[i] = _mm512_fmadd_ps(a0, _mm512_set1_ps(x[i][ka]), a[i]);
+            b[i] = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[i][kb]), b[i]);
+            a[i] = _mm512_fmadd_ps(a1, _mm512_set1_ps(x[i][ka + 1]), a[i]);
+            b[i] = _mm512_fmadd_ps(b1, _mm512_set1_ps(x[i][kb + 1]), b[i]);
         }
     }
 }
@@ -69,9 +73,9 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
     const unsigned char *w = tile + moe_xl_bf16_weights(2);
     const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
     const size_t pairs = k / 2, qs = moe_xl_prefetch_switch(up, PF_BYTES, 64, pairs);
-    gateup_bf16_pairs(M, x, w, up, 0, qs, PF_BYTES, ag, au);
-    gateup_bf16_pairs(M, x, w, up, qs, pairs, PF_BYTES + moe_xl_bf16_gateup_bytes((int64_t)k), ag,
-                      au);
+    bf16_streams(M, 2, 0, x, w, up, 0, qs, PF_BYTES, ag, au);
+    bf16_streams(M, 2, 0, x, w, up, qs, pairs, PF_BYTES + moe_xl_bf16_gateup_bytes((int64_t)k), ag,
+                 au);
     w += pairs * 64;
     if (k & 1) {
         const __m512 g0 = bf16_even(w), u0 = bf16_even(w + up);
@@ -91,30 +95,6 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
     }
 }
 
-/* Lines [l0, l1) of a down tile's two streams (the even k-pairs at w0, the odd ones at
- * w0 + odd; line l holds pairs 2l and 2l + 1), the first stream's L2 prefetch pf1 bytes
- * ahead. */
-INLINE void down_bf16_lines(const size_t M, const float *const *x, const unsigned char *w0,
-                            size_t odd, size_t l0, size_t l1, size_t pf1, __m512 *a, __m512 *b)
-{
-    const unsigned char *w = w0 + l0 * 64;
-    for (size_t l = l0; l < l1; l++, w += 64) {
-        prefetch_at(w, pf1);
-        prefetch_ahead(w + odd);
-        __m512 a0, a1, b0, b1;
-        bf16_widen(w, &a0, &a1);
-        bf16_widen(w + odd, &b0, &b1);
-        const size_t k0 = 4 * l;
-        UNROLL
-        for (size_t i = 0; i < M; i++) {
-            a[i] = _mm512_fmadd_ps(a0, _mm512_set1_ps(x[i][k0]), a[i]);
-            b[i] = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[i][k0 + 2]), b[i]);
-            a[i] = _mm512_fmadd_ps(a1, _mm512_set1_ps(x[i][k0 + 1]), a[i]);
-            b[i] = _mm512_fmadd_ps(b1, _mm512_set1_ps(x[i][k0 + 3]), b[i]);
-        }
-    }
-}
-
 INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
                         float *y, size_t ys, size_t n_valid)
 {
@@ -130,8 +110,9 @@ INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const u
     const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
     const size_t full = k / 2, lines = full / 2,
                  ls = moe_xl_prefetch_switch(odd, PF_BYTES, 64, lines);
-    down_bf16_lines(M, x, w, odd, 0, ls, PF_BYTES, a, b);
-    down_bf16_lines(M, x, w, odd, ls, lines, PF_BYTES + moe_xl_bf16_down_bytes((int64_t)k), a, b);
+    bf16_streams(M, 4, 2, x, w, odd, 0, ls, PF_BYTES, a, b);
+    bf16_streams(M, 4, 2, x, w, odd, ls, lines, PF_BYTES + moe_xl_bf16_down_bytes((int64_t)k), a,
+                 b);
     w += lines * 64;
     size_t q = 2 * lines;
     if (q < full) { /* one more whole pair, even: chain a */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/avx512/expert_shared.h"
+#include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
 
 /*
@@ -61,13 +62,11 @@ MX_INLINE void mx_prefetch_ahead(const unsigned char *p)
     _mm_prefetch((const char *)p + MX_PF_L1, _MM_HINT_T0);
 }
 
-/* mx_prefetch_ahead for one of a pair of tiles side by side (skip: the tile size; 0 alone):
- * where the L2 line falls past the tile's end, into the next tile, which the pair itself
- * reads, it goes skip bytes further, into the next pair's tile of the same side. */
+/* mx_prefetch_ahead for a tile ending at end, one of a pair when skip is the tile size (0
+ * alone): its L2 line by moe_xl_pair_prefetch. */
 MX_INLINE void mx_prefetch_side(const unsigned char *p, const unsigned char *end, size_t skip)
 {
-    const unsigned char *a = p + MX_PF;
-    _mm_prefetch((const char *)(a >= end ? a + skip : a), _MM_HINT_T1);
+    _mm_prefetch((const char *)moe_xl_pair_prefetch(p + MX_PF, end, skip), _MM_HINT_T1);
     _mm_prefetch((const char *)p + MX_PF_L1, _MM_HINT_T0);
 }
 

@@ -115,6 +115,16 @@ static inline size_t moe_xl_prefetch_switch(size_t len, size_t pf, size_t step, 
     return i < n ? i : n;
 }
 
+/* For one of two tiles read side by side (end: its own tile's end), the line to prefetch for
+ * address a: past the tile's end a falls in the next tile, which the partner reads itself, so
+ * it goes skip bytes (the tile size) further, to the next pair's tile of the same side, which
+ * would otherwise start on demand misses (bench/NOTES.md v10). A tile read alone: skip 0. */
+static inline const unsigned char *moe_xl_pair_prefetch(const unsigned char *a,
+                                                        const unsigned char *end, size_t skip)
+{
+    return a >= end ? a + skip : a;
+}
+
 /* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */
 size_t moe_xl_bf16_gateup_bytes(int64_t k);
 size_t moe_xl_bf16_down_bytes(int64_t k);
