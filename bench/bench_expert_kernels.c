@@ -38,7 +38,8 @@
  * x row is prepared once, the h rows between the phases inside the timing (prepare_act is part
  * of the recipe's cost). Prefill at T = 128, 512 tokens of one expert as above; GOP/s at 2 ops
  * per multiply-add, as a fraction of the peak of the set's instruction: vpdpbusd zmm (64
- * multiply-adds per instruction), or for the sets without VNNI vpmaddubsw (ymm: 32, zmm: 64).
+ * multiply-adds per instruction) or ymm (AVX-VNNI: 32), or for the sets without VNNI
+ * vpmaddubsw (ymm: 32, zmm: 64).
  *
  * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
  * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
@@ -370,6 +371,7 @@ static bench_insn peak_insn(const moe_expert_kernels *ks)
 {
     if (ks->recipe == MOE_RECIPE_Q8)
         return ks->isa == MOE_REQ_AVX512VNNI ? BENCH_DPBUSD_ZMM
+               : ks->isa == MOE_REQ_AVXVNNI  ? BENCH_DPBUSD_YMM
                : ks->isa == MOE_REQ_AVX2     ? BENCH_MADDUBS_YMM
                                              : BENCH_MADDUBS_ZMM;
     if (ks->recipe == MOE_RECIPE_BF16) return BENCH_DPBF16_ZMM;
@@ -664,9 +666,10 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
     printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm %.1f, "
-           "vpmaddubsw ymm %.1f, zmm %.1f GOP/s\n",
+           "ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s\n",
            threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
-           peak[BENCH_DPBUSD_ZMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM]);
+           peak[BENCH_DPBUSD_ZMM], peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM],
+           peak[BENCH_MADDUBS_ZMM]);
     printf("# decode T=1,4,16: GB/s of packed bytes and fraction of the read floor; prefill "
            "T=128,512: GOP/s and fraction of the peak (both measured beside each pass)\n");
     printf("%-38s %-17s %14s %14s %14s %14s %14s  %s\n", "kernel set", "shape", "T=1", "T=4",
@@ -720,15 +723,16 @@ int main(int argc, char **argv)
                                                       MOE_FEAT_AVX512 | MOE_FEAT_AVX512_BF16,
                                                       MOE_FEAT_AVX512 | MOE_FEAT_AVX512_VNNI,
                                                       MOE_FEAT_AVX2,
-                                                      MOE_FEAT_AVX512};
+                                                      MOE_FEAT_AVX512,
+                                                      MOE_FEAT_AVX2 | MOE_FEAT_AVX_VNNI};
     double peak[BENCH_INSN_COUNT_];
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = (allowed & needs[i]) == needs[i] ? peak_gflops((bench_insn)i) : 0;
     printf("# 1 thread; read %.2f GB/s (%s); peaks: fma ymm %.1f, fma zmm %.1f, vdpbf16ps %.1f "
-           "GFLOP/s; vpdpbusd %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s; LLC %zu MiB\n",
+           "GFLOP/s; vpdpbusd %.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s; LLC %zu MiB\n",
            read_gbs, bench_read_pattern_name(read_pattern), peak[BENCH_FMA_YMM],
            peak[BENCH_FMA_ZMM], peak[BENCH_DPBF16_ZMM], peak[BENCH_DPBUSD_ZMM],
-           peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM], llc >> 20);
+           peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM], llc >> 20);
     size_t count;
     const moe_kernel *reg = moe_kernel_registry(&count);
     if (only_mx) goto mxfp4;

@@ -9,7 +9,8 @@
  *  - a STREAM-like read: the bandwidth of plain wide loads over a buffer twice the
  *    last-level cache, split between THREADS threads, four streams each;
  *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps, and the int8 dot
- *    products of the Q8 recipe: vpdpbusd zmm, vpmaddubsw ymm and zmm): register-only loops
+ *    products of the Q8 recipe: vpdpbusd zmm and ymm (AVX-VNNI), vpmaddubsw ymm and zmm):
+ *    register-only loops
  *    with enough independent accumulators to cover the latency on every port. Each chain
  *    starts from its own value: chains that start equal compute the same thing, and the
  *    compiler merges them into one, so the loop runs fewer instructions than it counts (a
@@ -27,6 +28,7 @@
 #include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define BENCH_X86 1
 #else
@@ -345,21 +347,34 @@ typedef enum bench_insn {
     BENCH_DPBUSD_ZMM,  /* vpdpbusd zmm: 64 u8 x s8 multiply-adds into 16 int32: 128 ops */
     BENCH_MADDUBS_YMM, /* vpmaddubsw ymm (+ the vpaddw that accumulates it): 32 multiply-adds */
     BENCH_MADDUBS_ZMM, /* vpmaddubsw zmm (+ vpaddw): 64 multiply-adds: 128 ops */
+    BENCH_DPBUSD_YMM,  /* the VEX vpdpbusd ymm (AVX-VNNI): 32 multiply-adds into 8 int32 */
     BENCH_INSN_COUNT_
 } bench_insn;
 
 static inline const char *bench_insn_name(bench_insn i)
 {
     static const char *names[] = {"vfmadd231ps ymm", "vfmadd231ps zmm", "vdpbf16ps zmm",
-                                  "vpdpbusd zmm",    "vpmaddubsw ymm",  "vpmaddubsw zmm"};
+                                  "vpdpbusd zmm",    "vpmaddubsw ymm",  "vpmaddubsw zmm",
+                                  "vpdpbusd ymm"};
     return (unsigned)i < BENCH_INSN_COUNT_ ? names[i] : "?";
 }
 
 static inline double bench_insn_flops(bench_insn i)
 {
-    static const double flops[] = {16, 32, 64, 128, 64, 128};
+    static const double flops[] = {16, 32, 64, 128, 64, 128, 64};
     return (unsigned)i < BENCH_INSN_COUNT_ ? flops[i] : 0;
 }
+
+#if BENCH_X86
+/* AVX-VNNI is CPUID.(7,1):EAX bit 4 (clang 14's __builtin_cpu_supports has no name for it);
+ * its registers are AVX2's. */
+static inline int bench_has_avx_vnni(void)
+{
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx2") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+           ((a >> 4) & 1);
+}
+#endif
 
 static inline int bench_insn_supported(bench_insn i)
 {
@@ -371,6 +386,7 @@ static inline int bench_insn_supported(bench_insn i)
     case BENCH_DPBUSD_ZMM: return __builtin_cpu_supports("avx512vnni");
     case BENCH_MADDUBS_YMM: return __builtin_cpu_supports("avx2");
     case BENCH_MADDUBS_ZMM: return __builtin_cpu_supports("avx512bw");
+    case BENCH_DPBUSD_YMM: return bench_has_avx_vnni();
     default: return 0;
     }
 #else
@@ -489,6 +505,24 @@ __attribute__((target("avx512f,avx512vnni"))) static inline float bench_dpbusd_z
     return (float)bench_fold512(s);
 }
 
+/* The VEX encoding ({vex}, braces escaped from GCC's dialect syntax) on ymm0-15 ("x"). */
+__attribute__((target("avx2,avxvnni"))) static inline float bench_dpbusd_ymm(uint64_t iters)
+{
+    const __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2);
+#define BENCH_INIT(c) _mm256_set1_epi32(c)
+    BENCH_START12(__m256i, BENCH_INIT);
+#undef BENCH_INIT
+#define BENCH_STEP(a) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(a) : "x"(x), "x"(y))
+    for (uint64_t i = 0; i < iters; i++)
+        BENCH_EACH12(BENCH_STEP);
+#undef BENCH_STEP
+    __m256i s =
+        _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                         _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+    s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11)));
+    return (float)_mm256_extract_epi32(s, 0);
+}
+
 /* vpmaddubsw has no accumulator: each step adds the product of the chain's value (as the
  * unsigned operand; a constant one would let the product be hoisted) and y back with vpaddw.
  * The chain is 6 cycles long; 12 chains cover two per cycle. */
@@ -545,6 +579,7 @@ static inline void bench_insn_loop(bench_insn insn, uint64_t iters)
     case BENCH_DPBUSD_ZMM: bench_fsink = bench_dpbusd_zmm(iters); break;
     case BENCH_MADDUBS_YMM: bench_fsink = bench_maddubs_ymm(iters); break;
     case BENCH_MADDUBS_ZMM: bench_fsink = bench_maddubs_zmm(iters); break;
+    case BENCH_DPBUSD_YMM: bench_fsink = bench_dpbusd_ymm(iters); break;
     default: break;
     }
 #else

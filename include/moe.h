@@ -98,7 +98,7 @@ unsigned moe_dtype_bits(moe_dtype dtype);
  * level libmoe may use: "scalar", "avx2", "avx512" or "avx512bf16". */
 typedef enum moe_isa_level {
     MOE_ISA_SCALAR = 0,     /* portable C */
-    MOE_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C */
+    MOE_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C, with AVX-VNNI where present */
     MOE_ISA_AVX512 = 2,     /* AVX-512 F/BW/DQ/VL, with VNNI where present */
     MOE_ISA_AVX512BF16 = 3, /* + AVX512-BF16, with FP16 where present */
 } moe_isa_level;
@@ -111,6 +111,7 @@ typedef struct moe_cpu_caps {
     bool avx512_vnni; /* AVX512-VNNI (vpdpbusd); implies avx512 */
     bool avx512_fp16; /* AVX512-FP16; implies avx512 */
     bool avx512_vbmi; /* AVX512-VBMI (vpermb, vpermt2b: byte tables); implies avx512 */
+    bool avx_vnni;    /* AVX-VNNI (VEX vpdpbusd on ymm); implies avx2 */
 } moe_cpu_caps;
 
 /* What the machine has, what this build compiled kernels for, and what libmoe will use

@@ -14,7 +14,8 @@
  * all-ones exponent (NaN, ±Inf) anywhere gets the NaN scale; amax is the largest |x| (exact
  * in any order), d = amax / 127 the same scalar IEEE division, q = rne(x / d) from vdivps
  * and vroundps, clamped to ±127, narrowed by two saturating packs and put back in order by a
- * dword permute; corr is -12 times their sum. Included by one file; everything is static.
+ * dword permute; corr is -12 times their sum. Included by each ymm set's file; everything is
+ * static.
  */
 
 static inline float q8_hmax_avx2(__m256 v)

@@ -8,7 +8,7 @@
 
 /*
  * The same features as moe_cpu_caps, as bits, so a kernel can state what it needs as one
- * mask. The order is "slower to faster" and matches the fields of moe_cpu_caps.
+ * mask. The order matches the fields of moe_cpu_caps.
  */
 enum {
     MOE_FEAT_AVX2 = 1u << 0,        /* AVX2 + FMA + F16C, YMM state */
@@ -17,7 +17,8 @@ enum {
     MOE_FEAT_AVX512_VNNI = 1u << 3, /* vpdpbusd */
     MOE_FEAT_AVX512_FP16 = 1u << 4, /* native half-precision arithmetic */
     MOE_FEAT_AVX512_VBMI = 1u << 5, /* vpermt2b: 128-entry byte tables */
-    MOE_FEAT_ALL_ = (1u << 6) - 1
+    MOE_FEAT_AVX_VNNI = 1u << 6,    /* VEX vpdpbusd on ymm (AVX-VNNI) */
+    MOE_FEAT_ALL_ = (1u << 7) - 1
 };
 
 /* The caps as a feature mask, and back. Bits outside MOE_FEAT_ALL_ are ignored. */
@@ -31,8 +32,9 @@ const char *moe_cpu_feature_name(uint32_t feature);
 void moe_cpu_mask_format(uint32_t mask, char *buf, size_t size);
 
 /*
- * Makes a caps struct consistent with the level order of moe.h: avx512 needs avx2, and
- * bf16, vnni, fp16 and vbmi each need avx512; a flag whose prerequisite is missing is cleared.
+ * Makes a caps struct consistent with the level order of moe.h: avx512 and avx_vnni need
+ * avx2, and bf16, vnni, fp16 and vbmi each need avx512; a flag whose prerequisite is missing
+ * is cleared.
  * Detection already yields consistent caps; this matters for caps built by hand or masks.
  */
 moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);

@@ -15,6 +15,7 @@ static const struct {
     {MOE_FEAT_AVX512_VNNI, "avx512_vnni"},
     {MOE_FEAT_AVX512_FP16, "avx512_fp16"},
     {MOE_FEAT_AVX512_VBMI, "avx512_vbmi"},
+    {MOE_FEAT_AVX_VNNI, "avx_vnni"},
 };
 
 static const char *const level_names[] = {
@@ -34,6 +35,7 @@ uint32_t moe_cpu_caps_mask(const moe_cpu_caps *caps)
     if (caps->avx512_vnni) m |= MOE_FEAT_AVX512_VNNI;
     if (caps->avx512_fp16) m |= MOE_FEAT_AVX512_FP16;
     if (caps->avx512_vbmi) m |= MOE_FEAT_AVX512_VBMI;
+    if (caps->avx_vnni) m |= MOE_FEAT_AVX_VNNI;
     return m;
 }
 
@@ -46,6 +48,7 @@ moe_cpu_caps moe_cpu_caps_from_mask(uint32_t mask)
         .avx512_vnni = (mask & MOE_FEAT_AVX512_VNNI) != 0,
         .avx512_fp16 = (mask & MOE_FEAT_AVX512_FP16) != 0,
         .avx512_vbmi = (mask & MOE_FEAT_AVX512_VBMI) != 0,
+        .avx_vnni = (mask & MOE_FEAT_AVX_VNNI) != 0,
     };
     return caps;
 }
@@ -78,6 +81,7 @@ moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps)
     caps.avx512_vnni = caps.avx512_vnni && caps.avx512;
     caps.avx512_fp16 = caps.avx512_fp16 && caps.avx512;
     caps.avx512_vbmi = caps.avx512_vbmi && caps.avx512;
+    caps.avx_vnni = caps.avx_vnni && caps.avx2;
     return caps;
 }
 
@@ -112,11 +116,12 @@ uint32_t moe_isa_level_mask(moe_isa_level level)
 {
     switch (level) {
     case MOE_ISA_SCALAR: return 0;
-    case MOE_ISA_AVX2: return MOE_FEAT_AVX2;
-    /* VNNI and VBMI ride with avx512: integer dot products and byte tables, not a new
-     * register width. */
+    /* AVX-VNNI rides with avx2, VNNI and VBMI with avx512: integer dot products and byte
+     * tables, not a new register width. */
+    case MOE_ISA_AVX2: return MOE_FEAT_AVX2 | MOE_FEAT_AVX_VNNI;
     case MOE_ISA_AVX512:
-        return MOE_FEAT_AVX2 | MOE_FEAT_AVX512 | MOE_FEAT_AVX512_VNNI | MOE_FEAT_AVX512_VBMI;
+        return MOE_FEAT_AVX2 | MOE_FEAT_AVX_VNNI | MOE_FEAT_AVX512 | MOE_FEAT_AVX512_VNNI |
+               MOE_FEAT_AVX512_VBMI;
     case MOE_ISA_AVX512BF16: return MOE_FEAT_ALL_;
     }
     return 0;

@@ -31,6 +31,7 @@
 #define C7_ECX_AVX512VBMI (1u << 1)
 #define C7_ECX_AVX512VNNI (1u << 11)
 #define C7_EDX_AVX512FP16 (1u << 23)
+#define C71_EAX_AVX_VNNI (1u << 4)
 #define C71_EAX_AVX512BF16 (1u << 5)
 
 /* XGETBV is only defined when CPUID reports OSXSAVE; the caller checks that first. The
@@ -79,6 +80,9 @@ static moe_cpu_caps read_caps(void)
     uint32_t max_sub, ebx7, ecx7, edx7;
     if (!__get_cpuid_count(7, 0, &max_sub, &ebx7, &ecx7, &edx7)) return caps;
     caps.avx2 = all_set(ecx1, C1_FMA | C1_F16C) && all_set(ebx7, C7_AVX2);
+    uint32_t eax71 = 0;
+    if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) eax71 = a;
+    caps.avx_vnni = caps.avx2 && all_set(eax71, C71_EAX_AVX_VNNI);
     bool zmm_os = all_set((uint32_t)xcr0, XCR0_ZMM_STATE);
     caps.avx512 =
         caps.avx2 && zmm_os && all_set(ebx7, C7_AVX512F | C7_AVX512DQ | C7_AVX512BW | C7_AVX512VL);
@@ -87,8 +91,7 @@ static moe_cpu_caps read_caps(void)
     caps.avx512_vnni = all_set(ecx7, C7_ECX_AVX512VNNI);
     caps.avx512_vbmi = all_set(ecx7, C7_ECX_AVX512VBMI);
     caps.avx512_fp16 = all_set(edx7, C7_EDX_AVX512FP16);
-    if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
-        caps.avx512_bf16 = all_set(a, C71_EAX_AVX512BF16);
+    caps.avx512_bf16 = all_set(eax71, C71_EAX_AVX512BF16);
     return caps;
 }
 

@@ -26,6 +26,9 @@ moe_cpu_caps moe_kernels_compiled(void)
 #ifdef MOE_COMPILED_AVX512VBMI
     caps.avx512_vbmi = true;
 #endif
+#ifdef MOE_COMPILED_AVXVNNI
+    caps.avx_vnni = true;
+#endif
     /* No kernels/avx512fp16/ folder exists, so avx512_fp16 is never compiled. */
     return moe_cpu_caps_normalize(caps);
 }

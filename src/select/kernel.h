@@ -112,6 +112,7 @@ typedef union moe_kernel_fn {
  * The avx512 folders also compile with AVX2/FMA/F16C, so they need avx2 too. */
 #define MOE_REQ_SCALAR 0u
 #define MOE_REQ_AVX2 ((uint32_t)MOE_FEAT_AVX2)
+#define MOE_REQ_AVXVNNI (MOE_REQ_AVX2 | (uint32_t)MOE_FEAT_AVX_VNNI)
 #define MOE_REQ_AVX512 ((uint32_t)(MOE_FEAT_AVX2 | MOE_FEAT_AVX512))
 #define MOE_REQ_AVX512BF16 (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_BF16)
 #define MOE_REQ_AVX512VNNI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VNNI)
@@ -129,8 +130,9 @@ typedef struct moe_kernel {
 /* The family's short name ("cvt_bf16_f32"), "invalid" for an unknown value. */
 const char *moe_kernel_family_name(moe_kernel_family family);
 
-/* The ISA token a requirement mask stands for ("ref", "avx2", "avx512", "avx512bf16",
- * "avx512vnni", "avx512vbmi"), or NULL for a mask that is none of the MOE_REQ_* values. */
+/* The ISA token a requirement mask stands for ("ref", "avx2", "avxvnni", "avx512",
+ * "avx512bf16", "avx512vnni", "avx512vbmi"), or NULL for a mask that is none of the MOE_REQ_*
+ * values. */
 const char *moe_kernel_isa_token(uint32_t isa);
 
 /*

@@ -147,6 +147,7 @@ const char *moe_kernel_isa_token(uint32_t isa)
     switch (isa) {
     case MOE_REQ_SCALAR: return "ref";
     case MOE_REQ_AVX2: return "avx2";
+    case MOE_REQ_AVXVNNI: return "avxvnni";
     case MOE_REQ_AVX512: return "avx512";
     case MOE_REQ_AVX512BF16: return "avx512bf16";
     case MOE_REQ_AVX512VNNI: return "avx512vnni";

@@ -226,7 +226,8 @@ static const char *recipe_reason(const moe_expert_kernels *set)
     switch (set->isa) {
     case MOE_REQ_AVX512VNNI: return Q8_RECIPE "vpdpbusd, avx512_vnni allowed";
     case MOE_REQ_AVX512: return Q8_RECIPE "vpmaddubsw zmm, avx512 allowed (no avx512_vnni)";
-    case MOE_REQ_AVX2: return Q8_RECIPE "vpmaddubsw ymm, avx2 allowed";
+    case MOE_REQ_AVXVNNI: return Q8_RECIPE "vpdpbusd ymm, avx_vnni allowed";
+    case MOE_REQ_AVX2: return Q8_RECIPE "vpmaddubsw ymm, avx2 allowed (no avx_vnni)";
     default: return Q8_RECIPE "portable C, no int8 dot product allowed; same bits";
     }
 }

@@ -18,6 +18,9 @@ for label in cpu detected compiled MOE_ISA allowed level features selected; do
     check "section '$label'" grep -q "^ *$label" "$tmp/out"
 done
 check "MOE_ISA unset is reported" grep -q "^MOE_ISA *unset" "$tmp/out"
+for feat in avx2 avx_vnni avx512 avx512_bf16 avx512_vnni avx512_fp16 avx512_vbmi; do
+    check "feature '$feat' has a line" grep -Eq "^  $feat +[a-z]" "$tmp/out"
+done
 for fam in cvt_bf16_f32 cvt_f16_f32 cvt_e4m3_f32 cvt_mxfp4_f32; do
     check "$fam selected with a reason" grep -Eq "^  $fam +moe_${fam}__[a-z0-9]+: .+" "$tmp/out"
 done
