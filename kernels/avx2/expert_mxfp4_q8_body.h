@@ -27,11 +27,10 @@
  * saturation), summed in 16 bits over two chunks (4 results: ≤ 24384 < 2^15), widened by
  * vpmaddwd against ones, added in 32 bits to the row's correction -12·Σq. With AVX-VNNI the
  * 8 products go straight into the int32 lanes as 8 vpdpbusd (u8 weights × s8 activations),
- * in two chains per token (quads c and c + 4, added at the block's end) so that one or two
- * tokens are not bound by vpdpbusd's latency. Either sum is the reference's Σ w2·q exactly:
- * integers, any order. Then, as the reference: S = wsh · xs (vmulps), acc = fma(cvt(isum), S,
- * acc) in block order, wsh = 2^(e - 128) built bit-exactly (a normal power of two for e ≥ 2,
- * the subnormals 2^-128 and 2^-127 for e = 0, 1).
+ * in two chains per token (quads c and c + 4, added at the block's end), from two tokens on. Either
+ * sum is the reference's Σ w2·q exactly: integers, any order. Then, as the reference: S = wsh · xs
+ * (vmulps), acc = fma(cvt(isum), S, acc) in block order, wsh = 2^(e - 128) built bit-exactly (a
+ * normal power of two for e ≥ 2, the subnormals 2^-128 and 2^-127 for e = 0, 1).
  *
  * Tokens run in groups of up to GROUP = 4 (4 integer sums and their 16-bit partials, or 8
  * int32 chains, the two weight vectors, broadcasts and constants fill the 16 ymm registers); the
@@ -137,11 +136,81 @@ typedef struct qrow {
  * half h. */
 typedef float totals[4][8];
 
+/* Chunk c of a row half: its two quads' unsigned operands, from the tile (u) or from the
+ * decoded block (d, when not NULL). */
+INLINE void chunk_weights(const unsigned char *u, const __m256i *d, size_t c, __m256i lut,
+                          __m256i *wl, __m256i *wh)
+{
+    if (d) {
+        *wl = _mm256_load_si256(d + 2 * c);
+        *wh = _mm256_load_si256(d + 2 * c + 1);
+    } else {
+        decode(u + 64 * c, lut, wl, wh);
+    }
+}
+
+/* isum[t] += the block's 32 products per row of one row half, for G tokens: per chunk two
+ * vpmaddubsw summed in 16 bits, two chunks per vpmaddwd against ones. */
+INLINE void dot_maddubs(const size_t G, const unsigned char *u, const __m256i *d, __m256i lut,
+                        const qrow *r, size_t b, __m256i *isum)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    UNROLL
+    for (size_t cp = 0; cp < 2; cp++) {
+        __m256i s16[GROUP];
+        UNROLL
+        for (size_t c2 = 0; c2 < 2; c2++) {
+            const size_t c = 2 * cp + c2;
+            __m256i wl, wh;
+            chunk_weights(u, d, c, lut, &wl, &wh);
+            UNROLL
+            for (size_t t = 0; t < G; t++) {
+                const unsigned char *q = r[t].q + BLK * b + 4 * c;
+                const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(wl, bcast(q)),
+                                                    _mm256_maddubs_epi16(wh, bcast(q + 16)));
+                s16[t] = c2 ? _mm256_add_epi16(s16[t], pr) : pr;
+            }
+        }
+        UNROLL
+        for (size_t t = 0; t < G; t++)
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
+    }
+}
+
+#if MOE_MX_AVXVNNI
+/* The same sums as dot_maddubs through vpdpbusd, in two chains per token (the quads c and
+ * c + 4) added at the end. */
+INLINE void dot_vnni(const size_t G, const unsigned char *u, const __m256i *d, __m256i lut,
+                     const qrow *r, size_t b, __m256i *isum)
+{
+    __m256i isum2[GROUP];
+    UNROLL
+    for (size_t t = 0; t < G; t++)
+        isum2[t] = _mm256_setzero_si256();
+    UNROLL
+    for (size_t c = 0; c < 4; c++) {
+        __m256i wl, wh;
+        chunk_weights(u, d, c, lut, &wl, &wh);
+        UNROLL
+        for (size_t t = 0; t < G; t++) {
+            const unsigned char *q = r[t].q + BLK * b + 4 * c;
+            isum[t] = _mm256_dpbusd_avx_epi32(isum[t], wl, bcast(q));
+            isum2[t] = _mm256_dpbusd_avx_epi32(isum2[t], wh, bcast(q + 16));
+        }
+    }
+    UNROLL
+    for (size_t t = 0; t < G; t++)
+        isum[t] = _mm256_add_epi32(isum[t], isum2[t]);
+}
+#endif
+
 /*
  * One block b of one tile for G tokens: for each projection p < np and row half h, the exact
  * integer sums, then tot = fma(cvt(isum), wsh · xs_b, tot). The weights come from the tile
  * (units: the block's np code units, decoded in registers) or, when dec is not NULL, from the
- * block decoded by decode_block. scales: the block's np × 16 scale bytes.
+ * block decoded by decode_block. scales: the block's np × 16 scale bytes. The AVX-VNNI set
+ * takes vpdpbusd from two tokens on; at one token the vpmaddubsw form, which read 4 % faster
+ * from memory there (bench/NOTES.md v12).
  */
 INLINE void block_group(const size_t G, const int np, const unsigned char *units,
                         const __m256i *dec, const unsigned char *scales, const qrow *r, size_t b,
@@ -158,58 +227,11 @@ INLINE void block_group(const size_t G, const int np, const unsigned char *units
             for (size_t t = 0; t < G; t++)
                 isum[t] = bcast(r[t].corr + 4 * b);
 #if MOE_MX_AVXVNNI
-            __m256i isum2[GROUP];
-            UNROLL
-            for (size_t t = 0; t < G; t++)
-                isum2[t] = _mm256_setzero_si256();
-            UNROLL
-            for (size_t c = 0; c < 4; c++) {
-                __m256i wl, wh;
-                if (d) {
-                    wl = _mm256_load_si256(d + 2 * c);
-                    wh = _mm256_load_si256(d + 2 * c + 1);
-                } else {
-                    decode(u + 64 * c, lut, &wl, &wh);
-                }
-                UNROLL
-                for (size_t t = 0; t < G; t++) {
-                    const unsigned char *q = r[t].q + BLK * b + 4 * c;
-                    isum[t] = _mm256_dpbusd_avx_epi32(isum[t], wl, bcast(q));
-                    isum2[t] = _mm256_dpbusd_avx_epi32(isum2[t], wh, bcast(q + 16));
-                }
-            }
-            UNROLL
-            for (size_t t = 0; t < G; t++)
-                isum[t] = _mm256_add_epi32(isum[t], isum2[t]);
-#else
-            const __m256i ones = _mm256_set1_epi16(1);
-            UNROLL
-            for (size_t cp = 0; cp < 2; cp++) {
-                __m256i s16[GROUP];
-                UNROLL
-                for (size_t c2 = 0; c2 < 2; c2++) {
-                    const size_t c = 2 * cp + c2;
-                    __m256i wl, wh;
-                    if (d) {
-                        wl = _mm256_load_si256(d + 2 * c);
-                        wh = _mm256_load_si256(d + 2 * c + 1);
-                    } else {
-                        decode(u + 64 * c, lut, &wl, &wh);
-                    }
-                    UNROLL
-                    for (size_t t = 0; t < G; t++) {
-                        const unsigned char *q = r[t].q + BLK * b + 4 * c;
-                        const __m256i pr =
-                            _mm256_add_epi16(_mm256_maddubs_epi16(wl, bcast(q)),
-                                             _mm256_maddubs_epi16(wh, bcast(q + 16)));
-                        s16[t] = c2 ? _mm256_add_epi16(s16[t], pr) : pr;
-                    }
-                }
-                UNROLL
-                for (size_t t = 0; t < G; t++)
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
-            }
+            if (G > 1)
+                dot_vnni(G, u, d, lut, r, b, isum);
+            else
 #endif
+                dot_maddubs(G, u, d, lut, r, b, isum);
             const __m256 wsh = half_scales(scales + 16 * (size_t)p + 8 * h);
             UNROLL
             for (size_t t = 0; t < G; t++) {
