@@ -18,9 +18,9 @@
  *
  * Widening as in the AVX-512 set, in registers: bf16 pair dwords shifted / masked; FP8 codes
  * sign-extended to words 16 at a time, (w << 7) & 0xBFFF (the f16 of e4m3 · 2^-8),
- * vcvtph2ps. FP8 takes up to 8 tokens: from 3 on, each 128-K block is decoded once into a
- * stack buffer and the tokens run over it two at a time (the AVX-512 file explains why).
- * At one token the FP8 set's multi-tile entries read two tiles side by side (below).
+ * vcvtph2ps from a stack copy. FP8 takes up to 8 tokens: from 3 on, each 128-K block is decoded
+ * once into a stack buffer and the tokens run over it two at a time (the AVX-512 file explains
+ * why). At one token the FP8 set's multi-tile entries read two tiles side by side (below).
  * Prefetch: 8 KB ahead into L2, as there.
  */
 
@@ -70,14 +70,27 @@ INLINE void store16(float *out, __m256 lo, __m256 hi, size_t n_valid)
     }
 }
 
+/* vcvtph2ps from memory: the 8 f16 at p widened to f32. The memory form is one ALU uop; the
+ * register form adds a shuffle on port 5, with vpmovsxbw and the extract the FP8 decode's
+ * bound (bench/NOTES.md v12). In asm: GCC and clang both forward a vector stored just before
+ * in registers, and so emit the register form. */
+INLINE __m256 cvtph_mem(const __m128i *p)
+{
+    __m256 r;
+    __asm__("vcvtph2ps %1, %0" : "=x"(r) : "m"(*p));
+    return r;
+}
+
 /* The f32 weights of 16 codes (rows 0..7 in lo, 8..15 in hi): e4m3(code) · 2^-8 via the
- * f16 trick, the 16 words widened and masked at once. */
+ * f16 trick, the 16 words widened and masked at once, then stored and widened from L1. */
 INLINE void fp8_16(const unsigned char *codes, __m256 *lo, __m256 *hi)
 {
     __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
     w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
-    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
-    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+    __m128i f16[2] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)f16, w);
+    *lo = cvtph_mem(&f16[0]);
+    *hi = cvtph_mem(&f16[1]);
 }
 
 /* ---- bf16 weights ------------------------------------------------------------------- */
