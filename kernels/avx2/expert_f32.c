@@ -374,7 +374,9 @@ INLINE void fp8_decode(const unsigned char *codes, size_t n16, float *buf)
 }
 
 /* The pairs also bring the next block's codes (next: 32 bytes per k for gate/up, 16 for down)
- * into L2, as in the AVX-512 set: each block is a new 4 KB page. */
+ * into L2, as in the AVX-512 set: each block is a new 4 KB page. Each weight vector is loaded
+ * once for both tokens: the empty asm keeps GCC from folding the load into both FMAs (two loads
+ * per vector, which held the prefill back: bench/NOTES.md v12). */
 INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float *const *x,
                         size_t k0, __m256 sg, __m256 su, float (*tot)[NR],
                         const unsigned char *next)
@@ -388,7 +390,8 @@ INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float 
         const float *w = buf + 32 * kk;
         UNROLL
         for (size_t j = 0; j < 4; j++) {
-            const __m256 wj = _mm256_load_ps(w + 8 * j);
+            __m256 wj = _mm256_load_ps(w + 8 * j);
+            __asm__("" : "+x"(wj));
             UNROLL
             for (size_t i = 0; i < M; i++)
                 b[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][k0 + kk]), b[i][j]);
@@ -416,7 +419,8 @@ INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *c
         const size_t c = (kk / 2) & 1; /* k0 is a multiple of 128: pair parity = (kk / 2) */
         UNROLL
         for (size_t j = 0; j < 2; j++) {
-            const __m256 wj = _mm256_load_ps(buf + 16 * kk + 8 * j);
+            __m256 wj = _mm256_load_ps(buf + 16 * kk + 8 * j);
+            __asm__("" : "+x"(wj));
             UNROLL
             for (size_t i = 0; i < M; i++) {
                 const __m256 xb = _mm256_set1_ps(x[i][k0 + kk]);
