@@ -3,7 +3,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels/avx2/math_avx2.h"
+#include "kernels/avx2/expert_shared.h"
 #include "kernels/ref/expert_layout.h"
 #include "select/kernel.h"
 
@@ -31,30 +31,7 @@
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-static float load_f32(const unsigned char *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
-
-/* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
-INLINE __m256 act8(const moe_act_params *a, __m256 g, __m256 u)
-{
-    if (a->kind != 0) {
-        const __m256 lim = _mm256_set1_ps(a->limit), nlim = _mm256_set1_ps(-a->limit);
-        g = _mm256_min_ps(lim, g);
-        u = _mm256_min_ps(lim, u);
-        u = _mm256_max_ps(nlim, u);
-    }
-    if (a->kind == 2) {
-        __m256 s = moe_sigmoid_avx2(_mm256_mul_ps(_mm256_set1_ps(a->alpha), g));
-        return _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
-    }
-    return _mm256_mul_ps(_mm256_mul_ps(g, moe_sigmoid_avx2(g)), u);
-}
 
 /* Stores rows [0, 16) ∩ [0, n_valid) of a 16-row result held in two ymm. */
 INLINE void store16(float *out, __m256 lo, __m256 hi, size_t n_valid)

@@ -6,7 +6,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/avx2/math_avx2.h"
+#include "kernels/avx2/expert_shared.h"
+#include "kernels/avx2/q8_prepare.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
 #include "select/kernel.h"
@@ -85,13 +86,6 @@ INLINE __m256i bcast(const unsigned char *p)
     return _mm256_set1_epi32(v);
 }
 
-INLINE float load_f32(const unsigned char *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* 2^(e - 128) for the 8 scale bytes at p (e ≤ 254: packing refuses 0xFF), exactly: bits
  * e << 23 are 2^(e - 127) for e ≥ 1, and the max with 1 << 22 (2^-127) adds e = 0; halving a
  * power of two ≥ 2^-127 is exact, subnormal or not. */
@@ -100,22 +94,6 @@ INLINE __m256 half_scales(const unsigned char *p)
     const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
     const __m256i w = _mm256_max_epu32(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(1 << 22));
     return _mm256_mul_ps(_mm256_castsi256_ps(w), _mm256_set1_ps(0.5f));
-}
-
-/* moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */
-INLINE __m256 act8(const moe_act_params *a, __m256 g, __m256 u)
-{
-    if (a->kind != 0) {
-        const __m256 lim = _mm256_set1_ps(a->limit), nlim = _mm256_set1_ps(-a->limit);
-        g = _mm256_min_ps(lim, g);
-        u = _mm256_min_ps(lim, u);
-        u = _mm256_max_ps(nlim, u);
-    }
-    if (a->kind == 2) {
-        __m256 s = moe_sigmoid_avx2(_mm256_mul_ps(_mm256_set1_ps(a->alpha), g));
-        return _mm256_mul_ps(_mm256_mul_ps(g, s), _mm256_add_ps(u, _mm256_set1_ps(1.0f)));
-    }
-    return _mm256_mul_ps(_mm256_mul_ps(g, moe_sigmoid_avx2(g)), u);
 }
 
 /* Stores rows [8h, 8h + 8) ∩ [0, n_valid) of a result half. */
@@ -371,5 +349,21 @@ static void down(size_t m, size_t k, const void *const *h, const void *tile, flo
 {
     run_tiles(1, m, k, h, tile, 1, NULL, y, y_stride, n_valid);
 }
+
+/* The kernel set NAME of this body, needing ISA (a MOE_REQ_* mask): each set's file is its
+ * MOE_MX_AVXVNNI and this line. */
+#define MX_YMM_SET(NAME, ISA)                                                                      \
+    const moe_expert_kernels NAME = {                                                              \
+        .name = #NAME,                                                                             \
+        MOE_MX_SET_LAYOUT,                                                                         \
+        .isa = ISA,                                                                                \
+        .mr = MR,                                                                                  \
+        .nr = NR,                                                                                  \
+        .gateup = gateup,                                                                          \
+        .down = down,                                                                              \
+        .gateup_tiles = gateup_tiles,                                                              \
+        .down_tiles = down_tiles,                                                                  \
+        .prepare_act = q8_prepare_avx2,                                                            \
+    }
 
 #endif

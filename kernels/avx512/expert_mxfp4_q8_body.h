@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/avx512/expert_shared.h"
+#include "kernels/avx512/q8_prepare.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
 
@@ -566,5 +567,21 @@ static void mx_down_tiles(size_t m, size_t k, const void *const *h, const void *
             mx_down_direct_tiles(m, k, h, t, n, tb, yi, y_stride, nv);
     }
 }
+
+/* The kernel set NAME of this body, needing ISA (a MOE_REQ_* mask): each set's file is its
+ * MOE_MX_VNNI and this line. */
+#define MX_ZMM_SET(NAME, ISA)                                                                      \
+    const moe_expert_kernels NAME = {                                                              \
+        .name = #NAME,                                                                             \
+        MOE_MX_SET_LAYOUT,                                                                         \
+        .isa = ISA,                                                                                \
+        .mr = MX_MR,                                                                               \
+        .nr = MX_NR,                                                                               \
+        .gateup = mx_gateup,                                                                       \
+        .down = mx_down,                                                                           \
+        .gateup_tiles = mx_gateup_tiles,                                                           \
+        .down_tiles = mx_down_tiles,                                                               \
+        .prepare_act = q8_prepare_avx512,                                                          \
+    }
 
 #endif

@@ -106,4 +106,13 @@ void moe_q8_prepare_ref(size_t k, const float *x, void *dst);
  * SIMD preparations leave to this. */
 void moe_q8_zero_padding(size_t k, void *row);
 
+/* The fields of a moe_expert_kernels initializer that every set of this layout and the Q8
+ * recipe shares: format, recipe, tile sizes, packing and the rows' size. */
+#define MOE_MX_SET_LAYOUT                                                                          \
+    .format = MOE_EXPERT_FMT_MXFP4, .recipe = MOE_RECIPE_Q8,                                       \
+    .gateup_tile_bytes = moe_mx_gateup_bytes, .down_tile_bytes = moe_mx_down_bytes,                \
+    .pack_gateup = moe_mx_pack_gateup, .pack_down = moe_mx_pack_down,                              \
+    .unpack_gateup = moe_mx_unpack_gateup, .unpack_down = moe_mx_unpack_down,                      \
+    .act_row_bytes = moe_q8_row_bytes
+
 #endif

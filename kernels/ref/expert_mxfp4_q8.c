@@ -77,19 +77,11 @@ static void down(size_t m, size_t k, const void *const *h, const void *tile, flo
 
 const moe_expert_kernels moe_expert_mxfp4_q8_8x16__ref = {
     .name = "moe_expert_mxfp4_q8_8x16__ref",
-    .format = MOE_EXPERT_FMT_MXFP4,
-    .recipe = MOE_RECIPE_Q8,
+    MOE_MX_SET_LAYOUT,
     .isa = MOE_REQ_SCALAR,
     .mr = MR,
     .nr = NR,
-    .gateup_tile_bytes = moe_mx_gateup_bytes,
-    .down_tile_bytes = moe_mx_down_bytes,
-    .pack_gateup = moe_mx_pack_gateup,
-    .pack_down = moe_mx_pack_down,
-    .unpack_gateup = moe_mx_unpack_gateup,
-    .unpack_down = moe_mx_unpack_down,
     .gateup = gateup,
     .down = down,
-    .act_row_bytes = moe_q8_row_bytes,
     .prepare_act = moe_q8_prepare_ref,
 };
