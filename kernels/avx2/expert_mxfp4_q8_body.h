@@ -156,69 +156,96 @@ INLINE void dot_maddubs(const size_t G, const unsigned char *u, const __m256i *d
 }
 
 #if MOE_MX_AVXVNNI
-/* The same sums as dot_maddubs through vpdpbusd, in two chains per token (the quads c and
- * c + 4) added at the end. */
-INLINE void dot_vnni(const size_t G, const unsigned char *u, const __m256i *d, __m256i lut,
-                     const qrow *r, size_t b, __m256i *isum)
+/* The same sums as dot_maddubs through vpdpbusd, for two row halves a and b that read the
+ * same activations (gate and up of one half, or down's two halves) at once: ia[t] and ib[t],
+ * one chain each, and every broadcast activation dword feeds a vpdpbusd of both (8 chains,
+ * the four weight vectors and two broadcasts fill 14 ymm registers at G = 4). */
+INLINE void dot_vnni_pair(const size_t G, const unsigned char *ua, const __m256i *da,
+                          const unsigned char *ub, const __m256i *db, __m256i lut, const qrow *r,
+                          size_t b, __m256i *ia, __m256i *ib)
 {
-    __m256i isum2[GROUP];
-    UNROLL
-    for (size_t t = 0; t < G; t++)
-        isum2[t] = _mm256_setzero_si256();
     UNROLL
     for (size_t c = 0; c < 4; c++) {
-        __m256i wl, wh;
-        chunk_weights(u, d, c, lut, &wl, &wh);
+        __m256i al, ah, bl, bh;
+        chunk_weights(ua, da, c, lut, &al, &ah);
+        chunk_weights(ub, db, c, lut, &bl, &bh);
         UNROLL
         for (size_t t = 0; t < G; t++) {
             const unsigned char *q = r[t].q + BLK * b + 4 * c;
-            isum[t] = _mm256_dpbusd_avx_epi32(isum[t], wl, bcast(q));
-            isum2[t] = _mm256_dpbusd_avx_epi32(isum2[t], wh, bcast(q + 16));
+            const __m256i xl = bcast(q), xh = bcast(q + 16);
+            ia[t] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ia[t], al, xl), ah, xh);
+            ib[t] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ib[t], bl, xl), bh, xh);
         }
     }
-    UNROLL
-    for (size_t t = 0; t < G; t++)
-        isum[t] = _mm256_add_epi32(isum[t], isum2[t]);
 }
 #endif
 
+/* Row half v = 2p + h (projection p, half h) of a block's units: its 32-byte column of each
+ * chunk. */
+INLINE const unsigned char *half_units(const unsigned char *units, size_t v)
+{
+    return units + v / 2 * UNIT + 32 * (v % 2);
+}
+
+/* isum[t] = row t's correction for block b, the start of every integer sum. */
+INLINE void sums_init(const size_t G, const qrow *r, size_t b, __m256i *isum)
+{
+    UNROLL
+    for (size_t t = 0; t < G; t++)
+        isum[t] = bcast(r[t].corr + 4 * b);
+}
+
+/* The recipe's f32 step for row half v of G tokens: tot = fma(cvt(isum), wsh · xs_b, tot). */
+INLINE void f32_step(const size_t G, const __m256i *isum, const unsigned char *scales, size_t v,
+                     const qrow *r, size_t b, totals *tot)
+{
+    const __m256 wsh = half_scales(scales + 8 * v);
+    UNROLL
+    for (size_t t = 0; t < G; t++) {
+        float *acc = tot[t][v];
+        const __m256 s = _mm256_mul_ps(wsh, _mm256_set1_ps(load_f32(r[t].xs + 4 * b)));
+        _mm256_store_ps(acc,
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), s, _mm256_load_ps(acc)));
+    }
+}
+
 /*
- * One block b of one tile for G tokens: for each projection p < np and row half h, the exact
- * integer sums, then tot = fma(cvt(isum), wsh · xs_b, tot). The weights come from the tile
- * (units: the block's np code units, decoded in registers) or, when dec is not NULL, from the
- * block decoded by decode_block. scales: the block's np × 16 scale bytes. The AVX-VNNI set
- * takes vpdpbusd from two tokens on; at one token the vpmaddubsw form, which read 4 % faster
- * from memory there (bench/NOTES.md v12).
+ * One block b of one tile for G tokens: for each row half v = 2p + h (projection p < np, half
+ * h) the exact integer sums, then the f32 step. The weights come from the tile (units: the
+ * block's np code units, decoded in registers) or, when dec is not NULL, from the block
+ * decoded by decode_block (row half v at dec + 8v). scales: the block's np × 16 scale bytes.
+ * The AVX-VNNI set takes vpdpbusd from two tokens on, two row halves at a time (gate and up of
+ * half h; down's halves 0 and 1), which shares each broadcast between them (prefill 1.2x,
+ * bench/NOTES.md v13); at one token the vpmaddubsw form, which read 4 % faster from memory
+ * there (v12).
  */
 INLINE void block_group(const size_t G, const int np, const unsigned char *units,
                         const __m256i *dec, const unsigned char *scales, const qrow *r, size_t b,
                         totals *tot)
 {
     const __m256i lut = lut_w2u();
-    for (int p = 0; p < np; p++) {
-        UNROLL
-        for (size_t h = 0; h < 2; h++) {
-            const unsigned char *u = units + (size_t)p * UNIT + 32 * h;
-            const __m256i *d = dec ? dec + 8 * (2 * (size_t)p + h) : NULL;
-            __m256i isum[GROUP];
-            UNROLL
-            for (size_t t = 0; t < G; t++)
-                isum[t] = bcast(r[t].corr + 4 * b);
 #if MOE_MX_AVXVNNI
-            if (G > 1)
-                dot_vnni(G, u, d, lut, r, b, isum);
-            else
-#endif
-                dot_maddubs(G, u, d, lut, r, b, isum);
-            const __m256 wsh = half_scales(scales + 16 * (size_t)p + 8 * h);
-            UNROLL
-            for (size_t t = 0; t < G; t++) {
-                float *acc = tot[t][2 * (size_t)p + h];
-                const __m256 s = _mm256_mul_ps(wsh, _mm256_set1_ps(load_f32(r[t].xs + 4 * b)));
-                _mm256_store_ps(
-                    acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), s, _mm256_load_ps(acc)));
-            }
+    if (G > 1) {
+        UNROLL
+        for (size_t i = 0; i < (size_t)np; i++) {
+            const size_t va = np == 2 ? i : 0, vb = np == 2 ? i + 2 : 1;
+            __m256i ia[GROUP], ib[GROUP];
+            sums_init(G, r, b, ia);
+            sums_init(G, r, b, ib);
+            dot_vnni_pair(G, half_units(units, va), dec ? dec + 8 * va : NULL,
+                          half_units(units, vb), dec ? dec + 8 * vb : NULL, lut, r, b, ia, ib);
+            f32_step(G, ia, scales, va, r, b, tot);
+            f32_step(G, ib, scales, vb, r, b, tot);
         }
+        return;
+    }
+#endif
+    UNROLL
+    for (size_t v = 0; v < 2 * (size_t)np; v++) {
+        __m256i isum[GROUP];
+        sums_init(G, r, b, isum);
+        dot_maddubs(G, half_units(units, v), dec ? dec + 8 * v : NULL, lut, r, b, isum);
+        f32_step(G, isum, scales, v, r, b, tot);
     }
 }
 
@@ -250,8 +277,9 @@ INLINE void decode_block(const int np, const unsigned char *units, __m256i *dec)
  * tot[j] those of tile j. Two tiles run side by side, block by block, on the direct path only
  * (m ≤ GROUP): one core then reads two streams, which it does faster than one (bench/NOTES.md
  * v9, v11); their sums are the same operations as alone. */
-INLINE void accumulate(const int np, size_t m, size_t k, const void *const *xv,
-                       const unsigned char *tile, size_t nt, size_t tb, totals (*tot)[MR])
+INLINE void accumulate(const int np, const bool direct, size_t m, size_t k,
+                       const void *const *xv, const unsigned char *tile, size_t nt, size_t tb,
+                       totals (*tot)[MR])
 {
     __m256i dec[32] __attribute__((aligned(32)));
     qrow r[MR];
@@ -273,7 +301,7 @@ INLINE void accumulate(const int np, size_t m, size_t k, const void *const *xv,
                 const unsigned char *scales = tile + j * tb + line + 16 * i * (size_t)np;
                 for (size_t c = 0; c < 4 * (size_t)np; c++)
                     prefetch(units + 64 * c, tile + (j + 1) * tb, skip);
-                if (m <= GROUP) {
+                if (direct) {
                     GROUP_DISPATCH(m, np, units, NULL, scales, r, b, tot[j]);
                     continue;
                 }
@@ -285,6 +313,21 @@ INLINE void accumulate(const int np, size_t m, size_t k, const void *const *xv,
             }
     }
 }
+
+/* accumulate for each projection count and path, each compiled alone: inlined into one
+ * function, the buffered path's registers cost the direct path's loop 4-7 % at one token
+ * (bench/NOTES.md v13). */
+#define ACCUMULATE_FN(name, np, direct)                                                            \
+    static __attribute__((noinline)) void name(size_t m, size_t k, const void *const *xv,          \
+                                               const unsigned char *tile, size_t nt, size_t tb,     \
+                                               totals(*tot)[MR])                                   \
+    {                                                                                              \
+        accumulate(np, direct, m, k, xv, tile, nt, tb, tot);                                       \
+    }
+ACCUMULATE_FN(accumulate_down_direct, 1, true)
+ACCUMULATE_FN(accumulate_down_buffered, 1, false)
+ACCUMULATE_FN(accumulate_gateup_direct, 2, true)
+ACCUMULATE_FN(accumulate_gateup_buffered, 2, false)
 
 /* The epilogue of nt tiles' totals over np projections: bias, then (gate/up) the
  * activation; rows of the last tile below n_valid, tile j's outputs NR elements after tile
@@ -321,7 +364,12 @@ INLINE void run_tiles(const int np, size_t m, size_t k, const void *const *x,
     for (size_t j = 0, nt; j < n; j += nt) {
         nt = n - j < pair ? n - j : pair;
         const unsigned char *t = tile + j * tb;
-        accumulate(np, m, k, x, t, nt, tb, tot);
+        if (np == 2)
+            (m <= GROUP ? accumulate_gateup_direct : accumulate_gateup_buffered)(m, k, x, t, nt, tb,
+                                                                                 tot);
+        else
+            (m <= GROUP ? accumulate_down_direct : accumulate_down_buffered)(m, k, x, t, nt, tb,
+                                                                             tot);
         tiles_out(np, m, nt, tb, t, tot, act, out + j * NR, os, j + nt == n ? n_valid : NR);
     }
 }
