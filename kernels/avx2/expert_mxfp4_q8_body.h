@@ -28,14 +28,16 @@
  * saturation), summed in 16 bits over two chunks (4 results: ≤ 24384 < 2^15), widened by
  * vpmaddwd against ones, added in 32 bits to the row's correction -12·Σq. With AVX-VNNI the
  * 8 products go straight into the int32 lanes as 8 vpdpbusd (u8 weights × s8 activations),
- * in two chains per token (quads c and c + 4, added at the block's end), from two tokens on. Either
- * sum is the reference's Σ w2·q exactly: integers, any order. Then, as the reference: S = wsh · xs
+ * from two tokens on, for two row halves that read the same activations at once (gate and up
+ * of a half; down's two halves), so each broadcast feeds both. Either sum is the reference's
+ * Σ w2·q exactly: integers, any order. Then, as the reference: S = wsh · xs
  * (vmulps), acc = fma(cvt(isum), S, acc) in block order, wsh = 2^(e - 128) built bit-exactly (a
  * normal power of two for e ≥ 2, the subnormals 2^-128 and 2^-127 for e = 0, 1).
  *
- * Tokens run in groups of up to GROUP = 4 (4 integer sums and their 16-bit partials, or 8
- * int32 chains, the two weight vectors, broadcasts and constants fill the 16 ymm registers); the
- * f32 totals, touched once per block and projection half, live on the stack. Up to GROUP tokens
+ * Tokens run in groups of up to GROUP = 4 (4 integer sums and their 16-bit partials, or the
+ * two row halves' 8 int32 sums, with the weight vectors, broadcasts and constants fill the 16
+ * ymm registers); the f32 totals, touched once per block and projection half, live on the
+ * stack. Up to GROUP tokens
  * decode each chunk in registers; more tokens decode each block once into a 1 KB stack buffer
  * and run over it group after group. Every element sees the same operations in both paths, so
  * the bits do not depend on m. The multi-tile entries run two tiles side by side, block by
