@@ -1,4 +1,4 @@
-/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 2x16, FP8 8x16. */
+/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 16x16, FP8 8x16. */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
@@ -8,25 +8,28 @@
 #include "select/kernel.h"
 
 /*
- * Register tile: up to 2 tokens by the tile's 16 rows, each row group of 8 in one ymm, so a
- * token holds 4 accumulators for gate/up (2 row groups per projection) and 4 for down (2 row
- * groups × its 2 chains over the even and the odd k-pairs). With the 16 ymm registers of
- * AVX2, 8 accumulators, the current weight vectors and the broadcasts fit; a third token
- * would spill. Each element follows kernels/ref/expert_f32.c exactly (FMAs in k order; FP8:
- * per 128-K block, then one FMA with the block scale), so the bits equal the reference's and
- * the AVX-512 sets'.
+ * Register tile of the direct path: up to 2 tokens by the tile's 16 rows, each row group of 8
+ * in one ymm, so a token holds 4 accumulators for gate/up (2 row groups per projection) and 4
+ * for down (2 row groups × its 2 chains over the even and the odd k-pairs). With the 16 ymm
+ * registers of AVX2, 8 accumulators, the weight vectors being widened and the broadcasts fit;
+ * a third token would spill. Each element follows kernels/ref/expert_f32.c exactly (FMAs in k
+ * order; FP8: per 128-K block, then one FMA with the block scale), so the bits equal the
+ * reference's and the AVX-512 sets'.
  *
  * Widening as in the AVX-512 set, in registers: bf16 pair dwords shifted / masked; FP8 codes
  * sign-extended to words 16 at a time, (w << 7) & 0xBFFF (the f16 of e4m3 · 2^-8),
- * vcvtph2ps from a stack copy. FP8 takes up to 8 tokens: from 3 on, each 128-K block is decoded
- * once into a stack buffer and the tokens run over it two at a time (the AVX-512 file explains
- * why). At one token the FP8 set's multi-tile entries read two tiles side by side (below).
- * Prefetch: 8 KB ahead into L2, as there.
+ * vcvtph2ps from a stack copy. From 3 tokens on both sets take a buffered path: each block of
+ * K (FP8: 128, its scale block; bf16: 64) becomes f32 once in a stack buffer and the tokens
+ * run over it a few at a time (FP8 up to 8 tokens, two at a time, as the AVX-512 file explains;
+ * bf16 up to 16, three at a time). At one token the FP8 set's multi-tile entries read two tiles
+ * side by side (below). Prefetch: 8 KB ahead into L2, as there.
  */
 
 #define NR MOE_XL_NR
-#define MR 2     /* bf16 weights; FP8 weights up to 2 tokens (the direct path) */
-#define MR_FP8 8 /* FP8 weights: 3..8 tokens take the buffered path */
+#define MR 2       /* the direct path: up to 2 tokens */
+#define MR_FP8 8   /* FP8 weights: 3..8 tokens take the buffered path */
+#define MR_BF16 16 /* bf16 weights: 3..16 tokens take the buffered path */
+#define KB_BF16 64 /* k per widened bf16 block */
 #define PF_BYTES 8192
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
@@ -418,6 +421,21 @@ INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *c
     }
 }
 
+/* The gate/up outputs of m tokens from their totals (tot[2i] gate, tot[2i + 1] up): bias, then
+ * the activation. */
+INLINE void gateup_tot_out(size_t m, float (*tot)[NR], const unsigned char *tile,
+                           const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+{
+    const float *b = (const float *)tile;
+    for (size_t i = 0; i < m; i++) {
+        __m256 acc[4];
+        for (size_t j = 0; j < 4; j++)
+            acc[j] = _mm256_add_ps(_mm256_load_ps(tot[2 * i + j / 2] + 8 * (j % 2)),
+                                   _mm256_loadu_ps(b + 8 * j));
+        store16(h + i * hs, act8(act, acc[0], acc[2]), act8(act, acc[1], acc[3]), n_valid);
+    }
+}
+
 static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
                                 const unsigned char *tile, const moe_act_params *act, float *h,
                                 size_t hs, size_t n_valid)
@@ -442,14 +460,7 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
                 gateup_pair(1, buf, n, x + c, k0, sg, su, tot + 2 * c, next);
         }
     }
-    const float *b = (const float *)tile;
-    for (size_t i = 0; i < m; i++) {
-        __m256 acc[4];
-        for (size_t j = 0; j < 4; j++)
-            acc[j] = _mm256_add_ps(_mm256_load_ps(tot[2 * i + j / 2] + 8 * (j % 2)),
-                                   _mm256_loadu_ps(b + 8 * j));
-        store16(h + i * hs, act8(act, acc[0], acc[2]), act8(act, acc[1], acc[3]), n_valid);
-    }
+    gateup_tot_out(m, tot, tile, act, h, hs, n_valid);
 }
 
 static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
@@ -481,11 +492,194 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
                 _mm256_add_ps(_mm256_load_ps(tot[i] + 8), _mm256_loadu_ps(b + 8)), n_valid);
 }
 
+/* ---- bf16, 3..16 tokens: each 64-K block widened once into L1, tokens in threes over it ----
+ * The direct path widens every weight again for each 2 tokens (a shift or a mask per 8
+ * weights, on the FMA ports), and the engine called it once per 2 tokens over a run of tiles.
+ * Here a block's pairs become f32 once (8 KB for gate/up) and the tokens run over them three at
+ * a time (12 chains where the FMA latency wants 8; 4 tokens as 2 + 2, not 3 + 1, whose lone
+ * token's 4 chains would wait on it), with the direct path's FMAs in the same order: an
+ * element's chain runs on through its total in memory between blocks (stored and loaded
+ * exactly), so the bits are the direct path's. Mid batches 1.1-1.2x (bench/NOTES.md v13). */
+
+/* Tokens in the next pass when rest remain. */
+INLINE size_t bf16_pass_tokens(size_t rest)
+{
+    return rest >= 3 && rest != 4 ? 3 : rest >= 2 ? 2 : 1;
+}
+
+/* Pairs [0, np) of a gate/up block (gate's at w, up's at w + up) widened: k = 2q + e at
+ * buf + 32k + 8j for row group j (gate 0-7, gate 8-15, up 0-7, up 8-15). */
+INLINE void bf16_widen_gateup(const unsigned char *w, size_t up, size_t np, float *buf)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (size_t q = 0; q < np; q++)
+        UNROLL
+    for (size_t j = 0; j < 4; j++) {
+        const __m256i l =
+            _mm256_loadu_si256((const __m256i *)(w + 64 * q + (j / 2) * up + 32 * (j % 2)));
+        _mm256_store_si256((__m256i *)(buf + 64 * q + 8 * j), _mm256_slli_epi32(l, 16));
+        _mm256_store_si256((__m256i *)(buf + 64 * q + 32 + 8 * j), _mm256_and_si256(l, hi));
+    }
+}
+
+/* Pairs [0, np) of a down block (even pairs at p, 64 bytes per two pairs; each odd one odd
+ * bytes after the even one before it) widened: k = 2q + e at buf + 16k + 8j. */
+INLINE void bf16_widen_down(const unsigned char *p, size_t odd, size_t np, float *buf)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (size_t q = 0; q < np; q++) {
+        const unsigned char *src = p + 64 * (q / 2) + (q % 2 ? odd : 0);
+        UNROLL
+        for (size_t j = 0; j < 2; j++) {
+            const __m256i l = _mm256_loadu_si256((const __m256i *)(src + 32 * j));
+            _mm256_store_si256((__m256i *)(buf + 32 * q + 8 * j), _mm256_slli_epi32(l, 16));
+            _mm256_store_si256((__m256i *)(buf + 32 * q + 16 + 8 * j), _mm256_and_si256(l, hi));
+        }
+    }
+}
+
+/* M ≤ 3 tokens over a widened gate/up block of n k: tot[2i] (gate) and tot[2i + 1] (up) carry
+ * token i's chains. next: the next block's gate pairs, brought into L2 (up's at next + up). */
+INLINE void gateup_bf16_pass(const size_t M, const float *buf, size_t n, const float *const *x,
+                             size_t k0, float (*tot)[NR], const unsigned char *next, size_t up)
+{
+    __m256 b[3][4]; /* M ≤ 3 */
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t j = 0; j < 4; j++)
+        b[i][j] = _mm256_load_ps(tot[2 * i + j / 2] + 8 * (j % 2));
+    for (size_t kk = 0; kk < n; kk++) {
+        if (kk % 2 == 0) {
+            prefetch(next + 32 * kk);
+            prefetch(next + up + 32 * kk);
+        }
+        const float *w = buf + 32 * kk;
+        UNROLL
+        for (size_t j = 0; j < 4; j++) {
+            __m256 wj = _mm256_load_ps(w + 8 * j);
+            __asm__("" : "+x"(wj)); /* one load for all M tokens, as in gateup_pair */
+            UNROLL
+            for (size_t i = 0; i < M; i++)
+                b[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][k0 + kk]), b[i][j]);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t j = 0; j < 4; j++)
+        _mm256_store_ps(tot[2 * i + j / 2] + 8 * (j % 2), b[i][j]);
+}
+
+/* M ≤ 3 tokens over a widened down block of n k (k0 a multiple of 4, so pair parity is kk / 2):
+ * tot[i] holds token i's chain a (even pairs) in [0, 16) and chain b (odd) in [16, 32). */
+INLINE void down_bf16_pass(const size_t M, const float *buf, size_t n, const float *const *x,
+                           size_t k0, float (*tot)[2 * NR], const unsigned char *next, size_t odd)
+{
+    __m256 d[3][2][2]; /* M ≤ 3 */
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t c = 0; c < 4; c++)
+        d[i][c / 2][c % 2] = _mm256_load_ps(tot[i] + 8 * c);
+    for (size_t kk = 0; kk < n; kk++) {
+        if (kk % 4 == 0) {
+            prefetch(next + 16 * kk);
+            prefetch(next + odd + 16 * kk);
+        }
+        const size_t c = (kk / 2) & 1;
+        UNROLL
+        for (size_t j = 0; j < 2; j++) {
+            __m256 wj = _mm256_load_ps(buf + 16 * kk + 8 * j);
+            __asm__("" : "+x"(wj));
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                const __m256 xb = _mm256_set1_ps(x[i][k0 + kk]);
+                if (c)
+                    d[i][1][j] = _mm256_fmadd_ps(wj, xb, d[i][1][j]);
+                else
+                    d[i][0][j] = _mm256_fmadd_ps(wj, xb, d[i][0][j]);
+            }
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t c = 0; c < 4; c++)
+        _mm256_store_ps(tot[i] + 8 * c, d[i][c / 2][c % 2]);
+}
+
+static void gateup_bf16_buffered(size_t m, size_t k, const void *const *xv,
+                                 const unsigned char *tile, const moe_act_params *act, float *h,
+                                 size_t hs, size_t n_valid)
+{
+    float buf[KB_BF16 * 2 * NR] __attribute__((aligned(32)));
+    float tot[2 * MR_BF16][NR] __attribute__((aligned(32)));
+    const float *x[MR_BF16];
+    memset(tot, 0, 2 * m * sizeof tot[0]);
+    for (size_t i = 0; i < m; i++)
+        x[i] = xv[i];
+    const unsigned char *w = tile + moe_xl_bf16_weights(2);
+    const size_t up = moe_xl_bf16_stream2(2, (int64_t)k);
+    for (size_t k0 = 0; k0 < k; k0 += KB_BF16) {
+        const size_t n = k0 + KB_BF16 < k ? KB_BF16 : k - k0;
+        bf16_widen_gateup(w + 32 * k0, up, (n + 1) / 2, buf);
+        const unsigned char *next = w + 32 * (k0 + n < k ? k0 + n : k0);
+        for (size_t c = 0, g; c < m; c += g) {
+            g = bf16_pass_tokens(m - c);
+            if (g == 3)
+                gateup_bf16_pass(3, buf, n, x + c, k0, tot + 2 * c, next, up);
+            else if (g == 2)
+                gateup_bf16_pass(2, buf, n, x + c, k0, tot + 2 * c, next, up);
+            else
+                gateup_bf16_pass(1, buf, n, x + c, k0, tot + 2 * c, next, up);
+        }
+    }
+    gateup_tot_out(m, tot, tile, act, h, hs, n_valid);
+}
+
+static void down_bf16_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
+                               float *y, size_t ys, size_t n_valid)
+{
+    float buf[KB_BF16 * NR] __attribute__((aligned(32)));
+    float tot[MR_BF16][2 * NR] __attribute__((aligned(32)));
+    const float *x[MR_BF16];
+    memset(tot, 0, m * sizeof tot[0]);
+    for (size_t i = 0; i < m; i++)
+        x[i] = hv[i];
+    const unsigned char *p = tile + moe_xl_bf16_weights(1);
+    const size_t odd = moe_xl_bf16_stream2(1, (int64_t)k);
+    for (size_t k0 = 0; k0 < k; k0 += KB_BF16) {
+        const size_t n = k0 + KB_BF16 < k ? KB_BF16 : k - k0;
+        bf16_widen_down(p + 16 * k0, odd, (n + 1) / 2, buf);
+        const unsigned char *next = p + 16 * (k0 + n < k ? k0 + n : k0);
+        for (size_t c = 0, g; c < m; c += g) {
+            g = bf16_pass_tokens(m - c);
+            if (g == 3)
+                down_bf16_pass(3, buf, n, x + c, k0, tot + c, next, odd);
+            else if (g == 2)
+                down_bf16_pass(2, buf, n, x + c, k0, tot + c, next, odd);
+            else
+                down_bf16_pass(1, buf, n, x + c, k0, tot + c, next, odd);
+        }
+    }
+    const float *b = (const float *)tile;
+    for (size_t i = 0; i < m; i++)
+        store16(
+            y + i * ys,
+            _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(tot[i]), _mm256_load_ps(tot[i] + 16)),
+                          _mm256_loadu_ps(b)),
+            _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(tot[i] + 8), _mm256_load_ps(tot[i] + 24)),
+                          _mm256_loadu_ps(b + 8)),
+            n_valid);
+}
+
 static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
     if (m == 1) gateup_bf16_m(1, k, x, tile, act, h, h_stride, n_valid);
     if (m == 2) gateup_bf16_m(2, k, x, tile, act, h, h_stride, n_valid);
+    if (m > 2) gateup_bf16_buffered(m, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
@@ -493,6 +687,7 @@ static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile
 {
     if (m == 1) down_bf16_m(1, k, h, tile, y, y_stride, n_valid);
     if (m == 2) down_bf16_m(2, k, h, tile, y, y_stride, n_valid);
+    if (m > 2) down_bf16_buffered(m, k, h, tile, y, y_stride, n_valid);
 }
 
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
@@ -646,12 +841,12 @@ static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void
     fp8_tiles(1, m, k, hv, tile, n, NULL, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_f32_2x16__avx2 = {
-    .name = "moe_expert_bf16_f32_2x16__avx2",
+const moe_expert_kernels moe_expert_bf16_f32_16x16__avx2 = {
+    .name = "moe_expert_bf16_f32_16x16__avx2",
     .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX2,
-    .mr = MR,
+    .mr = MR_BF16,
     .nr = NR,
     .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
     .down_tile_bytes = moe_xl_bf16_down_bytes,
