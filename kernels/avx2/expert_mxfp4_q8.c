@@ -1,4 +1,4 @@
-/* expert_mxfp4_q8.c — the AVX2 expert kernel set of the Q8 recipe (MXFP4), vpmaddubsw, 16x16. */
+/* expert_mxfp4_q8.c — the AVX2 expert kernel set of the Q8 recipe (MXFP4), vpmaddubsw, 32x16. */
 #define MOE_MX_AVXVNNI 0
 #include "kernels/avx2/expert_mxfp4_q8_body.h"
 
@@ -9,4 +9,4 @@
  * are the reference's.
  */
 
-MX_YMM_SET(moe_expert_mxfp4_q8_16x16__avx2, MOE_REQ_AVX2);
+MX_YMM_SET(moe_expert_mxfp4_q8_32x16__avx2, MOE_REQ_AVX2);

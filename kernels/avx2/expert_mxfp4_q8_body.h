@@ -52,7 +52,7 @@
 #define NR MOE_MX_NR
 #define BLK MOE_MX_BLOCK
 #define UNIT MOE_MX_UNIT
-#define MR 16
+#define MR 32
 #define GROUP 4
 #define PF_BYTES 8192
 #define PF_L1_BYTES 2048

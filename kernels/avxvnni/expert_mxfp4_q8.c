@@ -1,4 +1,4 @@
-/* expert_mxfp4_q8.c — the AVX-VNNI expert kernel set of the Q8 recipe (MXFP4), vpdpbusd, 16x16. */
+/* expert_mxfp4_q8.c — the AVX-VNNI expert kernel set of the Q8 recipe (MXFP4), vpdpbusd, 32x16. */
 #define MOE_MX_AVXVNNI 1
 #include "kernels/avx2/expert_mxfp4_q8_body.h"
 
@@ -9,4 +9,4 @@
  * adds, vpmaddwd, vpaddd); the sums, and so the bits, are the reference's.
  */
 
-MX_YMM_SET(moe_expert_mxfp4_q8_16x16__avxvnni, MOE_REQ_AVXVNNI);
+MX_YMM_SET(moe_expert_mxfp4_q8_32x16__avxvnni, MOE_REQ_AVXVNNI);

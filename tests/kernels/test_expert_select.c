@@ -98,11 +98,11 @@ static const char *expected_mxfp4(const moe_cpu_caps *c, const char **insn)
 #endif
 #ifdef MOE_COMPILED_AVXVNNI
     *insn = "vpdpbusd ymm, avx_vnni allowed";
-    if (avx_vnni) return "moe_expert_mxfp4_q8_16x16__avxvnni";
+    if (avx_vnni) return "moe_expert_mxfp4_q8_32x16__avxvnni";
 #endif
 #ifdef MOE_COMPILED_AVX2
     *insn = "vpmaddubsw ymm, avx2 allowed";
-    if (avx2) return "moe_expert_mxfp4_q8_16x16__avx2";
+    if (avx2) return "moe_expert_mxfp4_q8_32x16__avx2";
 #endif
     *insn = "portable C, no int8 dot product allowed";
     return "moe_expert_mxfp4_q8_8x16__ref";
@@ -238,7 +238,7 @@ static void test_reasons(void)
     p = mxfp4_problem(MOE_RECIPE_Q8);
     moe_cpu_caps plain = make_caps(1, 0, 0, 0, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&plain, &p, &ch), MOE_OK);
-    CHECKF(strstr(ch.reason, "moe_expert_mxfp4_q8_16x16__avx2: moe_expert_mxfp4_q8_16x16__avxvnni "
+    CHECKF(strstr(ch.reason, "moe_expert_mxfp4_q8_32x16__avx2: moe_expert_mxfp4_q8_32x16__avxvnni "
                              "needs avx_vnni, which is not allowed") == ch.reason,
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX_VNNI);
@@ -246,12 +246,12 @@ static void test_reasons(void)
     CHECK_STATUS(moe_select_experts(&alder, &p, &ch), MOE_OK);
 #ifdef MOE_COMPILED_AVX512
     CHECKF(strstr(ch.reason,
-                  "moe_expert_mxfp4_q8_16x16__avxvnni: moe_expert_mxfp4_q8_32x16__avx512 "
+                  "moe_expert_mxfp4_q8_32x16__avxvnni: moe_expert_mxfp4_q8_32x16__avx512 "
                   "needs avx512, which is not allowed") == ch.reason,
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX512);
 #else
-    CHECKF(strstr(ch.reason, "avxvnni allowed; preferred over moe_expert_mxfp4_q8_16x16__avx2"),
+    CHECKF(strstr(ch.reason, "avxvnni allowed; preferred over moe_expert_mxfp4_q8_32x16__avx2"),
            "reason '%s'", ch.reason);
     CHECK(ch.missing == 0);
 #endif
