@@ -37,11 +37,11 @@
  * Tokens run in groups of up to GROUP = 4 (4 integer sums and their 16-bit partials, or the
  * two row halves' 8 int32 sums, with the weight vectors, broadcasts and constants fill the 16
  * ymm registers); the f32 totals, touched once per block and projection half, live on the
- * stack. Up to GROUP tokens
- * decode each chunk in registers; more tokens decode each block once into a 1 KB stack buffer
- * and run over it group after group. Every element sees the same operations in both paths, so
- * the bits do not depend on m. The multi-tile entries run two tiles side by side, block by
- * block, on the register path (the engine's decode calls), tile by tile on the buffered one.
+ * stack. Up to GROUP tokens decode each chunk in registers; more tokens (up to MR = 32) decode
+ * each block once into a 1 KB stack buffer and run over it group after group. Every element
+ * sees the same operations in both paths, so the bits do not depend on m. The multi-tile
+ * entries run two tiles side by side, block by block, on the register path (the engine's
+ * decode calls), tile by tile on the buffered one.
  *
  * Prefetch: every 64 bytes consumed, 8 KB ahead into L2 (into the next tile too, or for one of
  * a pair into the next pair's) and 2 KB ahead into L1. From memory at one token the register
@@ -217,9 +217,9 @@ INLINE void f32_step(const size_t G, const __m256i *isum, const unsigned char *s
  * block's np code units, decoded in registers) or, when dec is not NULL, from the block
  * decoded by decode_block (row half v at dec + 8v). scales: the block's np × 16 scale bytes.
  * The AVX-VNNI set takes vpdpbusd from two tokens on, two row halves at a time (gate and up of
- * half h; down's halves 0 and 1), which shares each broadcast between them (prefill 1.2x,
- * bench/NOTES.md v13); at one token the vpmaddubsw form, which read 4 % faster from memory
- * there (v12).
+ * half h; down's halves 0 and 1), which shares each broadcast between them (prefill
+ * 1.1-1.2x, bench/NOTES.md v13); at one token the vpmaddubsw form, which read 4 % faster
+ * from memory there (v12).
  */
 INLINE void block_group(const size_t G, const int np, const unsigned char *units,
                         const __m256i *dec, const unsigned char *scales, const qrow *r, size_t b,
