@@ -1,4 +1,4 @@
-/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 16x16, FP8 8x16. */
+/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 16x16, FP8 32x16. */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
@@ -20,14 +20,14 @@
  * sign-extended to words 16 at a time, (w << 7) & 0xBFFF (the f16 of e4m3 · 2^-8),
  * vcvtph2ps from a stack copy. From 3 tokens on both sets take a buffered path: each block of
  * K (FP8: 128, its scale block; bf16: 64) becomes f32 once in a stack buffer and the tokens
- * run over it a few at a time (FP8 up to 8 tokens, two at a time, as the AVX-512 file explains;
+ * run over it a few at a time (FP8 up to 32 tokens, two at a time, as the AVX-512 file explains;
  * bf16 up to 16, three at a time). At one token the FP8 set's multi-tile entries read two tiles
  * side by side (below). Prefetch: 8 KB ahead into L2, as there.
  */
 
 #define NR MOE_XL_NR
 #define MR 2       /* the direct path: up to 2 tokens */
-#define MR_FP8 8   /* FP8 weights: 3..8 tokens take the buffered path */
+#define MR_FP8 32  /* FP8 weights: 3..32 tokens take the buffered path */
 #define MR_BF16 16 /* bf16 weights: 3..16 tokens take the buffered path */
 #define KB_BF16 64 /* k per widened bf16 block */
 #define PF_BYTES 8192
@@ -443,7 +443,7 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
     float buf[MOE_XL_KB * 2 * NR] __attribute__((aligned(32)));
     float tot[2 * MR_FP8][NR] __attribute__((aligned(32)));
     const float *x[MR_FP8];
-    memset(tot, 0, sizeof tot);
+    memset(tot, 0, 2 * m * sizeof tot[0]);
     for (size_t i = 0; i < m; i++)
         x[i] = xv[i];
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
@@ -469,7 +469,7 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
     float buf[MOE_XL_KB * NR] __attribute__((aligned(32)));
     float tot[MR_FP8][NR] __attribute__((aligned(32)));
     const float *x[MR_FP8];
-    memset(tot, 0, sizeof tot);
+    memset(tot, 0, m * sizeof tot[0]);
     for (size_t i = 0; i < m; i++)
         x[i] = hv[i];
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
@@ -858,8 +858,8 @@ const moe_expert_kernels moe_expert_bf16_f32_16x16__avx2 = {
     .down = down_bf16,
 };
 
-const moe_expert_kernels moe_expert_fp8_f32_8x16__avx2 = {
-    .name = "moe_expert_fp8_f32_8x16__avx2",
+const moe_expert_kernels moe_expert_fp8_f32_32x16__avx2 = {
+    .name = "moe_expert_fp8_f32_32x16__avx2",
     .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX2,

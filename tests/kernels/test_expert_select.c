@@ -61,7 +61,7 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
         return fp8 ? "moe_expert_fp8_f32_32x16__avx512" : "moe_expert_bf16_f32_8x16__avx512";
 #endif
 #ifdef MOE_COMPILED_AVX2
-    if (avx2) return fp8 ? "moe_expert_fp8_f32_8x16__avx2" : "moe_expert_bf16_f32_16x16__avx2";
+    if (avx2) return fp8 ? "moe_expert_fp8_f32_32x16__avx2" : "moe_expert_bf16_f32_16x16__avx2";
 #endif
     return fp8 ? "moe_expert_fp8_f32_8x16__ref" : "moe_expert_bf16_f32_8x16__ref";
 }
@@ -211,7 +211,7 @@ static void test_reasons(void)
 #if defined(MOE_COMPILED_AVX2) && defined(MOE_COMPILED_AVX512)
     moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&avx2, &p, &ch), MOE_OK);
-    CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_8x16__avx2: moe_expert_fp8_f32_32x16__avx512 "
+    CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_32x16__avx2: moe_expert_fp8_f32_32x16__avx512 "
                               "needs avx512, which is not allowed; recipe f32 (f32 activations, "
                               "fp32 FMA)"),
            "reason '%s'", ch.reason);
@@ -229,7 +229,7 @@ static void test_reasons(void)
     CHECKF(strstr(ch.reason, "avx512vbmi allowed; preferred over moe_expert_fp8_f32_32x16__avx512"),
            "reason '%s'", ch.reason);
 #else
-    CHECKF(strstr(ch.reason, "avx512 allowed; preferred over moe_expert_fp8_f32_8x16__avx2"),
+    CHECKF(strstr(ch.reason, "avx512 allowed; preferred over moe_expert_fp8_f32_32x16__avx2"),
            "reason '%s'", ch.reason);
 #endif
     CHECK(ch.missing == 0);
