@@ -1,4 +1,4 @@
-/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 16x16, FP8 32x16. */
+/* expert_f32.c — the AVX2 expert kernel sets of the f32 recipe: bf16 32x16, FP8 32x16. */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
@@ -21,14 +21,14 @@
  * vcvtph2ps from a stack copy. From 3 tokens on both sets take a buffered path: each block of
  * K (FP8: 128, its scale block; bf16: 64) becomes f32 once in a stack buffer and the tokens
  * run over it a few at a time (FP8 up to 32 tokens, two at a time, as the AVX-512 file explains;
- * bf16 up to 16, three at a time). At one token the FP8 set's multi-tile entries read two tiles
+ * bf16 up to 32, three at a time). At one token the FP8 set's multi-tile entries read two tiles
  * side by side (below). Prefetch: 8 KB ahead into L2, as there.
  */
 
 #define NR MOE_XL_NR
 #define MR 2       /* the direct path: up to 2 tokens */
 #define MR_FP8 32  /* FP8 weights: 3..32 tokens take the buffered path */
-#define MR_BF16 16 /* bf16 weights: 3..16 tokens take the buffered path */
+#define MR_BF16 32 /* bf16 weights: 3..32 tokens take the buffered path */
 #define KB_BF16 64 /* k per widened bf16 block */
 #define PF_BYTES 8192
 #define INLINE static inline __attribute__((always_inline))
@@ -492,7 +492,7 @@ static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const u
                 _mm256_add_ps(_mm256_load_ps(tot[i] + 8), _mm256_loadu_ps(b + 8)), n_valid);
 }
 
-/* ---- bf16, 3..16 tokens: each 64-K block widened once into L1, tokens in threes over it ----
+/* ---- bf16, 3..32 tokens: each 64-K block widened once into L1, tokens in threes over it ----
  * The direct path widens every weight again for each 2 tokens (a shift or a mask per 8
  * weights, on the FMA ports), and the engine called it once per 2 tokens over a run of tiles.
  * Here a block's pairs become f32 once (8 KB for gate/up) and the tokens run over them three at
@@ -841,8 +841,8 @@ static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void
     fp8_tiles(1, m, k, hv, tile, n, NULL, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_f32_16x16__avx2 = {
-    .name = "moe_expert_bf16_f32_16x16__avx2",
+const moe_expert_kernels moe_expert_bf16_f32_32x16__avx2 = {
+    .name = "moe_expert_bf16_f32_32x16__avx2",
     .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX2,
