@@ -75,17 +75,24 @@ INLINE void fp8_16(const unsigned char *codes, __m256 *lo, __m256 *hi)
 
 /* ---- bf16 weights ------------------------------------------------------------------- */
 
+/* A bf16 pair dword vector (8 rows' weights at k in the low words, k + 1 in the high) as the
+ * f32 weights of k (w0) and k + 1 (w1). */
+INLINE void widen_pair(__m256i l, __m256 *w0, __m256 *w1)
+{
+    *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l, 16));
+    *w1 = _mm256_castsi256_ps(_mm256_and_si256(l, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
 /* acc[j] (j = 4 row groups of 8: gate 0-7, gate 8-15, up 0-7, up 8-15): gate's pair at w, up's
  * at w + up (the tile's two streams). */
 INLINE void bf16_pair(const size_t M, const unsigned char *w, size_t up, const float *const *x,
                       size_t k0, __m256 acc[][4], bool both)
 {
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     UNROLL
     for (size_t j = 0; j < 4; j++) {
-        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + (j / 2) * up + 32 * (j % 2)));
-        const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l, 16));
-        const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(l, hi));
+        __m256 w0, w1;
+        widen_pair(_mm256_loadu_si256((const __m256i *)(w + (j / 2) * up + 32 * (j % 2))), &w0,
+                   &w1);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             acc[i][j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[i][k0]), acc[i][j]);
@@ -175,12 +182,10 @@ INLINE void fp8_dot(const size_t M, size_t k, const void *const *xv, const unsig
 INLINE void down_bf16_pair(const size_t M, const int c, const unsigned char *w,
                            const float *const *x, size_t k0, bool both, __m256 d[][2][2])
 {
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     UNROLL
     for (size_t j = 0; j < 2; j++) {
-        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 32 * j));
-        const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l, 16));
-        const __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(l, hi));
+        __m256 w0, w1;
+        widen_pair(_mm256_loadu_si256((const __m256i *)(w + 32 * j)), &w0, &w1);
         UNROLL
         for (size_t i = 0; i < M; i++) {
             d[i][c][j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[i][k0]), d[i][c][j]);
@@ -353,20 +358,23 @@ INLINE void fp8_decode(const unsigned char *codes, size_t n16, float *buf)
     }
 }
 
-/* The pairs also bring the next block's codes (next: 32 bytes per k for gate/up, 16 for down)
- * into L2, as in the AVX-512 set: each block is a new 4 KB page. Each weight vector is loaded
- * once for both tokens: the empty asm keeps GCC from folding the load into both FMAs (two loads
- * per vector, which held the prefill back: bench/NOTES.md v12). */
-INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float *const *x,
-                        size_t k0, __m256 sg, __m256 su, float (*tot)[NR],
-                        const unsigned char *next)
+/* The chains of a buffered path: M tokens over n k of a block of f32 weights (buf; gate/up 32
+ * per k: gate 0-7, 8-15, up 0-7, 8-15; down 16 per k), each element's FMAs in k order, from
+ * the accumulators the caller gives. They also bring the next block's source into L2 (next,
+ * and next2 when not NULL: a second stream; 32 bytes per k for gate/up, 16 for down), as in
+ * the AVX-512 set: each block is a new 4 KB page; gate/up prefetches every pf_every k (FP8 1:
+ * every line twice, which measured faster than once; bf16 2). Each weight vector is loaded once for
+ * all tokens: the empty asm keeps GCC from folding the load into every FMA (a load per FMA, which
+ * held the prefill back: bench/NOTES.md v12). */
+INLINE void gateup_chains(const size_t M, const float *buf, size_t n, const float *const *x,
+                          size_t k0, const unsigned char *next, const unsigned char *next2,
+                          const size_t pf_every, __m256 b[][4])
 {
-    __m256 b[MR][4];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        b[i][0] = b[i][1] = b[i][2] = b[i][3] = _mm256_setzero_ps();
     for (size_t kk = 0; kk < n; kk++) {
-        prefetch(next + 32 * kk);
+        if (kk % pf_every == 0) {
+            prefetch(next + 32 * kk);
+            if (next2) prefetch(next2 + 32 * kk);
+        }
         const float *w = buf + 32 * kk;
         UNROLL
         for (size_t j = 0; j < 4; j++) {
@@ -377,26 +385,20 @@ INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float 
                 b[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][k0 + kk]), b[i][j]);
         }
     }
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        UNROLL
-    for (size_t j = 0; j < 4; j++) {
-        float *t = tot[2 * i + j / 2] + 8 * (j % 2);
-        _mm256_store_ps(t, _mm256_fmadd_ps(b[i][j], j < 2 ? sg : su, _mm256_load_ps(t)));
-    }
 }
 
-/* down over a decoded block of n k (16 floats each): chains a (even pairs) and b (odd). */
-INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *const *x, size_t k0,
-                      __m256 s, float (*tot)[NR], const unsigned char *next)
+/* down: chains a (d[i][0], even pairs) and b (d[i][1], odd); k0 a multiple of 4, so the
+ * parity of k's pair is that of kk / 2. */
+INLINE void down_chains(const size_t M, const float *buf, size_t n, const float *const *x,
+                        size_t k0, const unsigned char *next, const unsigned char *next2,
+                        __m256 d[][2][2])
 {
-    __m256 d[MR][2][2];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
     for (size_t kk = 0; kk < n; kk++) {
-        if (kk % 4 == 0) prefetch(next + 16 * kk);
-        const size_t c = (kk / 2) & 1; /* k0 is a multiple of 128: pair parity = (kk / 2) */
+        if (kk % 4 == 0) {
+            prefetch(next + 16 * kk);
+            if (next2) prefetch(next2 + 16 * kk);
+        }
+        const size_t c = (kk / 2) & 1;
         UNROLL
         for (size_t j = 0; j < 2; j++) {
             __m256 wj = _mm256_load_ps(buf + 16 * kk + 8 * j);
@@ -411,6 +413,35 @@ INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *c
             }
         }
     }
+}
+
+/* FP8: a pair of tokens' block chains from zero, then into the totals with the block scales. */
+INLINE void gateup_pair(const size_t M, const float *buf, size_t n, const float *const *x,
+                        size_t k0, __m256 sg, __m256 su, float (*tot)[NR],
+                        const unsigned char *next)
+{
+    __m256 b[MR][4];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        b[i][0] = b[i][1] = b[i][2] = b[i][3] = _mm256_setzero_ps();
+    gateup_chains(M, buf, n, x, k0, next, NULL, 1, b);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        UNROLL
+    for (size_t j = 0; j < 4; j++) {
+        float *t = tot[2 * i + j / 2] + 8 * (j % 2);
+        _mm256_store_ps(t, _mm256_fmadd_ps(b[i][j], j < 2 ? sg : su, _mm256_load_ps(t)));
+    }
+}
+
+INLINE void down_pair(const size_t M, const float *buf, size_t n, const float *const *x, size_t k0,
+                      __m256 s, float (*tot)[NR], const unsigned char *next)
+{
+    __m256 d[MR][2][2];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        d[i][0][0] = d[i][0][1] = d[i][1][0] = d[i][1][1] = _mm256_setzero_ps();
+    down_chains(M, buf, n, x, k0, next, NULL, d);
     UNROLL
     for (size_t i = 0; i < M; i++)
         UNROLL
@@ -463,8 +494,9 @@ static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
     gateup_tot_out(m, tot, tile, act, h, hs, n_valid);
 }
 
-static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
-                              float *y, size_t ys, size_t n_valid)
+static __attribute__((noinline)) void down_fp8_buffered(size_t m, size_t k, const void *const *hv,
+                                                        const unsigned char *tile, float *y,
+                                                        size_t ys, size_t n_valid)
 {
     float buf[MOE_XL_KB * NR] __attribute__((aligned(32)));
     float tot[MR_FP8][NR] __attribute__((aligned(32)));
@@ -511,14 +543,14 @@ INLINE size_t bf16_pass_tokens(size_t rest)
  * buf + 32k + 8j for row group j (gate 0-7, gate 8-15, up 0-7, up 8-15). */
 INLINE void bf16_widen_gateup(const unsigned char *w, size_t up, size_t np, float *buf)
 {
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     for (size_t q = 0; q < np; q++)
         UNROLL
     for (size_t j = 0; j < 4; j++) {
-        const __m256i l =
-            _mm256_loadu_si256((const __m256i *)(w + 64 * q + (j / 2) * up + 32 * (j % 2)));
-        _mm256_store_si256((__m256i *)(buf + 64 * q + 8 * j), _mm256_slli_epi32(l, 16));
-        _mm256_store_si256((__m256i *)(buf + 64 * q + 32 + 8 * j), _mm256_and_si256(l, hi));
+        __m256 w0, w1;
+        widen_pair(_mm256_loadu_si256((const __m256i *)(w + 64 * q + (j / 2) * up + 32 * (j % 2))),
+                   &w0, &w1);
+        _mm256_store_ps(buf + 64 * q + 8 * j, w0);
+        _mm256_store_ps(buf + 64 * q + 32 + 8 * j, w1);
     }
 }
 
@@ -526,20 +558,20 @@ INLINE void bf16_widen_gateup(const unsigned char *w, size_t up, size_t np, floa
  * bytes after the even one before it) widened: k = 2q + e at buf + 16k + 8j. */
 INLINE void bf16_widen_down(const unsigned char *p, size_t odd, size_t np, float *buf)
 {
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     for (size_t q = 0; q < np; q++) {
         const unsigned char *src = p + 64 * (q / 2) + (q % 2 ? odd : 0);
         UNROLL
         for (size_t j = 0; j < 2; j++) {
-            const __m256i l = _mm256_loadu_si256((const __m256i *)(src + 32 * j));
-            _mm256_store_si256((__m256i *)(buf + 32 * q + 8 * j), _mm256_slli_epi32(l, 16));
-            _mm256_store_si256((__m256i *)(buf + 32 * q + 16 + 8 * j), _mm256_and_si256(l, hi));
+            __m256 w0, w1;
+            widen_pair(_mm256_loadu_si256((const __m256i *)(src + 32 * j)), &w0, &w1);
+            _mm256_store_ps(buf + 32 * q + 8 * j, w0);
+            _mm256_store_ps(buf + 32 * q + 16 + 8 * j, w1);
         }
     }
 }
 
 /* M ≤ 3 tokens over a widened gate/up block of n k: tot[2i] (gate) and tot[2i + 1] (up) carry
- * token i's chains. next: the next block's gate pairs, brought into L2 (up's at next + up). */
+ * token i's chains from block to block. next: the next block's gate pairs (up's at next + up). */
 INLINE void gateup_bf16_pass(const size_t M, const float *buf, size_t n, const float *const *x,
                              size_t k0, float (*tot)[NR], const unsigned char *next, size_t up)
 {
@@ -549,21 +581,7 @@ INLINE void gateup_bf16_pass(const size_t M, const float *buf, size_t n, const f
         UNROLL
     for (size_t j = 0; j < 4; j++)
         b[i][j] = _mm256_load_ps(tot[2 * i + j / 2] + 8 * (j % 2));
-    for (size_t kk = 0; kk < n; kk++) {
-        if (kk % 2 == 0) {
-            prefetch(next + 32 * kk);
-            prefetch(next + up + 32 * kk);
-        }
-        const float *w = buf + 32 * kk;
-        UNROLL
-        for (size_t j = 0; j < 4; j++) {
-            __m256 wj = _mm256_load_ps(w + 8 * j);
-            __asm__("" : "+x"(wj)); /* one load for all M tokens, as in gateup_pair */
-            UNROLL
-            for (size_t i = 0; i < M; i++)
-                b[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][k0 + kk]), b[i][j]);
-        }
-    }
+    gateup_chains(M, buf, n, x, k0, next, next + up, 2, b);
     UNROLL
     for (size_t i = 0; i < M; i++)
         UNROLL
@@ -571,8 +589,7 @@ INLINE void gateup_bf16_pass(const size_t M, const float *buf, size_t n, const f
         _mm256_store_ps(tot[2 * i + j / 2] + 8 * (j % 2), b[i][j]);
 }
 
-/* M ≤ 3 tokens over a widened down block of n k (k0 a multiple of 4, so pair parity is kk / 2):
- * tot[i] holds token i's chain a (even pairs) in [0, 16) and chain b (odd) in [16, 32). */
+/* down: tot[i] holds token i's chain a (even pairs) in [0, 16) and chain b (odd) in [16, 32). */
 INLINE void down_bf16_pass(const size_t M, const float *buf, size_t n, const float *const *x,
                            size_t k0, float (*tot)[2 * NR], const unsigned char *next, size_t odd)
 {
@@ -582,26 +599,7 @@ INLINE void down_bf16_pass(const size_t M, const float *buf, size_t n, const flo
         UNROLL
     for (size_t c = 0; c < 4; c++)
         d[i][c / 2][c % 2] = _mm256_load_ps(tot[i] + 8 * c);
-    for (size_t kk = 0; kk < n; kk++) {
-        if (kk % 4 == 0) {
-            prefetch(next + 16 * kk);
-            prefetch(next + odd + 16 * kk);
-        }
-        const size_t c = (kk / 2) & 1;
-        UNROLL
-        for (size_t j = 0; j < 2; j++) {
-            __m256 wj = _mm256_load_ps(buf + 16 * kk + 8 * j);
-            __asm__("" : "+x"(wj));
-            UNROLL
-            for (size_t i = 0; i < M; i++) {
-                const __m256 xb = _mm256_set1_ps(x[i][k0 + kk]);
-                if (c)
-                    d[i][1][j] = _mm256_fmadd_ps(wj, xb, d[i][1][j]);
-                else
-                    d[i][0][j] = _mm256_fmadd_ps(wj, xb, d[i][0][j]);
-            }
-        }
-    }
+    down_chains(M, buf, n, x, k0, next, next + odd, d);
     UNROLL
     for (size_t i = 0; i < M; i++)
         UNROLL
@@ -638,8 +636,9 @@ static void gateup_bf16_buffered(size_t m, size_t k, const void *const *xv,
     gateup_tot_out(m, tot, tile, act, h, hs, n_valid);
 }
 
-static void down_bf16_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
-                               float *y, size_t ys, size_t n_valid)
+static __attribute__((noinline)) void down_bf16_buffered(size_t m, size_t k, const void *const *hv,
+                                                         const unsigned char *tile, float *y,
+                                                         size_t ys, size_t n_valid)
 {
     float buf[KB_BF16 * NR] __attribute__((aligned(32)));
     float tot[MR_BF16][2 * NR] __attribute__((aligned(32)));
