@@ -10,53 +10,55 @@
 #include "select/kernel.h"
 
 /*
- * One thread, K = 256: a gate/up tile of 16 KB and 8 token rows of 1 KB, all in L1. A step is
- * one k-pair of the AVX-512 bf16 set's gate/up loop (kernels/avx512/expert_f32.c) at 8 tokens:
- * 32 FMAs (8 tokens × gate and up × the pair's two k) into 16 accumulators, each accumulator's
- * two in k order. Four loops, each adding one part of that step, then the kernel:
- *   fma      the 32 FMAs alone, the weights and the activations held in registers
- *   +widen   the weights widened each step from the tile's two bf16 streams (two 64-byte
- *            loads, two shifts, two masks), the activations still in registers
- *   +bcast   the activations broadcast from the 8 token rows each step (16 broadcast loads):
- *            the whole step
+ * One thread, K = 256: a gate/up tile of 16 KB and 12 token rows of 1 KB, all in L1. A step is
+ * one k-pair of the AVX-512 bf16 set's gate/up loop (kernels/avx512/expert_f32.c) at its 12
+ * tokens: 48 FMAs (12 tokens × gate and up × the pair's two k) into 24 accumulators, each
+ * accumulator's two in k order. Four loops, each adding one part of that step, then the kernel:
+ *   fma        the 48 FMAs alone, the weights and two activations held in registers
+ *   +widen     the weights widened each step from the tile's two bf16 streams (two 64-byte
+ *              loads, two shifts, two masks), the activations still in registers
+ *   +bcast     the activations broadcast from the 12 token rows each step (24 broadcast
+ *              loads): the whole step
  *   +prefetch  with the kernel's prefetches (each stream's line 8 KB ahead into L2 and 2 KB
- *            ahead into L1; here they find their lines in L1)
- *   kernel   moe_expert_bf16_f32_8x16__avx512's gate/up entry at m = 8 on a packed tile: the
- *            step with its prefetches, the epilogue and the call
- *   down     the same set's down entry at m = 8 on a down tile of the same K (16 output rows;
- *            per step each token's even and odd pair chains: 4 broadcasts per 4 FMAs)
+ *              ahead into L1; here they find their lines in L1)
+ *   kernel     moe_expert_bf16_f32_12x16__avx512's gate/up entry at m = 12 on a packed tile:
+ *              the step with its prefetches, the epilogue and the call
+ *   down       the same set's down entry at m = 12 on a down tile of the same K (16 output
+ *              rows; per step each token's even and odd pair chains: 4 broadcasts per 4 FMAs)
  * Each as GFLOP/s (2 per multiply-add) and as a fraction of the vfmadd231ps zmm peak of the same
  * run (bench_util.h's 12-chain register loop); the best of 7 passes of 20000 calls, 3 rounds.
- * Where a kernel's prefill (bench_expert_kernels) sits near "+prefetch", the recipe's instruction
- * mix on this core bounds it, not the kernel's code. Needs the AVX-512 level (says so and exits 0
- * where the CPU or MOE_ISA lacks it). Usage: bench_mix [--rounds N] (default 3).
+ * Where a kernel's prefill (bench_expert_kernels) sits near "+prefetch", the recipe's
+ * instruction mix on this core bounds it, not the kernel's code. Needs the AVX-512 level (says
+ * so and exits 0 where the CPU or MOE_ISA lacks it). Usage: bench_mix [--rounds N] (default 3).
  */
 
 #define K 256
-#define M 8
+#define M 12
 #define STEPS (K / 2)
 #define FLOPS_PER_CALL (2.0 * M * 16 * 2 * K) /* gate and up: 16 rows each */
 
 #if BENCH_X86
 #define MIX_TARGET __attribute__((target("avx512f,avx512bw"), noinline))
-#define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL _Pragma("GCC unroll 16")
 
-/* The 32 FMAs of STEPS steps with nothing loaded: weights w[0..3], activations x[i][0..1]. */
+/* The 48 FMAs of STEPS steps with nothing loaded: weights w0..w3, two activations. */
 MIX_TARGET static float loop_fma(const float *const *x, const unsigned char *w, size_t second)
 {
     (void)second;
-    __m512 a[M], b[M], xs[M];
+    __m512 a[M], b[M], xs[2];
     const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 64);
     const __m512 w2 = _mm512_loadu_ps(w + 128), w3 = _mm512_loadu_ps(w + 192);
+    xs[0] = _mm512_set1_ps(x[0][0]);
+    xs[1] = _mm512_set1_ps(x[1][0]);
     UNROLL
-    for (int i = 0; i < M; i++) {
-        a[i] = b[i] = _mm512_setzero_ps();
-        xs[i] = _mm512_set1_ps(x[i][0]);
+    for (int i = 0; i < M; i++) { /* each chain from its own value, so none merge */
+        a[i] = _mm512_set1_ps(0.01f * (float)i);
+        b[i] = _mm512_set1_ps(0.01f * (float)(i + M));
     }
     for (size_t s = 0; s < STEPS; s++) {
         UNROLL
         for (int i = 0; i < M; i++) {
-            const __m512 x0 = xs[i], x1 = xs[(i + 1) % M];
+            const __m512 x0 = xs[0], x1 = xs[1];
             a[i] = _mm512_fmadd_ps(w0, x0, a[i]);
             b[i] = _mm512_fmadd_ps(w2, x0, b[i]);
             a[i] = _mm512_fmadd_ps(w1, x1, a[i]);
@@ -84,11 +86,12 @@ widen(const unsigned char *p, __m512 *even, __m512 *odd)
 #define MIX_LOOP(name, BCAST, PF)                                                                  \
     MIX_TARGET static float name(const float *const *x, const unsigned char *w, size_t second)     \
     {                                                                                              \
-        __m512 a[M], b[M], xs[M];                                                                  \
+        __m512 a[M], b[M];                                                                         \
+        const __m512 xs0 = _mm512_set1_ps(x[0][0]), xs1 = _mm512_set1_ps(x[1][0]);                 \
         UNROLL                                                                                     \
         for (int i = 0; i < M; i++) {                                                              \
-            a[i] = b[i] = _mm512_setzero_ps();                                                     \
-            xs[i] = _mm512_set1_ps(x[i][0]);                                                       \
+            a[i] = _mm512_set1_ps(0.01f * (float)i);                                               \
+            b[i] = _mm512_set1_ps(0.01f * (float)(i + M));                                         \
         }                                                                                          \
         for (size_t s = 0; s < STEPS; s++, w += 64) {                                              \
             if (PF) {                                                                              \
@@ -102,8 +105,8 @@ widen(const unsigned char *p, __m512 *even, __m512 *odd)
             widen(w + second, &u0, &u1);                                                           \
             UNROLL                                                                                 \
             for (int i = 0; i < M; i++) {                                                          \
-                const __m512 x0 = BCAST ? _mm512_set1_ps(x[i][2 * s]) : xs[i];                     \
-                const __m512 x1 = BCAST ? _mm512_set1_ps(x[i][2 * s + 1]) : xs[(i + 1) % M];       \
+                const __m512 x0 = BCAST ? _mm512_set1_ps(x[i][2 * s]) : xs0;                       \
+                const __m512 x1 = BCAST ? _mm512_set1_ps(x[i][2 * s + 1]) : xs1;                   \
                 a[i] = _mm512_fmadd_ps(g0, x0, a[i]);                                              \
                 b[i] = _mm512_fmadd_ps(u0, x0, b[i]);                                              \
                 a[i] = _mm512_fmadd_ps(g1, x1, a[i]);                                              \
@@ -155,7 +158,7 @@ static const moe_expert_kernels *bf16_set(void)
     const moe_kernel *reg = moe_kernel_registry(&count);
     for (size_t r = 0; r < count; r++)
         if (reg[r].family == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 &&
-            strcmp(reg[r].fn.expert_set->name, "moe_expert_bf16_f32_8x16__avx512") == 0)
+            strcmp(reg[r].fn.expert_set->name, "moe_expert_bf16_f32_12x16__avx512") == 0)
             return reg[r].fn.expert_set;
     return NULL;
 }

@@ -1,4 +1,4 @@
-/* expert_f32.c — the AVX-512 expert kernel sets of the f32 recipe: bf16 8x16, FP8 32x16. */
+/* expert_f32.c — the AVX-512 expert kernel sets of the f32 recipe: bf16 12x16, FP8 32x16. */
 #include "select/kernel.h"
 
 /*
@@ -63,8 +63,8 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
                           const unsigned char *tile, const moe_act_params *act, float *h, size_t hs,
                           size_t n_valid)
 {
-    const float *x[MR];
-    __m512 ag[MR], au[MR];
+    const float *x[MR_BF16];
+    __m512 ag[MR_BF16], au[MR_BF16];
     UNROLL
     for (size_t i = 0; i < M; i++) {
         x[i] = xv[i];
@@ -98,8 +98,8 @@ INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *xv,
 INLINE void down_bf16_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
                         float *y, size_t ys, size_t n_valid)
 {
-    const float *x[MR];
-    __m512 a[MR], b[MR]; /* the chains of the even and the odd k-pairs */
+    const float *x[MR_BF16];
+    __m512 a[MR_BF16], b[MR_BF16]; /* the chains of the even and the odd k-pairs */
     UNROLL
     for (size_t i = 0; i < M; i++) {
         x[i] = hv[i];
@@ -177,21 +177,21 @@ INLINE void fp8_decode64(const fp8_dec *d, const unsigned char *c, __m512 w[4])
 static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    DISPATCH(gateup_bf16_m, m, k, x, tile, act, h, h_stride, n_valid);
+    DISPATCH12(gateup_bf16_m, m, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                       size_t y_stride, size_t n_valid)
 {
-    DISPATCH(down_bf16_m, m, k, h, tile, y, y_stride, n_valid);
+    DISPATCH12(down_bf16_m, m, k, h, tile, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_f32_8x16__avx512 = {
-    .name = "moe_expert_bf16_f32_8x16__avx512",
+const moe_expert_kernels moe_expert_bf16_f32_12x16__avx512 = {
+    .name = "moe_expert_bf16_f32_12x16__avx512",
     .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX512,
-    .mr = MR,
+    .mr = MR_BF16,
     .nr = NR,
     .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
     .down_tile_bytes = moe_xl_bf16_down_bytes,

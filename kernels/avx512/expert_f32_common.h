@@ -6,15 +6,15 @@
 #include "kernels/ref/expert_layout.h"
 
 /*
- * Register tile: up to 8 tokens by the tile's 16 rows, one zmm accumulator per token and
- * projection for gate/up, two per token for down (its chains over the even and the odd
- * k-pairs), so 16 of the 32 registers accumulate and one token keeps two FMA chains in
- * flight. Each element is computed exactly as in kernels/ref/expert_f32.c: FMAs in k order
- * with the 16 rows' weight vector and the token's activation broadcast, FP8 block sums scaled
- * into totals kept on the stack (touched once per 128-K block), so the bits equal the
- * reference's for every m. m is a compile-time constant of each instantiation (1..8), so the
- * accumulators live in registers. Weights are widened in registers, never in memory (the
- * kernel sets say how).
+ * Register tile: up to 12 tokens (bf16 weights; FP8 weights 8 on the direct path) by the tile's
+ * 16 rows, one zmm accumulator per token and projection for gate/up, two per token for down (its
+ * chains over the even and the odd k-pairs), so 16 or 24 of the 32 registers accumulate and one
+ * token keeps two FMA chains in flight. Each element is computed exactly as in
+ * kernels/ref/expert_f32.c: FMAs in k order with the 16 rows' weight vector and the token's
+ * activation broadcast, FP8 block sums scaled into totals kept on the stack (touched once per 128-K
+ * block), so the bits equal the reference's for every m. m is a compile-time constant of each
+ * instantiation (1..MR), so the accumulators live in registers. Weights are widened in registers,
+ * never in memory (the kernel sets say how).
  *
  * Prefetch runs 8 KB ahead into L2 and 2 KB ahead into L1, in the tile and on into the next
  * one: decode streams each tile once from memory. The hardware prefetcher alone left a
@@ -25,12 +25,13 @@
  */
 
 #define NR MOE_XL_NR
-#define MR 8 /* bf16 weights; FP8 weights up to 8 tokens (the direct path) */
+#define MR 8       /* FP8 weights: up to 8 tokens on the direct path */
+#define MR_BF16 12 /* bf16 weights: 12 tokens, 24 accumulators */
 #define PF_BYTES 8192
 #define PF_L1_BYTES 2048
 #define INLINE static inline __attribute__((always_inline))
 /* Every loop over the tokens of a tile unrolls, so its accumulators are registers. */
-#define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL _Pragma("GCC unroll 16")
 
 INLINE void prefetch_ahead(const unsigned char *p)
 {

@@ -70,4 +70,16 @@ static inline __attribute__((always_inline)) group_split group_split_of(size_t m
         }                                                                                          \
     } while (0)
 
+/* DISPATCH for m = 1..12 (the bf16 set of the f32 recipe: 12 tokens' 24 accumulators). */
+#define DISPATCH12(body, m, ...)                                                                   \
+    do {                                                                                           \
+        switch (m) {                                                                               \
+        case 9: body(9, __VA_ARGS__); break;                                                       \
+        case 10: body(10, __VA_ARGS__); break;                                                     \
+        case 11: body(11, __VA_ARGS__); break;                                                     \
+        case 12: body(12, __VA_ARGS__); break;                                                     \
+        default: DISPATCH(body, m, __VA_ARGS__); break;                                            \
+        }                                                                                          \
+    } while (0)
+
 #endif

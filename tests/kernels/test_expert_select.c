@@ -58,7 +58,7 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
 #endif
 #ifdef MOE_COMPILED_AVX512
     if (avx512)
-        return fp8 ? "moe_expert_fp8_f32_32x16__avx512" : "moe_expert_bf16_f32_8x16__avx512";
+        return fp8 ? "moe_expert_fp8_f32_32x16__avx512" : "moe_expert_bf16_f32_12x16__avx512";
 #endif
 #ifdef MOE_COMPILED_AVX2
     if (avx2) return fp8 ? "moe_expert_fp8_f32_32x16__avx2" : "moe_expert_bf16_f32_32x16__avx2";
