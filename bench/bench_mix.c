@@ -25,6 +25,9 @@
  *              the step with its prefetches, the epilogue and the call
  *   down       the same set's down entry at m = 12 on a down tile of the same K (16 output
  *              rows; per step each token's even and odd pair chains: 4 broadcasts per 4 FMAs)
+ * Then FP8 weights at 8 tokens, the most the FP8 sets' direct path takes, where each call
+ * decodes the codes in registers: the gate/up entry of each AVX-512 FP8 set beside the bf16 set's
+ * at 8 tokens (the same FMAs and broadcasts; a decode instead of a widening).
  * Each as GFLOP/s (2 per multiply-add) and as a fraction of the vfmadd231ps zmm peak of the same
  * run (bench_util.h's 12-chain register loop); the best of 7 passes of 20000 calls, 3 rounds.
  * Where a kernel's prefill (bench_expert_kernels) sits near "+prefetch", the recipe's
@@ -128,39 +131,125 @@ typedef float mix_loop(const float *const *x, const unsigned char *w, size_t sec
 
 static volatile float mix_sink;
 
-/* GFLOP/s of `calls` calls of f, or with f NULL of the kernel's gate/up (tile) or, with tile
- * NULL, its down (down_tile): the best of 7. */
-static double mix_gflops(mix_loop *f, const moe_expert_kernels *ks, const float *const *x,
-                         const unsigned char *w, size_t second, const unsigned char *tile,
-                         const unsigned char *down_tile, float *h, long calls)
+/* GFLOP/s of `calls` calls of f: the best of 7. */
+static double loop_gflops(mix_loop *f, const float *const *x, const unsigned char *w, size_t second,
+                          long calls)
+{
+    double t[7];
+    for (int r = 0; r < 7; r++) {
+        const double t0 = bench_now_ns();
+        for (long c = 0; c < calls; c++)
+            mix_sink = f(x, w, second);
+        t[r] = bench_now_ns() - t0;
+    }
+    return FLOPS_PER_CALL * (double)calls / bench_min(t, 7);
+}
+
+/* GFLOP/s of `calls` calls of the set's gate/up (gate/up tile g) or down (down tile d, g NULL)
+ * at m tokens: the best of 7. */
+static double kernel_gflops(const moe_expert_kernels *ks, size_t m, const float *const *x,
+                            const unsigned char *g, const unsigned char *d, float *h, long calls)
 {
     const moe_act_params act = {0, 0, 0};
     double t[7];
     for (int r = 0; r < 7; r++) {
         const double t0 = bench_now_ns();
         for (long c = 0; c < calls; c++) {
-            if (f)
-                mix_sink = f(x, w, second);
-            else if (tile)
-                ks->gateup(M, K, (const void *const *)x, tile, &act, h, 16, 16);
+            if (g)
+                ks->gateup(m, K, (const void *const *)x, g, &act, h, 16, 16);
             else
-                ks->down(M, K, (const void *const *)x, down_tile, h, 16, 16);
+                ks->down(m, K, (const void *const *)x, d, h, 16, 16);
         }
         t[r] = bench_now_ns() - t0;
     }
-    return (f || tile ? FLOPS_PER_CALL : FLOPS_PER_CALL / 2) * (double)calls / bench_min(t, 7);
+    return 2.0 * (double)m * 16 * (g ? 2 : 1) * K * (double)calls / bench_min(t, 7);
 }
 
-/* The registered AVX-512 bf16 set of the f32 recipe, or NULL. */
-static const moe_expert_kernels *bf16_set(void)
+/* The registered expert set of that name where this CPU and MOE_ISA allow it, or NULL. */
+static const moe_expert_kernels *allowed_set(const char *name, uint32_t allowed)
 {
     size_t count;
     const moe_kernel *reg = moe_kernel_registry(&count);
     for (size_t r = 0; r < count; r++)
-        if (reg[r].family == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 &&
-            strcmp(reg[r].fn.expert_set->name, "moe_expert_bf16_f32_12x16__avx512") == 0)
-            return reg[r].fn.expert_set;
+        if (reg[r].family >= MOE_KERNEL_FAMILY_EXPERT_BF16_F32 &&
+            reg[r].family <= MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 &&
+            strcmp(reg[r].fn.expert_set->name, name) == 0)
+            return (reg[r].fn.expert_set->isa & ~allowed) == 0 ? reg[r].fn.expert_set : NULL;
     return NULL;
+}
+
+/* One FP8 gate/up tile of 16 rows per projection over K, codes uniform over the non-NaN ones,
+ * block scales 1/1024, packed by ks into a new buffer (NULL on failure). */
+static unsigned char *fp8_tile(const moe_expert_kernels *ks, uint64_t *rng)
+{
+    unsigned char *codes = malloc(2 * 16 * K), *tile;
+    float sc[K / 128];
+    for (int i = 0; i < K / 128; i++)
+        sc[i] = 0x1p-10f;
+    tile = aligned_alloc(64, (ks->gateup_tile_bytes(K) + 63) & ~(size_t)63);
+    if (!codes || !tile) {
+        free(codes);
+        free(tile);
+        return NULL;
+    }
+    for (size_t i = 0; i < 2 * 16 * K; i++) {
+        const uint64_t r = bench_rand(rng);
+        codes[i] = (unsigned char)(r % 0x7F) | (unsigned char)(r >> 32 & 0x80);
+    }
+    moe_weight_src g = {.data = codes,
+                        .dtype = MOE_DTYPE_F8_E4M3,
+                        .rows = 16,
+                        .cols = K,
+                        .row_stride = K,
+                        .col_stride = 1,
+                        .scale = sc,
+                        .scale_dtype = MOE_DTYPE_F32,
+                        .block_rows = 128,
+                        .block_cols = 128};
+    moe_weight_src u = g;
+    u.data = codes + 16 * K;
+    const moe_status st = ks->pack_gateup(&g, &u, tile);
+    free(codes);
+    if (st != MOE_OK) {
+        free(tile);
+        return NULL;
+    }
+    return tile;
+}
+
+/* FP8 weights at 8 tokens (the direct path's most, its weights decoded in registers each
+ * call) against the bf16 set at 8: the same FMAs and broadcasts, a decode instead of a widening.
+ * Gate/up in L1, each allowed AVX-512 FP8 set of the f32 recipe, as fractions of the peak. */
+static void fp8_rounds(const moe_expert_kernels *b16, uint32_t allowed, const float *const *x,
+                       const unsigned char *b16_tile, float *h, int rounds, uint64_t *rng)
+{
+    static const char *const names[] = {"moe_expert_fp8_f32_32x16__avx512",
+                                        "moe_expert_fp8_f32_32x16__avx512vbmi"};
+    const moe_expert_kernels *sets[2];
+    unsigned char *tiles[2];
+    for (int i = 0; i < 2; i++) {
+        sets[i] = allowed_set(names[i], allowed);
+        tiles[i] = sets[i] ? fp8_tile(sets[i], rng) : NULL;
+    }
+    printf("# gate/up at 8 tokens, in L1: bf16 (widened) and FP8 (decoded in registers)\n");
+    printf("%-6s %8s %14s", "round", "peak", "bf16");
+    for (int i = 0; i < 2; i++)
+        if (tiles[i]) printf(" %14s", strstr(names[i], "vbmi") ? "fp8 vbmi" : "fp8");
+    printf("\n");
+    const long calls = 20000;
+    for (int r = 0; r < rounds; r++) {
+        const double peak = bench_peak_gflops(BENCH_FMA_ZMM, 1, 7);
+        const double gb = kernel_gflops(b16, 8, x, b16_tile, NULL, h, calls);
+        printf("%-6d %8.1f %7.1f (%.2f)", r + 1, peak, gb, gb / peak);
+        for (int i = 0; i < 2; i++)
+            if (tiles[i]) {
+                const double g = kernel_gflops(sets[i], 8, x, tiles[i], NULL, h, calls);
+                printf(" %7.1f (%.2f)", g, g / peak);
+            }
+        printf("\n");
+    }
+    for (int i = 0; i < 2; i++)
+        free(tiles[i]);
 }
 
 int main(int argc, char **argv)
@@ -175,10 +264,11 @@ int main(int argc, char **argv)
         }
     }
     /* The set where this CPU runs it and MOE_ISA allows it (its level includes the loops'). */
-    const moe_expert_kernels *ks = bf16_set();
     moe_cpu_info info;
     if (moe_cpu_query(&info) != MOE_OK) return 1;
-    if (!BENCH_X86 || !ks || (ks->isa & ~moe_cpu_caps_mask(&info.allowed)) != 0) {
+    const uint32_t allowed = moe_cpu_caps_mask(&info.allowed);
+    const moe_expert_kernels *ks = allowed_set("moe_expert_bf16_f32_12x16__avx512", allowed);
+    if (!BENCH_X86 || !ks) {
         printf("# bench_mix: needs AVX-512 (the AVX-512 bf16 set) allowed here; skipped\n");
         return 0;
     }
@@ -221,15 +311,16 @@ int main(int argc, char **argv)
 #if BENCH_X86
         mix_loop *loops[4] = {loop_fma, loop_widen, loop_bcast, loop_prefetch};
         for (int v = 0; v < 4; v++)
-            g4[v] = mix_gflops(loops[v], ks, x, w, stream, tile, down, h, calls);
+            g4[v] = loop_gflops(loops[v], x, w, stream, calls);
 #endif
-        g4[4] = mix_gflops(NULL, ks, x, w, stream, tile, down, h, calls);
-        g4[5] = mix_gflops(NULL, ks, x, w, stream, NULL, down, h, calls);
+        g4[4] = kernel_gflops(ks, M, x, tile, NULL, h, calls);
+        g4[5] = kernel_gflops(ks, M, x, NULL, down, h, calls);
         printf("%-6d %8.1f", r + 1, peak);
         for (int v = 0; v < 6; v++)
             printf(" %7.1f (%.2f)", g4[v], g4[v] / peak);
         printf("\n");
     }
+    fp8_rounds(ks, allowed, x, tile, h, rounds, &rng);
     free(wb);
     free(xb);
     free(h);
