@@ -44,37 +44,6 @@
 #define MIX_TARGET __attribute__((target("avx512f,avx512bw"), noinline))
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* The 48 FMAs of STEPS steps with nothing loaded: weights w0..w3, two activations. */
-MIX_TARGET static float loop_fma(const float *const *x, const unsigned char *w, size_t second)
-{
-    (void)second;
-    __m512 a[M], b[M], xs[2];
-    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 64);
-    const __m512 w2 = _mm512_loadu_ps(w + 128), w3 = _mm512_loadu_ps(w + 192);
-    xs[0] = _mm512_set1_ps(x[0][0]);
-    xs[1] = _mm512_set1_ps(x[1][0]);
-    UNROLL
-    for (int i = 0; i < M; i++) { /* each chain from its own value, so none merge */
-        a[i] = _mm512_set1_ps(0.01f * (float)i);
-        b[i] = _mm512_set1_ps(0.01f * (float)(i + M));
-    }
-    for (size_t s = 0; s < STEPS; s++) {
-        UNROLL
-        for (int i = 0; i < M; i++) {
-            const __m512 x0 = xs[0], x1 = xs[1];
-            a[i] = _mm512_fmadd_ps(w0, x0, a[i]);
-            b[i] = _mm512_fmadd_ps(w2, x0, b[i]);
-            a[i] = _mm512_fmadd_ps(w1, x1, a[i]);
-            b[i] = _mm512_fmadd_ps(w3, x1, b[i]);
-        }
-    }
-    __m512 t = _mm512_setzero_ps();
-    UNROLL
-    for (int i = 0; i < M; i++)
-        t = _mm512_add_ps(t, _mm512_add_ps(a[i], b[i]));
-    return _mm512_reduce_add_ps(t);
-}
-
 /* The bf16 pair dword vector at p as its even-k and odd-k f32 weights. */
 static inline __attribute__((always_inline, target("avx512f,avx512bw"))) void
 widen(const unsigned char *p, __m512 *even, __m512 *odd)
@@ -84,13 +53,18 @@ widen(const unsigned char *p, __m512 *even, __m512 *odd)
     *odd = _mm512_castsi512_ps(_mm512_and_si512(l, _mm512_set1_epi32((int)0xFFFF0000u)));
 }
 
-/* The steps with the weights widened from the two streams (gate at w, up `second` bytes on);
- * with BCAST the activations broadcast from the token rows, else held in registers. */
-#define MIX_LOOP(name, BCAST, PF)                                                                  \
+/* STEPS steps of 48 FMAs: with WIDEN the weights widened each step from the two streams (gate
+ * at w, up `second` bytes on), else four f32 vectors loaded once; with BCAST the activations
+ * broadcast from the token rows, else two held in registers; with PF the kernels' prefetches
+ * (kernels/avx512/expert_f32_common.h: 8 KB ahead into L2, 2 KB into L1). Each chain starts
+ * from its own value, so the compiler merges none. */
+#define MIX_LOOP(name, WIDEN, BCAST, PF)                                                           \
     MIX_TARGET static float name(const float *const *x, const unsigned char *w, size_t second)     \
     {                                                                                              \
         __m512 a[M], b[M];                                                                         \
         const __m512 xs0 = _mm512_set1_ps(x[0][0]), xs1 = _mm512_set1_ps(x[1][0]);                 \
+        __m512 g0 = _mm512_loadu_ps(w), g1 = _mm512_loadu_ps(w + 64);                              \
+        __m512 u0 = _mm512_loadu_ps(w + 128), u1 = _mm512_loadu_ps(w + 192);                       \
         UNROLL                                                                                     \
         for (int i = 0; i < M; i++) {                                                              \
             a[i] = _mm512_set1_ps(0.01f * (float)i);                                               \
@@ -103,9 +77,10 @@ widen(const unsigned char *p, __m512 *even, __m512 *odd)
                 _mm_prefetch((const char *)w + second + 8192, _MM_HINT_T1);                        \
                 _mm_prefetch((const char *)w + second + 2048, _MM_HINT_T0);                        \
             }                                                                                      \
-            __m512 g0, g1, u0, u1;                                                                 \
-            widen(w, &g0, &g1);                                                                    \
-            widen(w + second, &u0, &u1);                                                           \
+            if (WIDEN) {                                                                           \
+                widen(w, &g0, &g1);                                                                \
+                widen(w + second, &u0, &u1);                                                       \
+            }                                                                                      \
             UNROLL                                                                                 \
             for (int i = 0; i < M; i++) {                                                          \
                 const __m512 x0 = BCAST ? _mm512_set1_ps(x[i][2 * s]) : xs0;                       \
@@ -122,9 +97,10 @@ widen(const unsigned char *p, __m512 *even, __m512 *odd)
             t = _mm512_add_ps(t, _mm512_add_ps(a[i], b[i]));                                       \
         return _mm512_reduce_add_ps(t);                                                            \
     }
-MIX_LOOP(loop_widen, 0, 0)
-MIX_LOOP(loop_bcast, 1, 0)
-MIX_LOOP(loop_prefetch, 1, 1)
+MIX_LOOP(loop_fma, 0, 0, 0)
+MIX_LOOP(loop_widen, 1, 0, 0)
+MIX_LOOP(loop_bcast, 1, 1, 0)
+MIX_LOOP(loop_prefetch, 1, 1, 1)
 #endif
 
 typedef float mix_loop(const float *const *x, const unsigned char *w, size_t second);

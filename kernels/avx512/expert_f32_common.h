@@ -6,15 +6,15 @@
 #include "kernels/ref/expert_layout.h"
 
 /*
- * Register tile: up to 12 tokens (bf16 weights; FP8 weights 8 on the direct path) by the tile's
- * 16 rows, one zmm accumulator per token and projection for gate/up, two per token for down (its
- * chains over the even and the odd k-pairs), so 16 or 24 of the 32 registers accumulate and one
- * token keeps two FMA chains in flight. Each element is computed exactly as in
- * kernels/ref/expert_f32.c: FMAs in k order with the 16 rows' weight vector and the token's
- * activation broadcast, FP8 block sums scaled into totals kept on the stack (touched once per 128-K
- * block), so the bits equal the reference's for every m. m is a compile-time constant of each
- * instantiation (1..MR), so the accumulators live in registers. Weights are widened in registers,
- * never in memory (the kernel sets say how).
+ * Register tile: up to 12 tokens (bf16 weights; FP8 weights 8, on the direct path) by the
+ * tile's 16 rows, one zmm accumulator per token and projection for gate/up, two per token for
+ * down (its chains over the even and the odd k-pairs), so 24 (FP8: 16) of the 32 registers
+ * accumulate and one token keeps two FMA chains in flight. Each element is computed exactly as
+ * in kernels/ref/expert_f32.c: FMAs in k order with the 16 rows' weight vector and the token's
+ * activation broadcast, FP8 block sums scaled into totals kept on the stack (touched once per
+ * 128-K block), so the bits equal the reference's for every m. m is a compile-time constant of
+ * each instantiation (bf16 1..12, FP8 1..8), so the accumulators live in registers. Weights are
+ * widened in registers, never in memory (the kernel sets say how).
  *
  * Prefetch runs 8 KB ahead into L2 and 2 KB ahead into L1, in the tile and on into the next
  * one: decode streams each tile once from memory. The hardware prefetcher alone left a
