@@ -224,6 +224,10 @@ static void route_step(fwd *f)
 
 static void team(fwd *f)
 {
+    /* The calling thread's entry into the team (a few microseconds on a decode step), so the
+     * first step's time is its own. */
+#pragma omp master
+    moe_trace_mark(&f->trace, "threads", "OpenMP team start", 0, 0);
     activations_step(f);
     if (f->l->plan.moe) {
         gate_step(f);

@@ -273,6 +273,7 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
     const uint64_t h = (uint64_t)p->desc->hidden, inb = in == MOE_DTYPE_BF16 ? 2 : 4;
     const char *want[16];
     size_t n = 0;
+    want[n++] = "threads";
     want[n++] = "activations";
     if (p->moe) {
         static const char *const moe_steps[] = {"gate", "route", "plan", "experts.gate_up"};
