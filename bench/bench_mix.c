@@ -144,14 +144,11 @@ static double kernel_gflops(const moe_expert_kernels *ks, size_t m, const float 
 /* The registered expert set of that name where this CPU and MOE_ISA allow it, or NULL. */
 static const moe_expert_kernels *allowed_set(const char *name, uint32_t allowed)
 {
-    size_t count;
-    const moe_kernel *reg = moe_kernel_registry(&count);
-    for (size_t r = 0; r < count; r++)
-        if (reg[r].family >= MOE_KERNEL_FAMILY_EXPERT_BF16_F32 &&
-            reg[r].family <= MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 &&
-            strcmp(reg[r].fn.expert_set->name, name) == 0)
-            return (reg[r].fn.expert_set->isa & ~allowed) == 0 ? reg[r].fn.expert_set : NULL;
-    return NULL;
+    const moe_kernel *k = moe_kernel_find(name);
+    if (!k || k->family < MOE_KERNEL_FAMILY_EXPERT_BF16_F32 ||
+        k->family > MOE_KERNEL_FAMILY_EXPERT_FP8_BF16)
+        return NULL;
+    return (k->fn.expert_set->isa & ~allowed) == 0 ? k->fn.expert_set : NULL;
 }
 
 /* One FP8 gate/up tile of 16 rows per projection over K, codes uniform over the non-NaN ones,

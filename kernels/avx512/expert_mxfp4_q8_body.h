@@ -473,9 +473,9 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
 #define MX_DIRECT_DISPATCH(body, m, ...)                                                           \
     do {                                                                                           \
         switch (m) {                                                                               \
-        case 1: body(1, __VA_ARGS__); break;                                                       \
-        case 2: body(2, __VA_ARGS__); break;                                                       \
-        case 3: body(3, __VA_ARGS__); break;                                                       \
+            DISPATCH_CASE(1, body, __VA_ARGS__)                                                    \
+            DISPATCH_CASE(2, body, __VA_ARGS__)                                                    \
+            DISPATCH_CASE(3, body, __VA_ARGS__)                                                    \
         default: body(MX_DIRECT, __VA_ARGS__); break;                                              \
         }                                                                                          \
     } while (0)

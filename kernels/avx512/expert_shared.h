@@ -53,31 +53,44 @@ static inline __attribute__((always_inline)) group_split group_split_of(size_t m
     return s;
 }
 
-/* body(M, ...) with M = m as a compile-time constant, for m = 1..8 (nothing otherwise), so
- * every loop over a call's tokens unrolls and its accumulators stay in registers. */
+/* case n: body(n, ...): each token count its own instantiation, so every loop over a call's
+ * tokens unrolls and its accumulators stay in registers. */
+#define DISPATCH_CASE(n, body, ...)                                                                \
+    case n:                                                                                        \
+        body(n, __VA_ARGS__);                                                                      \
+        break;
+#define DISPATCH_CASES_8(body, ...)                                                                \
+    DISPATCH_CASE(1, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(2, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(3, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(4, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(5, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(6, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(7, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(8, body, __VA_ARGS__)
+#define DISPATCH_CASES_11(body, ...)                                                               \
+    DISPATCH_CASES_8(body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(9, body, __VA_ARGS__)                                                            \
+    DISPATCH_CASE(10, body, __VA_ARGS__)                                                           \
+    DISPATCH_CASE(11, body, __VA_ARGS__)
+
+/* body(M, ...) with M = m as a compile-time constant, for m = 1..8 (nothing otherwise). */
 #define DISPATCH(body, m, ...)                                                                     \
     do {                                                                                           \
         switch (m) {                                                                               \
-        case 1: body(1, __VA_ARGS__); break;                                                       \
-        case 2: body(2, __VA_ARGS__); break;                                                       \
-        case 3: body(3, __VA_ARGS__); break;                                                       \
-        case 4: body(4, __VA_ARGS__); break;                                                       \
-        case 5: body(5, __VA_ARGS__); break;                                                       \
-        case 6: body(6, __VA_ARGS__); break;                                                       \
-        case 7: body(7, __VA_ARGS__); break;                                                       \
-        case 8: body(8, __VA_ARGS__); break;                                                       \
+            DISPATCH_CASES_8(body, __VA_ARGS__)                                                    \
         default: break;                                                                            \
         }                                                                                          \
     } while (0)
 
-/* DISPATCH for m = 1..12 (the bf16 set of the f32 recipe: 12 tokens' 24 accumulators). */
+/* The same for m = 1..12 (the bf16 set of the f32 recipe: 12 tokens' 24 accumulators). */
 #define DISPATCH12(body, m, ...)                                                                   \
     do {                                                                                           \
         switch (m) {                                                                               \
-        case 9: body(9, __VA_ARGS__); break;                                                       \
-        case 10: body(10, __VA_ARGS__); break;                                                     \
-        case 11: body(11, __VA_ARGS__); break;                                                     \
-        case 12: body(12, __VA_ARGS__); break;                                                     \
+            DISPATCH_CASE(9, body, __VA_ARGS__)                                                    \
+            DISPATCH_CASE(10, body, __VA_ARGS__)                                                   \
+            DISPATCH_CASE(11, body, __VA_ARGS__)                                                   \
+            DISPATCH_CASE(12, body, __VA_ARGS__)                                                   \
         default: DISPATCH(body, m, __VA_ARGS__); break;                                            \
         }                                                                                          \
     } while (0)

@@ -165,29 +165,14 @@ MX_INLINE void mx_down_group(const size_t G, const __m512i *buf, const mx_xblock
         mx_step_mem(is[t], w, &xs[t], tot[t]);
 }
 
-/* One instantiation per group size, so every loop over a group's tokens unrolls. */
-#define MX_CASE(n, body, ...)                                                                      \
-    case n:                                                                                        \
-        body(n, __VA_ARGS__);                                                                      \
-        break;
-#define MX_CASES_BELOW_12(body, ...)                                                               \
-    MX_CASE(1, body, __VA_ARGS__)                                                                  \
-    MX_CASE(2, body, __VA_ARGS__)                                                                  \
-    MX_CASE(3, body, __VA_ARGS__)                                                                  \
-    MX_CASE(4, body, __VA_ARGS__)                                                                  \
-    MX_CASE(5, body, __VA_ARGS__)                                                                  \
-    MX_CASE(6, body, __VA_ARGS__)                                                                  \
-    MX_CASE(7, body, __VA_ARGS__)                                                                  \
-    MX_CASE(8, body, __VA_ARGS__)                                                                  \
-    MX_CASE(9, body, __VA_ARGS__)                                                                  \
-    MX_CASE(10, body, __VA_ARGS__)                                                                 \
-    MX_CASE(11, body, __VA_ARGS__)
+/* One instantiation per group size (expert_shared.h's cases), so every loop over a group's
+ * tokens unrolls: 1..11 for gate/up, 1..15 for down (the largest is the switch's default). */
 #define MX_CASES_BELOW_16(body, ...)                                                               \
-    MX_CASES_BELOW_12(body, __VA_ARGS__)                                                           \
-    MX_CASE(12, body, __VA_ARGS__)                                                                 \
-    MX_CASE(13, body, __VA_ARGS__)                                                                 \
-    MX_CASE(14, body, __VA_ARGS__)                                                                 \
-    MX_CASE(15, body, __VA_ARGS__)
+    DISPATCH_CASES_11(body, __VA_ARGS__)                                                           \
+    DISPATCH_CASE(12, body, __VA_ARGS__)                                                           \
+    DISPATCH_CASE(13, body, __VA_ARGS__)                                                           \
+    DISPATCH_CASE(14, body, __VA_ARGS__)                                                           \
+    DISPATCH_CASE(15, body, __VA_ARGS__)
 
 /* The call's tokens: their prepared rows, the current block's activations gathered from
  * them, and the groups the m tokens run in. */
@@ -233,7 +218,7 @@ MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool
     for (size_t j = 0, t0 = 0, g; j < sp.ng; j++, t0 += g) {
         g = sp.base + (j < sp.extra);
         switch (g) {
-            MX_CASES_BELOW_12(mx_gateup_group, buf, xb, t0, wg, wu, tot + 2 * t0)
+            DISPATCH_CASES_11(mx_gateup_group, buf, xb, t0, wg, wu, tot + 2 * t0)
         default: mx_gateup_group(MX_GROUP_GATEUP, buf, xb, t0, wg, wu, tot + 2 * t0);
         }
         mx_gather_next(tk, t0, t0 + g, k, b, first);
