@@ -24,7 +24,9 @@
  *           from memory, as in a model whose experts do not fit in cache. Figure: packed bytes
  *           per second, and its ratio to a STREAM-like 1-thread read measured just before
  *           each pass (median of the per-pass ratios), in the read pattern of bench_util.h
- *           that read fastest at the start of the run.
+ *           that read fastest at the start of the run. Each phase's tiles in the calls the
+ *           engine makes (stream_expert): one call of the multi-tile entry where the set
+ *           takes one token there, else tile by tile.
  *  prefill: 512 tokens of one expert in chunks of MR, tiles in groups of about 1 MiB: each
  *           group runs all chunks while it sits in L2 (prefill_expert). Figure: GFLOP/s
  *           (2·M·N·K per projection), beside the 1-thread peak of the recipe's instruction
@@ -209,21 +211,8 @@ static void acts_free(acts *a)
 
 static const moe_act_params act = {.kind = 0, .limit = 0, .alpha = 0};
 
-/* Decode: every tile once, one token. */
-static void decode_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es)
-{
-    const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
-    for (int t = 0; t < I / MOE_EXPERT_NR; t++)
-        ks->gateup(1, H, (const void *const *)a->x, base + pk->gateup_tb * (size_t)t, &act,
-                   a->hbuf + (size_t)t * MOE_EXPERT_NR * es, I, MOE_EXPERT_NR);
-    base += pk->gateup_bytes;
-    for (int t = 0; t < H / MOE_EXPERT_NR; t++)
-        ks->down(1, I, (const void *const *)a->h, base + pk->down_tb * (size_t)t,
-                 a->y + (size_t)t * MOE_EXPERT_NR, H, MOE_EXPERT_NR);
-}
-
 /* Gate/up tiles [t0, t0 + n) of the tiles at base for the m tokens from token c: one call of
- * the set's multi-tile entry where the engine makes one (from tiles_from_m tokens on), else
+ * the set's multi-tile entry where the engine makes one (moe_expert_uses_tiles), else
  * tile by tile. */
 static void gateup_calls(const moe_expert_kernels *ks, const packed *pk, const unsigned char *base,
                          acts *a, size_t es, size_t c, size_t m, int t0, int n)
@@ -763,12 +752,12 @@ int main(int argc, char **argv)
          * shared machine the bandwidth drifts between passes far more than within one. */
         const int passes = quick ? 3 : 7;
         double t[8], ratio[8];
-        decode_expert(ks, &pk, 0, &a, es);
+        stream_expert(ks, &pk, 0, &a, es, 1);
         for (int p = 0; p < passes; p++) {
             double rd = read_floor(&buf, 1, read_pattern);
             double t0 = thread_ns();
             for (int e = 0; e < n; e++)
-                decode_expert(ks, &pk, e, &a, es);
+                stream_expert(ks, &pk, e, &a, es, 1);
             t[p] = thread_ns() - t0;
             ratio[p] = (double)pk.expert_bytes * n / t[p] / rd;
         }

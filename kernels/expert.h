@@ -230,9 +230,10 @@ typedef struct moe_expert_kernels {
     /* Optional (NULL: the engine calls gateup / down tile by tile). */
     moe_expert_gateup_tiles_ukernel *gateup_tiles;
     moe_expert_down_tiles_ukernel *down_tiles;
-    /* The least m the multi-tile entries do more for than tile-by-tile calls (0: every m);
-     * below it the engine treats the set as one without them. */
-    int tiles_from_m;
+    /* The m the multi-tile entries do more for than tile-by-tile calls: from tiles_from_m on
+     * (0: every m) and up to tiles_to_m (0: none); for the m between, the engine treats the
+     * set as one without them. */
+    int tiles_from_m, tiles_to_m;
     /* The activation rows of the Q8 recipe (above): bytes of one prepared row of k values (0
      * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
      * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any
@@ -244,12 +245,12 @@ typedef struct moe_expert_kernels {
 } moe_expert_kernels;
 
 /* Whether calls of m rows of a phase (gate/up, else down) go through the set's multi-tile
- * entry for it: where it has one, from tiles_from_m rows on (the engine's rule, which the
- * benches follow). */
+ * entry for it: where it has one, from tiles_from_m rows on and up to tiles_to_m (the
+ * engine's rule, which the benches follow). */
 static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gateup, size_t m)
 {
     const bool has = gateup ? ks->gateup_tiles != NULL : ks->down_tiles != NULL;
-    return has && m >= (size_t)ks->tiles_from_m;
+    return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
 /* Every kernel set compiled into this build, declared from the five enumerators (one per

@@ -221,4 +221,5 @@ const moe_expert_kernels moe_expert_fp8_f32_32x16__avx512 = {
     .gateup_tiles = gateup_fp8_tiles,
     .down_tiles = down_fp8_tiles,
     .tiles_from_m = MR + 1,
+    .tiles_to_m = DIRECT_PAIRS,
 };

@@ -23,7 +23,8 @@
  * 9 tokens on (MR_FP8 32) each 128-K block is decoded once into a stack buffer (f32, 16 KB for
  * gate/up) and the tokens run over it in groups of at most 8, as equal as they go
  * (group_split_of), their weights loaded from L1. The multi-tile entries (gateup_fp8_tiles,
- * down_fp8_tiles) run that path on two tiles side by side. Each element's arithmetic is the
+ * down_fp8_tiles) run that path on two tiles side by side, and the direct path too at one
+ * token (DIRECT_PAIRS); from 2 to 8 tokens they go tile by tile. Each element's arithmetic is the
  * same on every path: the block's chain in k order, then one FMA with the block scale into the
  * total.
  */
@@ -31,130 +32,187 @@
 #define MR_FP8 32 /* FP8 weights: 9..32 tokens take the buffered path */
 #define GROUP 8
 
-INLINE void gateup_fp8_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
-                         const moe_act_params *act, float *h, size_t hs, size_t n_valid)
+/* The direct path over NT (1 or 2) tiles tb bytes apart side by side, each with its own
+ * chains and totals and the operations it gets alone; outputs NR elements apart, n_valid rows
+ * in the last. Two tiles at one token (the multi-tile entries): each tile's chains take two
+ * FMAs per step, so alone one token waits on their latency. */
+#define NT_MAX 2
+#define DIRECT_PAIRS 1 /* tokens up to which the multi-tile entries pair tiles on it */
+
+/* prefetch_ahead for tile j of NT side by side (end: its end): its L2 line past the end goes
+ * to the next pair's tile of the same side (moe_xl_pair_prefetch). */
+INLINE void prefetch_tile(const size_t NT, const unsigned char *p, const unsigned char *end,
+                          size_t tb)
+{
+    if (NT == 1) {
+        prefetch_ahead(p);
+        return;
+    }
+    _mm_prefetch((const char *)moe_xl_pair_prefetch(p + PF_BYTES, end, tb), _MM_HINT_T1);
+    _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
+}
+
+INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *const *xv,
+                         const unsigned char *tile, size_t tb, const moe_act_params *act, float *h,
+                         size_t hs, size_t n_valid)
 {
     const float *x[MR];
     /* The totals over blocks: touched once per block, so memory is the right place. */
-    float tot[2 * MR][NR] __attribute__((aligned(64)));
+    float tot[NT_MAX][2 * MR][NR] __attribute__((aligned(64)));
     UNROLL
     for (size_t i = 0; i < M; i++) {
         x[i] = xv[i];
-        _mm512_store_ps(tot[2 * i], _mm512_setzero_ps());
-        _mm512_store_ps(tot[2 * i + 1], _mm512_setzero_ps());
+        UNROLL
+        for (size_t j = 0; j < NT; j++) {
+            _mm512_store_ps(tot[j][2 * i], _mm512_setzero_ps());
+            _mm512_store_ps(tot[j][2 * i + 1], _mm512_setzero_ps());
+        }
     }
     const fp8_dec dec = fp8_dec_init();
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 8) {
         const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
-        __m512 bg[MR], bu[MR];
+        __m512 bg[NT_MAX][MR], bu[NT_MAX][MR];
         UNROLL
+        for (size_t j = 0; j < NT; j++)
+            UNROLL
         for (size_t i = 0; i < M; i++)
-            bg[i] = bu[i] = _mm512_setzero_ps();
+            bg[j][i] = bu[j][i] = _mm512_setzero_ps();
         size_t kk = k0;
         for (; kk + 2 <= k1; kk += 2) {
-            const unsigned char *c = codes + kk * 32;
-            prefetch_ahead(c);
-            __m512 w[4];
-            fp8_decode64(&dec, c, w);
             UNROLL
-            for (size_t i = 0; i < M; i++) {
-                const __m512 x0 = _mm512_set1_ps(x[i][kk]), x1 = _mm512_set1_ps(x[i][kk + 1]);
-                bg[i] = _mm512_fmadd_ps(w[0], x0, bg[i]);
-                bu[i] = _mm512_fmadd_ps(w[1], x0, bu[i]);
-                bg[i] = _mm512_fmadd_ps(w[2], x1, bg[i]);
-                bu[i] = _mm512_fmadd_ps(w[3], x1, bu[i]);
+            for (size_t j = 0; j < NT; j++) {
+                const unsigned char *c = codes + j * tb + kk * 32;
+                prefetch_tile(NT, c, tile + (j + 1) * tb, tb);
+                __m512 w[4];
+                fp8_decode64(&dec, c, w);
+                UNROLL
+                for (size_t i = 0; i < M; i++) {
+                    const __m512 x0 = _mm512_set1_ps(x[i][kk]), x1 = _mm512_set1_ps(x[i][kk + 1]);
+                    bg[j][i] = _mm512_fmadd_ps(w[0], x0, bg[j][i]);
+                    bu[j][i] = _mm512_fmadd_ps(w[1], x0, bu[j][i]);
+                    bg[j][i] = _mm512_fmadd_ps(w[2], x1, bg[j][i]);
+                    bu[j][i] = _mm512_fmadd_ps(w[3], x1, bu[j][i]);
+                }
             }
         }
         if (kk < k1) { /* k odd: the last k, first half of its group */
-            __m512 w[4];
-            fp8_decode64(&dec, codes + kk * 32, w);
             UNROLL
-            for (size_t i = 0; i < M; i++) {
-                const __m512 xb = _mm512_set1_ps(x[i][kk]);
-                bg[i] = _mm512_fmadd_ps(w[0], xb, bg[i]);
-                bu[i] = _mm512_fmadd_ps(w[1], xb, bu[i]);
+            for (size_t j = 0; j < NT; j++) {
+                __m512 w[4];
+                fp8_decode64(&dec, codes + j * tb + kk * 32, w);
+                UNROLL
+                for (size_t i = 0; i < M; i++) {
+                    const __m512 xb = _mm512_set1_ps(x[i][kk]);
+                    bg[j][i] = _mm512_fmadd_ps(w[0], xb, bg[j][i]);
+                    bu[j][i] = _mm512_fmadd_ps(w[1], xb, bu[j][i]);
+                }
             }
         }
-        const __m512 sg = _mm512_set1_ps(load_f32(sc)), su = _mm512_set1_ps(load_f32(sc + 4));
         UNROLL
-        for (size_t i = 0; i < M; i++) {
-            _mm512_store_ps(tot[2 * i], _mm512_fmadd_ps(bg[i], sg, _mm512_load_ps(tot[2 * i])));
-            _mm512_store_ps(tot[2 * i + 1],
-                            _mm512_fmadd_ps(bu[i], su, _mm512_load_ps(tot[2 * i + 1])));
+        for (size_t j = 0; j < NT; j++) {
+            const __m512 sg = _mm512_set1_ps(load_f32(sc + j * tb)),
+                         su = _mm512_set1_ps(load_f32(sc + j * tb + 4));
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                float *tg = tot[j][2 * i], *tu = tot[j][2 * i + 1];
+                _mm512_store_ps(tg, _mm512_fmadd_ps(bg[j][i], sg, _mm512_load_ps(tg)));
+                _mm512_store_ps(tu, _mm512_fmadd_ps(bu[j][i], su, _mm512_load_ps(tu)));
+            }
         }
     }
-    const __m512 bgv = _mm512_loadu_ps(tile), buv = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
     UNROLL
-    for (size_t i = 0; i < M; i++) {
-        __m512 g = _mm512_add_ps(_mm512_load_ps(tot[2 * i]), bgv);
-        __m512 u = _mm512_add_ps(_mm512_load_ps(tot[2 * i + 1]), buv);
-        _mm512_mask_storeu_ps(h + i * hs, mask, act16(act, g, u));
+    for (size_t j = 0; j < NT; j++) {
+        const unsigned char *t = tile + j * tb;
+        const __m512 bgv = _mm512_loadu_ps(t), buv = _mm512_loadu_ps(t + 64);
+        const __mmask16 mask = rows_mask(j + 1 == NT ? n_valid : NR);
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bgv);
+            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), buv);
+            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
+        }
     }
 }
 
-INLINE void down_fp8_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
-                       float *y, size_t ys, size_t n_valid)
+INLINE void down_fp8_m(const size_t M, const size_t NT, size_t k, const void *const *hv,
+                       const unsigned char *tile, size_t tb, float *y, size_t ys, size_t n_valid)
 {
     const float *x[MR];
-    float tot[MR][NR] __attribute__((aligned(64)));
+    float tot[NT_MAX][MR][NR] __attribute__((aligned(64)));
     UNROLL
     for (size_t i = 0; i < M; i++) {
         x[i] = hv[i];
-        _mm512_store_ps(tot[i], _mm512_setzero_ps());
+        UNROLL
+        for (size_t j = 0; j < NT; j++)
+            _mm512_store_ps(tot[j][i], _mm512_setzero_ps());
     }
     const fp8_dec dec = fp8_dec_init();
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
     for (size_t k0 = 0; k0 < k; k0 += MOE_XL_KB, sc += 4) {
         const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
-        __m512 a[MR], b[MR]; /* the chains of the block's even and odd k-pairs */
+        __m512 a[NT_MAX][MR], b[NT_MAX][MR]; /* the chains of the block's even and odd k-pairs */
         UNROLL
+        for (size_t j = 0; j < NT; j++)
+            UNROLL
         for (size_t i = 0; i < M; i++)
-            a[i] = b[i] = _mm512_setzero_ps();
+            a[j][i] = b[j][i] = _mm512_setzero_ps();
         size_t kk = k0;
         for (; kk + 4 <= k1; kk += 4) {
-            const unsigned char *c = codes + kk * 16;
-            prefetch_ahead(c);
-            __m512 w[4];
-            fp8_decode64(&dec, c, w);
             UNROLL
-            for (size_t i = 0; i < M; i++) {
-                a[i] = _mm512_fmadd_ps(w[0], _mm512_set1_ps(x[i][kk]), a[i]);
-                b[i] = _mm512_fmadd_ps(w[2], _mm512_set1_ps(x[i][kk + 2]), b[i]);
-                a[i] = _mm512_fmadd_ps(w[1], _mm512_set1_ps(x[i][kk + 1]), a[i]);
-                b[i] = _mm512_fmadd_ps(w[3], _mm512_set1_ps(x[i][kk + 3]), b[i]);
+            for (size_t j = 0; j < NT; j++) {
+                const unsigned char *c = codes + j * tb + kk * 16;
+                prefetch_tile(NT, c, tile + (j + 1) * tb, tb);
+                __m512 w[4];
+                fp8_decode64(&dec, c, w);
+                UNROLL
+                for (size_t i = 0; i < M; i++) {
+                    a[j][i] = _mm512_fmadd_ps(w[0], _mm512_set1_ps(x[i][kk]), a[j][i]);
+                    b[j][i] = _mm512_fmadd_ps(w[2], _mm512_set1_ps(x[i][kk + 2]), b[j][i]);
+                    a[j][i] = _mm512_fmadd_ps(w[1], _mm512_set1_ps(x[i][kk + 1]), a[j][i]);
+                    b[j][i] = _mm512_fmadd_ps(w[3], _mm512_set1_ps(x[i][kk + 3]), b[j][i]);
+                }
             }
         }
         /* The rest of the block (at most 3 k, one group): k and k + 1 are an even pair
          * (chain a), k + 2 starts an odd one (chain b). */
         if (kk < k1) {
-            __m512 w[4];
-            fp8_decode64(&dec, codes + kk * 16, w);
-            for (size_t j = 0; kk + j < k1; j++) {
-                UNROLL
-                for (size_t i = 0; i < M; i++) {
-                    const __m512 xb = _mm512_set1_ps(x[i][kk + j]);
-                    if (j >= 2)
-                        b[i] = _mm512_fmadd_ps(w[j], xb, b[i]);
-                    else
-                        a[i] = _mm512_fmadd_ps(w[j], xb, a[i]);
+            UNROLL
+            for (size_t j = 0; j < NT; j++) {
+                __m512 w[4];
+                fp8_decode64(&dec, codes + j * tb + kk * 16, w);
+                for (size_t r = 0; kk + r < k1; r++) {
+                    UNROLL
+                    for (size_t i = 0; i < M; i++) {
+                        const __m512 xb = _mm512_set1_ps(x[i][kk + r]);
+                        if (r >= 2)
+                            b[j][i] = _mm512_fmadd_ps(w[r], xb, b[j][i]);
+                        else
+                            a[j][i] = _mm512_fmadd_ps(w[r], xb, a[j][i]);
+                    }
                 }
             }
         }
-        const __m512 s = _mm512_set1_ps(load_f32(sc));
+        UNROLL
+        for (size_t j = 0; j < NT; j++) {
+            const __m512 s = _mm512_set1_ps(load_f32(sc + j * tb));
+            UNROLL
+            for (size_t i = 0; i < M; i++)
+                _mm512_store_ps(tot[j][i], _mm512_fmadd_ps(_mm512_add_ps(a[j][i], b[j][i]), s,
+                                                           _mm512_load_ps(tot[j][i])));
+        }
+    }
+    UNROLL
+    for (size_t j = 0; j < NT; j++) {
+        const __m512 bias = _mm512_loadu_ps(tile + j * tb);
+        const __mmask16 mask = rows_mask(j + 1 == NT ? n_valid : NR);
         UNROLL
         for (size_t i = 0; i < M; i++)
-            _mm512_store_ps(tot[i],
-                            _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_load_ps(tot[i])));
+            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
+                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), bias));
     }
-    const __m512 bias = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), bias));
 }
 
 /* ---- 9..32 tokens: each 128-K block of the tile decoded once into L1 ------------------ */
@@ -528,7 +586,7 @@ static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *til
     if (m > MR)
         gateup_fp8_buffered(m, k, x, tile, act, h, h_stride, n_valid);
     else
-        DISPATCH(gateup_fp8_m, m, k, x, tile, act, h, h_stride, n_valid);
+        DISPATCH(gateup_fp8_m, m, 1, k, x, tile, 0, act, h, h_stride, n_valid);
 }
 
 static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
@@ -537,42 +595,46 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
     if (m > MR)
         down_fp8_buffered(m, k, h, tile, y, y_stride, n_valid);
     else
-        DISPATCH(down_fp8_m, m, k, h, tile, y, y_stride, n_valid);
+        DISPATCH(down_fp8_m, m, 1, k, h, tile, 0, y, y_stride, n_valid);
 }
 
-/* n_tiles gate/up tiles: in pairs on the buffered path (9..32 tokens), tile by tile on the
- * direct one (and a last odd tile). */
+/* n_tiles gate/up tiles: in pairs on the buffered path (9..32 tokens) and at one token, tile
+ * by tile otherwise (and a last odd tile). */
 static void gateup_fp8_tiles(size_t m, size_t k, const void *const *x, const void *tile,
                              size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
                              size_t n_valid)
 {
     const size_t tb = moe_xl_fp8_gateup_bytes((int64_t)k);
     for (size_t j = 0, nt; j < n_tiles; j += nt) {
-        nt = m > MR && n_tiles - j >= 2 ? 2 : 1;
+        nt = (m > MR || m <= DIRECT_PAIRS) && n_tiles - j >= 2 ? 2 : 1;
         const size_t nv = j + nt == n_tiles ? n_valid : NR;
         const unsigned char *t = (const unsigned char *)tile + j * tb;
         float *hj = (float *)h + j * NR;
-        if (nt == 2)
+        if (nt == 1)
+            gateup_fp8(m, k, x, t, act, hj, h_stride, nv);
+        else if (m > MR)
             gateup_fp8_pair(m, k, x, t, tb, act, hj, h_stride, nv);
         else
-            gateup_fp8(m, k, x, t, act, hj, h_stride, nv);
+            gateup_fp8_m(1, 2, k, x, t, tb, act, hj, h_stride, nv);
     }
 }
 
-/* n_tiles down tiles: in pairs on the buffered path (9..32 tokens), tile by tile on the direct
- * one (and a last odd tile). */
+/* n_tiles down tiles: in pairs on the buffered path (9..32 tokens) and at one token, tile by
+ * tile otherwise (and a last odd tile). */
 static void down_fp8_tiles(size_t m, size_t k, const void *const *h, const void *tile,
                            size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
 {
     const size_t tb = moe_xl_fp8_down_bytes((int64_t)k);
     for (size_t j = 0, nt; j < n_tiles; j += nt) {
-        nt = m > MR && n_tiles - j >= 2 ? 2 : 1;
+        nt = (m > MR || m <= DIRECT_PAIRS) && n_tiles - j >= 2 ? 2 : 1;
         const size_t nv = j + nt == n_tiles ? n_valid : NR;
         const unsigned char *t = (const unsigned char *)tile + j * tb;
-        if (nt == 2)
+        if (nt == 1)
+            down_fp8(m, k, h, t, y + j * NR, y_stride, nv);
+        else if (m > MR)
             down_fp8_pair(m, k, h, t, tb, y + j * NR, y_stride, nv);
         else
-            down_fp8(m, k, h, t, y + j * NR, y_stride, nv);
+            down_fp8_m(1, 2, k, h, t, tb, y + j * NR, y_stride, nv);
     }
 }
 
