@@ -37,6 +37,10 @@
  * in the last. Two tiles at one token (the multi-tile entries): each tile's chains take two
  * FMAs per step, so alone one token waits on their latency. */
 #define NT_MAX 2
+/* At one token, a down block's steps (MOE_XL_KB / 4 = 32) unrolled whole, so a block has no
+ * loop of its own: with one, the one-token down phase (33 KB tiles, 2 KB per block) streamed
+ * 12 % slower than gate/up (bench/NOTES.md v15). */
+#define FULL_BLOCK _Pragma("GCC unroll 32")
 #define DIRECT_PAIRS 1 /* tokens up to which the multi-tile entries pair tiles on it */
 
 /* prefetch_ahead for tile j of NT side by side (end: its end): its L2 line past the end goes
@@ -75,10 +79,11 @@ INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *
         const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
         __m512 bg[NT_MAX][MR], bu[NT_MAX][MR];
         UNROLL
-        for (size_t j = 0; j < NT; j++)
+        for (size_t j = 0; j < NT; j++) {
             UNROLL
-        for (size_t i = 0; i < M; i++)
-            bg[j][i] = bu[j][i] = _mm512_setzero_ps();
+            for (size_t i = 0; i < M; i++)
+                bg[j][i] = bu[j][i] = _mm512_setzero_ps();
+        }
         size_t kk = k0;
         for (; kk + 2 <= k1; kk += 2) {
             UNROLL
@@ -136,6 +141,28 @@ INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *
     }
 }
 
+/* One step of the down direct path: k = kk .. kk + 3 of NT tiles into their chains a (the
+ * even pair) and b (the odd). */
+INLINE void down_fp8_step(const size_t M, const size_t NT, const fp8_dec *dec,
+                          const unsigned char *codes, const unsigned char *tile, size_t tb,
+                          const float *const *x, size_t kk, __m512 (*a)[MR], __m512 (*b)[MR])
+{
+    UNROLL
+    for (size_t j = 0; j < NT; j++) {
+        const unsigned char *c = codes + j * tb + kk * 16;
+        prefetch_tile(NT, c, tile + (j + 1) * tb, tb);
+        __m512 w[4];
+        fp8_decode64(dec, c, w);
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            a[j][i] = _mm512_fmadd_ps(w[0], _mm512_set1_ps(x[i][kk]), a[j][i]);
+            b[j][i] = _mm512_fmadd_ps(w[2], _mm512_set1_ps(x[i][kk + 2]), b[j][i]);
+            a[j][i] = _mm512_fmadd_ps(w[1], _mm512_set1_ps(x[i][kk + 1]), a[j][i]);
+            b[j][i] = _mm512_fmadd_ps(w[3], _mm512_set1_ps(x[i][kk + 3]), b[j][i]);
+        }
+    }
+}
+
 INLINE void down_fp8_m(const size_t M, const size_t NT, size_t k, const void *const *hv,
                        const unsigned char *tile, size_t tb, float *y, size_t ys, size_t n_valid)
 {
@@ -155,26 +182,19 @@ INLINE void down_fp8_m(const size_t M, const size_t NT, size_t k, const void *co
         const size_t k1 = k0 + MOE_XL_KB < k ? k0 + MOE_XL_KB : k;
         __m512 a[NT_MAX][MR], b[NT_MAX][MR]; /* the chains of the block's even and odd k-pairs */
         UNROLL
-        for (size_t j = 0; j < NT; j++)
+        for (size_t j = 0; j < NT; j++) {
             UNROLL
-        for (size_t i = 0; i < M; i++)
-            a[j][i] = b[j][i] = _mm512_setzero_ps();
+            for (size_t i = 0; i < M; i++)
+                a[j][i] = b[j][i] = _mm512_setzero_ps();
+        }
         size_t kk = k0;
-        for (; kk + 4 <= k1; kk += 4) {
-            UNROLL
-            for (size_t j = 0; j < NT; j++) {
-                const unsigned char *c = codes + j * tb + kk * 16;
-                prefetch_tile(NT, c, tile + (j + 1) * tb, tb);
-                __m512 w[4];
-                fp8_decode64(&dec, c, w);
-                UNROLL
-                for (size_t i = 0; i < M; i++) {
-                    a[j][i] = _mm512_fmadd_ps(w[0], _mm512_set1_ps(x[i][kk]), a[j][i]);
-                    b[j][i] = _mm512_fmadd_ps(w[2], _mm512_set1_ps(x[i][kk + 2]), b[j][i]);
-                    a[j][i] = _mm512_fmadd_ps(w[1], _mm512_set1_ps(x[i][kk + 1]), a[j][i]);
-                    b[j][i] = _mm512_fmadd_ps(w[3], _mm512_set1_ps(x[i][kk + 3]), b[j][i]);
-                }
-            }
+        if (M == 1) {
+            FULL_BLOCK
+            for (; kk + 4 <= k1; kk += 4)
+                down_fp8_step(M, NT, &dec, codes, tile, tb, x, kk, a, b);
+        } else {
+            for (; kk + 4 <= k1; kk += 4)
+                down_fp8_step(M, NT, &dec, codes, tile, tb, x, kk, a, b);
         }
         /* The rest of the block (at most 3 k, one group): k and k + 1 are an even pair
          * (chain a), k + 2 starts an odd one (chain b). */
