@@ -26,7 +26,8 @@
  *           each pass (median of the per-pass ratios), in the read pattern of bench_util.h
  *           that read fastest at the start of the run. Each phase's tiles in the calls the
  *           engine makes (stream_expert): one call of the multi-tile entry where the set
- *           takes one token there, else tile by tile.
+ *           takes one token there, else tile by tile. A second line splits the figure by
+ *           phase (gate/up, down: their tiles differ in size, DeepSeek-V3 FP8 230 KB / 33 KB).
  *  prefill: 512 tokens of one expert in chunks of MR, tiles in groups of about 1 MiB: each
  *           group runs all chunks while it sits in L2 (prefill_expert). Figure: GFLOP/s
  *           (2·M·N·K per projection), beside the 1-thread peak of the recipe's instruction
@@ -245,29 +246,48 @@ static void down_calls(const moe_expert_kernels *ks, const packed *pk, const uns
 /* The first gt gate/up and dt down tiles of expert e for m tokens, in calls of at most MR
  * tokens, each run of tiles read once for all of them: all tiles in one run for m ≤ MR, else
  * runs of 4 tiles through a multi-tile entry and single tiles without (the engine's runs, but
- * for the L2-sized runs of the sets without one, which read each tile once all the same). */
+ * for the L2-sized runs of the sets without one, which read each tile once all the same).
+ * phase_ns (NULL: not timed): the thread time of the gate/up and the down calls added. */
 static void expert_tiles(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
-                         size_t m, int gt, int dt)
+                         size_t m, int gt, int dt, double *phase_ns)
 {
+    const double t0 = phase_ns ? thread_ns() : 0;
     const size_t mr = (size_t)ks->mr;
     const bool multi = moe_expert_uses_tiles(ks, true, mr) || moe_expert_uses_tiles(ks, false, mr);
     const int run = m <= mr ? (gt > dt ? gt : dt) : multi ? 4 : 1;
     const unsigned char *base = pk->p + pk->expert_bytes * (size_t)e;
-    for (int t0 = 0; t0 < gt; t0 += run)
+    for (int j = 0; j < gt; j += run)
         for (size_t c = 0; c < m; c += mr)
-            gateup_calls(ks, pk, base, a, es, c, m - c < mr ? m - c : mr, t0,
-                         gt - t0 < run ? gt - t0 : run);
-    for (int t0 = 0; t0 < dt; t0 += run)
+            gateup_calls(ks, pk, base, a, es, c, m - c < mr ? m - c : mr, j,
+                         gt - j < run ? gt - j : run);
+    const double t1 = phase_ns ? thread_ns() : 0;
+    for (int j = 0; j < dt; j += run)
         for (size_t c = 0; c < m; c += mr)
-            down_calls(ks, pk, base + pk->gateup_bytes, a, c, m - c < mr ? m - c : mr, t0,
-                       dt - t0 < run ? dt - t0 : run);
+            down_calls(ks, pk, base + pk->gateup_bytes, a, c, m - c < mr ? m - c : mr, j,
+                       dt - j < run ? dt - j : run);
+    if (phase_ns) {
+        phase_ns[0] += t1 - t0;
+        phase_ns[1] += thread_ns() - t1;
+    }
 }
 
-/* Mid batch: every tile of expert e once from memory for m tokens. */
+/* Every tile of expert e once from memory for m tokens (phase_ns: as expert_tiles). */
 static void stream_expert(const moe_expert_kernels *ks, const packed *pk, int e, acts *a, size_t es,
-                          size_t m)
+                          size_t m, double *phase_ns)
 {
-    expert_tiles(ks, pk, e, a, es, m, I / MOE_EXPERT_NR, H / MOE_EXPERT_NR);
+    expert_tiles(ks, pk, e, a, es, m, I / MOE_EXPERT_NR, H / MOE_EXPERT_NR, phase_ns);
+}
+
+/* The decode passes' GB/s of each phase over its total thread time: a phase whose tiles are
+ * small reads slower where the kernel's cost per tile, or per block in it, shows. */
+static void print_phases(const packed *pk, int n, int passes, const double *phase_ns)
+{
+    const double reads = (double)n * passes;
+    const size_t down_bytes = pk->expert_bytes - pk->gateup_bytes;
+    printf("%-40s decode by phase: gate/up %.2f GB/s (%.1f KB tiles), down %.2f GB/s (%.1f KB "
+           "tiles)\n",
+           "", (double)pk->gateup_bytes * reads / phase_ns[0], pk->gateup_tb / 1024.0,
+           (double)down_bytes * reads / phase_ns[1], pk->down_tb / 1024.0);
 }
 
 static const size_t mid_m[] = {1, 2, 4, 8, 9, 16, 32}; /* 9: one past a full group */
@@ -283,11 +303,11 @@ static void mid_batch(const moe_expert_kernels *ks, const packed *pk, acts *a, s
         const double flops = 2.0 * (double)m * 3.0 * H * I * pk->n;
         const double bytes = (double)pk->expert_bytes * pk->n;
         double ratio[8];
-        stream_expert(ks, pk, 0, a, es, m);
+        stream_expert(ks, pk, 0, a, es, m, NULL);
         for (int p = 0; p < passes; p++) {
             const double rd = read_floor(buf, 1, read_pattern), t0 = thread_ns();
             for (int e = 0; e < pk->n; e++)
-                stream_expert(ks, pk, e, a, es, m);
+                stream_expert(ks, pk, e, a, es, m, NULL);
             const double ns = thread_ns() - t0, mem = bytes / rd, fl = flops / peak;
             ratio[p] = (mem > fl ? mem : fl) / ns;
         }
@@ -313,15 +333,15 @@ static void mid_hot(const moe_expert_kernels *ks, const packed *pk, acts *a, siz
         const double flops =
             2.0 * (double)m * MOE_EXPERT_NR * ((double)gt * 2 * H + (double)dt * I);
         double t[8];
-        expert_tiles(ks, pk, 0, a, es, m, gt, dt);
+        expert_tiles(ks, pk, 0, a, es, m, gt, dt, NULL);
         const double t1 = thread_ns();
-        expert_tiles(ks, pk, 0, a, es, m, gt, dt);
+        expert_tiles(ks, pk, 0, a, es, m, gt, dt, NULL);
         const double one = thread_ns() - t1;
         const int reps = one > 0 && one < 2e7 ? (int)(2e7 / one) + 1 : 1;
         for (int p = 0; p < passes; p++) {
             const double t0 = thread_ns();
             for (int r = 0; r < reps; r++)
-                expert_tiles(ks, pk, 0, a, es, m, gt, dt);
+                expert_tiles(ks, pk, 0, a, es, m, gt, dt, NULL);
             t[p] = thread_ns() - t0;
         }
         eff[j] = flops * reps / bench_median(t, passes) / peak;
@@ -751,13 +771,13 @@ int main(int argc, char **argv)
          * pass follows a pass of the read floor, and the ratio is taken pass by pass: on a
          * shared machine the bandwidth drifts between passes far more than within one. */
         const int passes = quick ? 3 : 7;
-        double t[8], ratio[8];
-        stream_expert(ks, &pk, 0, &a, es, 1);
+        double t[8], ratio[8], phase_ns[2] = {0, 0};
+        stream_expert(ks, &pk, 0, &a, es, 1, NULL);
         for (int p = 0; p < passes; p++) {
             double rd = read_floor(&buf, 1, read_pattern);
             double t0 = thread_ns();
             for (int e = 0; e < n; e++)
-                stream_expert(ks, &pk, e, &a, es, 1);
+                stream_expert(ks, &pk, e, &a, es, 1, phase_ns);
             t[p] = thread_ns() - t0;
             ratio[p] = (double)pk.expert_bytes * n / t[p] / rd;
         }
@@ -768,6 +788,7 @@ int main(int argc, char **argv)
         if (ks->isa == MOE_REQ_SCALAR) {
             printf("%-40s %9.2f %5.0f%% %10s %6s %s\n", ks->name, dec, 100 * dec_ratio, "-", "-",
                    "-");
+            print_phases(&pk, n, passes, phase_ns);
         } else {
             /* Prefill: one expert, tiles reused across chunks. */
             const int reps = quick ? 1 : 3;
@@ -781,6 +802,7 @@ int main(int argc, char **argv)
             const double pre = flops / bench_median(t, reps);
             printf("%-40s %9.2f %5.0f%% %10.1f %5.0f%% %s\n", ks->name, dec, 100 * dec_ratio, pre,
                    peak[insn] > 0 ? 100 * pre / peak[insn] : 0.0, bench_insn_name(insn));
+            print_phases(&pk, n, passes, phase_ns);
             if (mid) {
                 double eff[MID_COUNT];
                 mid_batch(ks, &pk, &a, es, &buf, peak[insn], passes, eff);
