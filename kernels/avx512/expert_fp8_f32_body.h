@@ -32,16 +32,12 @@
 #define MR_FP8 32 /* FP8 weights: 9..32 tokens take the buffered path */
 #define GROUP 8
 
-/* The direct path over NT (1 or 2) tiles tb bytes apart side by side, each with its own
- * chains and totals and the operations it gets alone; outputs NR elements apart, n_valid rows
- * in the last. Two tiles at one token (the multi-tile entries): each tile's chains take two
- * FMAs per step, so alone one token waits on their latency. */
-#define NT_MAX 2
+#define NT_MAX 2       /* tiles side by side on the direct path */
+#define DIRECT_PAIRS 1 /* the multi-tile entries pair tiles on the direct path up to this m */
 /* At one token, a down block's steps (MOE_XL_KB / 4 = 32) unrolled whole, so a block has no
  * loop of its own: with one, the one-token down phase (33 KB tiles, 2 KB per block) streamed
  * 12 % slower than gate/up (bench/NOTES.md v15). */
 #define FULL_BLOCK _Pragma("GCC unroll 32")
-#define DIRECT_PAIRS 1 /* tokens up to which the multi-tile entries pair tiles on it */
 
 /* prefetch_ahead for tile j of NT side by side (end: its end): its L2 line past the end goes
  * to the next pair's tile of the same side (moe_xl_pair_prefetch). */
@@ -56,6 +52,10 @@ INLINE void prefetch_tile(const size_t NT, const unsigned char *p, const unsigne
     _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
 }
 
+/* The direct path over NT (1 or 2) tiles tb bytes apart side by side, each with its own
+ * chains and totals and the operations it gets alone; outputs NR elements apart, n_valid rows
+ * in the last. Two tiles at one token (the multi-tile entries): each tile's chains take two
+ * FMAs per step, so alone one token waits on their latency. */
 INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *const *xv,
                          const unsigned char *tile, size_t tb, const moe_act_params *act, float *h,
                          size_t hs, size_t n_valid)
