@@ -34,6 +34,8 @@
 
 #define NT_MAX 2       /* tiles side by side on the direct path */
 #define DIRECT_PAIRS 1 /* the multi-tile entries pair tiles on the direct path up to this m */
+_Static_assert(DIRECT_PAIRS == 1, "the multi-tile entries pair tiles at one token only: their "
+                                  "paired calls are the M = 1 instantiation");
 /* At one token, a down block's steps (MOE_XL_KB / 4 = 32) unrolled whole, so a block has no
  * loop of its own: with one, the one-token down phase (33 KB tiles, 2 KB per block) streamed
  * 12 % slower than gate/up (bench/NOTES.md v15). */
