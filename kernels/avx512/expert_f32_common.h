@@ -39,6 +39,14 @@ INLINE void prefetch_ahead(const unsigned char *p)
     _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
 }
 
+/* prefetch_ahead for one of two tiles read side by side (end: its own end; skip: the tile
+ * size, 0 for a tile read alone): its L2 line by moe_xl_pair_prefetch. */
+INLINE void prefetch_side(const unsigned char *p, const unsigned char *end, size_t skip)
+{
+    _mm_prefetch((const char *)moe_xl_pair_prefetch(p + PF_BYTES, end, skip), _MM_HINT_T1);
+    _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
+}
+
 /* The L2 line pf bytes past p and the L1 line PF_L1_BYTES past it. */
 INLINE void prefetch_at(const unsigned char *p, size_t pf)
 {

@@ -41,17 +41,43 @@ _Static_assert(DIRECT_PAIRS == 1, "the multi-tile entries pair tiles at one toke
  * 12 % slower than gate/up (bench/NOTES.md v15). */
 #define FULL_BLOCK _Pragma("GCC unroll 32")
 
-/* prefetch_ahead for tile j of NT side by side (end: its end): its L2 line past the end goes
- * to the next pair's tile of the same side (moe_xl_pair_prefetch). */
-INLINE void prefetch_tile(const size_t NT, const unsigned char *p, const unsigned char *end,
-                          size_t tb)
+/* The first rows rows of the totals tot, zeroed. */
+INLINE void totals_zero(float (*tot)[NR], size_t rows)
 {
-    if (NT == 1) {
-        prefetch_ahead(p);
-        return;
+    for (size_t r = 0; r < rows; r++)
+        _mm512_store_ps(tot[r], _mm512_setzero_ps());
+}
+
+/* The outputs of nt gate/up tiles (tile, tile + tb) from their totals tot[j] (gate, up per
+ * token): bias, activation, h; tile j's outputs NR elements after tile j - 1's, n_valid rows
+ * in the last. */
+INLINE void gateup_fp8_out(size_t nt, size_t m, const unsigned char *tile, size_t tb,
+                           float (*const *tot)[NR], const moe_act_params *act, float *h, size_t hs,
+                           size_t n_valid)
+{
+    for (size_t j = 0; j < nt; j++) {
+        const unsigned char *t = tile + j * tb;
+        const __m512 bg = _mm512_loadu_ps(t), bu = _mm512_loadu_ps(t + 64);
+        const __mmask16 mask = rows_mask(j + 1 == nt ? n_valid : NR);
+        for (size_t i = 0; i < m; i++) {
+            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bg);
+            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), bu);
+            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
+        }
     }
-    _mm_prefetch((const char *)moe_xl_pair_prefetch(p + PF_BYTES, end, tb), _MM_HINT_T1);
-    _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
+}
+
+/* The same for nt down tiles: bias, y. */
+INLINE void down_fp8_out(size_t nt, size_t m, const unsigned char *tile, size_t tb,
+                         float (*const *tot)[NR], float *y, size_t ys, size_t n_valid)
+{
+    for (size_t j = 0; j < nt; j++) {
+        const __m512 b = _mm512_loadu_ps(tile + j * tb);
+        const __mmask16 mask = rows_mask(j + 1 == nt ? n_valid : NR);
+        for (size_t i = 0; i < m; i++)
+            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
+                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), b));
+    }
 }
 
 /* The direct path over NT (1 or 2) tiles tb bytes apart side by side, each with its own
@@ -66,14 +92,11 @@ INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *
     /* The totals over blocks: touched once per block, so memory is the right place. */
     float tot[NT_MAX][2 * MR][NR] __attribute__((aligned(64)));
     UNROLL
-    for (size_t i = 0; i < M; i++) {
+    for (size_t i = 0; i < M; i++)
         x[i] = xv[i];
-        UNROLL
-        for (size_t j = 0; j < NT; j++) {
-            _mm512_store_ps(tot[j][2 * i], _mm512_setzero_ps());
-            _mm512_store_ps(tot[j][2 * i + 1], _mm512_setzero_ps());
-        }
-    }
+    UNROLL
+    for (size_t j = 0; j < NT; j++)
+        totals_zero(tot[j], 2 * M);
     const fp8_dec dec = fp8_dec_init();
     const unsigned char *sc = tile + moe_xl_bias_bytes(2);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 2);
@@ -91,7 +114,7 @@ INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *
             UNROLL
             for (size_t j = 0; j < NT; j++) {
                 const unsigned char *c = codes + j * tb + kk * 32;
-                prefetch_tile(NT, c, tile + (j + 1) * tb, tb);
+                prefetch_side(c, tile + (j + 1) * tb, NT == 2 ? tb : 0);
                 __m512 w[4];
                 fp8_decode64(&dec, c, w);
                 UNROLL
@@ -129,18 +152,8 @@ INLINE void gateup_fp8_m(const size_t M, const size_t NT, size_t k, const void *
             }
         }
     }
-    UNROLL
-    for (size_t j = 0; j < NT; j++) {
-        const unsigned char *t = tile + j * tb;
-        const __m512 bgv = _mm512_loadu_ps(t), buv = _mm512_loadu_ps(t + 64);
-        const __mmask16 mask = rows_mask(j + 1 == NT ? n_valid : NR);
-        UNROLL
-        for (size_t i = 0; i < M; i++) {
-            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bgv);
-            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), buv);
-            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
-        }
-    }
+    float(*const t[NT_MAX])[NR] = {tot[0], tot[1]};
+    gateup_fp8_out(NT, M, tile, tb, t, act, h, hs, n_valid);
 }
 
 /* One step of the down direct path: k = kk .. kk + 3 of NT tiles into their chains a (the
@@ -152,7 +165,7 @@ INLINE void down_fp8_step(const size_t M, const size_t NT, const fp8_dec *dec,
     UNROLL
     for (size_t j = 0; j < NT; j++) {
         const unsigned char *c = codes + j * tb + kk * 16;
-        prefetch_tile(NT, c, tile + (j + 1) * tb, tb);
+        prefetch_side(c, tile + (j + 1) * tb, NT == 2 ? tb : 0);
         __m512 w[4];
         fp8_decode64(dec, c, w);
         UNROLL
@@ -171,12 +184,11 @@ INLINE void down_fp8_m(const size_t M, const size_t NT, size_t k, const void *co
     const float *x[MR];
     float tot[NT_MAX][MR][NR] __attribute__((aligned(64)));
     UNROLL
-    for (size_t i = 0; i < M; i++) {
+    for (size_t i = 0; i < M; i++)
         x[i] = hv[i];
-        UNROLL
-        for (size_t j = 0; j < NT; j++)
-            _mm512_store_ps(tot[j][i], _mm512_setzero_ps());
-    }
+    UNROLL
+    for (size_t j = 0; j < NT; j++)
+        totals_zero(tot[j], M);
     const fp8_dec dec = fp8_dec_init();
     const unsigned char *sc = tile + moe_xl_bias_bytes(1);
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1);
@@ -226,15 +238,8 @@ INLINE void down_fp8_m(const size_t M, const size_t NT, size_t k, const void *co
                                                            _mm512_load_ps(tot[j][i])));
         }
     }
-    UNROLL
-    for (size_t j = 0; j < NT; j++) {
-        const __m512 bias = _mm512_loadu_ps(tile + j * tb);
-        const __mmask16 mask = rows_mask(j + 1 == NT ? n_valid : NR);
-        UNROLL
-        for (size_t i = 0; i < M; i++)
-            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
-                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), bias));
-    }
+    float(*const t[NT_MAX])[NR] = {tot[0], tot[1]};
+    down_fp8_out(NT, M, tile, tb, t, y, ys, n_valid);
 }
 
 /* ---- 9..32 tokens: each 128-K block of the tile decoded once into L1 ------------------ */
@@ -323,45 +328,6 @@ INLINE void down_group(const size_t M, const float *buf, size_t n, const float *
     for (size_t i = 0; i < M; i++)
         _mm512_store_ps(tot[i],
                         _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_load_ps(tot[i])));
-}
-
-/* The first rows rows of the totals tot, zeroed. */
-INLINE void totals_zero(float (*tot)[NR], size_t rows)
-{
-    for (size_t r = 0; r < rows; r++)
-        _mm512_store_ps(tot[r], _mm512_setzero_ps());
-}
-
-/* The outputs of nt gate/up tiles (tile, tile + tb) from their totals tot[j] (gate, up per
- * token): bias, activation, h; tile j's outputs NR elements after tile j - 1's, n_valid rows
- * in the last. */
-INLINE void gateup_fp8_out(size_t nt, size_t m, const unsigned char *tile, size_t tb,
-                           float (*const *tot)[NR], const moe_act_params *act, float *h, size_t hs,
-                           size_t n_valid)
-{
-    for (size_t j = 0; j < nt; j++) {
-        const unsigned char *t = tile + j * tb;
-        const __m512 bg = _mm512_loadu_ps(t), bu = _mm512_loadu_ps(t + 64);
-        const __mmask16 mask = rows_mask(j + 1 == nt ? n_valid : NR);
-        for (size_t i = 0; i < m; i++) {
-            __m512 g = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i]), bg);
-            __m512 u = _mm512_add_ps(_mm512_load_ps(tot[j][2 * i + 1]), bu);
-            _mm512_mask_storeu_ps(h + i * hs + j * NR, mask, act16(act, g, u));
-        }
-    }
-}
-
-/* The same for nt down tiles: bias, y. */
-INLINE void down_fp8_out(size_t nt, size_t m, const unsigned char *tile, size_t tb,
-                         float (*const *tot)[NR], float *y, size_t ys, size_t n_valid)
-{
-    for (size_t j = 0; j < nt; j++) {
-        const __m512 b = _mm512_loadu_ps(tile + j * tb);
-        const __mmask16 mask = rows_mask(j + 1 == nt ? n_valid : NR);
-        for (size_t i = 0; i < m; i++)
-            _mm512_mask_storeu_ps(y + i * ys + j * NR, mask,
-                                  _mm512_add_ps(_mm512_load_ps(tot[j][i]), b));
-    }
 }
 
 static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
