@@ -379,10 +379,11 @@ static void prefill_expert(const moe_expert_kernels *ks, const packed *pk, acts 
 static bench_insn peak_insn(const moe_expert_kernels *ks)
 {
     if (ks->recipe == MOE_RECIPE_Q8)
-        return ks->isa == MOE_REQ_AVX512VNNI ? BENCH_DPBUSD_ZMM
-               : ks->isa == MOE_REQ_AVXVNNI  ? BENCH_DPBUSD_YMM
-               : ks->isa == MOE_REQ_AVX2     ? BENCH_MADDUBS_YMM
-                                             : BENCH_MADDUBS_ZMM;
+        return ks->isa == MOE_REQ_AVX512AMX    ? BENCH_TDPBSSD_K32
+               : ks->isa == MOE_REQ_AVX512VNNI ? BENCH_DPBUSD_ZMM
+               : ks->isa == MOE_REQ_AVXVNNI    ? BENCH_DPBUSD_YMM
+               : ks->isa == MOE_REQ_AVX2       ? BENCH_MADDUBS_YMM
+                                               : BENCH_MADDUBS_ZMM;
     if (ks->recipe == MOE_RECIPE_BF16) return BENCH_DPBF16_ZMM;
     return ks->isa == MOE_REQ_AVX2 ? BENCH_FMA_YMM : BENCH_FMA_ZMM;
 }
@@ -675,10 +676,10 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
     printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm %.1f, "
-           "ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s\n",
+           "ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f GOP/s\n",
            threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
            peak[BENCH_DPBUSD_ZMM], peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM],
-           peak[BENCH_MADDUBS_ZMM]);
+           peak[BENCH_MADDUBS_ZMM], peak[BENCH_TDPBSSD_K32]);
     printf("# decode T=1,4,16: GB/s of packed bytes and fraction of the read floor; prefill "
            "T=128,512: GOP/s and fraction of the peak (both measured beside each pass)\n");
     printf("%-38s %-17s %14s %14s %14s %14s %14s  %s\n", "kernel set", "shape", "T=1", "T=4",
@@ -733,7 +734,8 @@ int main(int argc, char **argv)
                                                       MOE_FEAT_AVX512 | MOE_FEAT_AVX512_VNNI,
                                                       MOE_FEAT_AVX2,
                                                       MOE_FEAT_AVX512,
-                                                      MOE_FEAT_AVX2 | MOE_FEAT_AVX_VNNI};
+                                                      MOE_FEAT_AVX2 | MOE_FEAT_AVX_VNNI,
+                                                      MOE_FEAT_AVX512 | MOE_FEAT_AMX_INT8};
     double peak[BENCH_INSN_COUNT_];
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = (allowed & needs[i]) == needs[i] ? peak_gflops((bench_insn)i) : 0;

@@ -9,14 +9,14 @@
  *  - a STREAM-like read: the bandwidth of plain wide loads over a buffer twice the
  *    last-level cache, split between THREADS threads, four streams each;
  *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps, and the int8 dot
- *    products of the Q8 recipe: vpdpbusd zmm and ymm (AVX-VNNI), vpmaddubsw ymm and zmm):
- *    register-only loops with enough independent accumulators to cover the latency on every
- *    port. Each chain starts from its own value: chains that start equal compute the same
- *    thing, and the compiler merges them into one, so the loop runs fewer instructions than
- *    it counts (a peak once came out 1.6x too high that way).
- * These are the only places outside kernels/<isa>/ with intrinsics: a bench measures the
- * machine, not libmoe, and each function carries its own target attribute, so the program
- * still compiles for baseline x86-64 and runs a loop only when the CPU has it.
+ *    products of the Q8 recipe: vpdpbusd zmm and ymm (AVX-VNNI), vpmaddubsw ymm and zmm, and
+ *    AMX's tdpbssd at the recipe's 32-K block): register-only loops with enough independent
+ *    accumulators to cover the latency on every port. Each chain starts from its own value: chains
+ * that start equal compute the same thing, and the compiler merges them into one, so the loop runs
+ * fewer instructions than it counts (a peak once came out 1.6x too high that way). These are the
+ * only places outside kernels/<isa>/ with intrinsics: a bench measures the machine, not libmoe, and
+ * each function carries its own target attribute, so the program still compiles for baseline x86-64
+ * and runs a loop only when the CPU has it.
  */
 
 #include <stdint.h>
@@ -25,6 +25,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#include "moe.h" /* moe_cpu_query: whether the OS granted the tile state AMX needs */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -347,6 +349,8 @@ typedef enum bench_insn {
     BENCH_MADDUBS_YMM, /* vpmaddubsw ymm (+ the vpaddw that accumulates it): 32 multiply-adds */
     BENCH_MADDUBS_ZMM, /* vpmaddubsw zmm (+ vpaddw): 64 multiply-adds: 128 ops */
     BENCH_DPBUSD_YMM,  /* the VEX vpdpbusd ymm (AVX-VNNI): 32 multiply-adds into 8 int32 */
+    BENCH_TDPBSSD_K32, /* tdpbssd on 16x32 and 8x64 tiles (the Q8 recipe's 32-K block): 16·16·32
+                        * s8 x s8 multiply-adds into 16x16 int32: 16384 ops */
     BENCH_INSN_COUNT_
 } bench_insn;
 
@@ -354,13 +358,13 @@ static inline const char *bench_insn_name(bench_insn i)
 {
     static const char *names[] = {"vfmadd231ps ymm", "vfmadd231ps zmm", "vdpbf16ps zmm",
                                   "vpdpbusd zmm",    "vpmaddubsw ymm",  "vpmaddubsw zmm",
-                                  "vpdpbusd ymm"};
+                                  "vpdpbusd ymm",    "tdpbssd k32"};
     return (unsigned)i < BENCH_INSN_COUNT_ ? names[i] : "?";
 }
 
 static inline double bench_insn_flops(bench_insn i)
 {
-    static const double flops[] = {16, 32, 64, 128, 64, 128, 64};
+    static const double flops[] = {16, 32, 64, 128, 64, 128, 64, 16384};
     return (unsigned)i < BENCH_INSN_COUNT_ ? flops[i] : 0;
 }
 
@@ -386,6 +390,11 @@ static inline int bench_insn_supported(bench_insn i)
     case BENCH_MADDUBS_YMM: return __builtin_cpu_supports("avx2");
     case BENCH_MADDUBS_ZMM: return __builtin_cpu_supports("avx512bw");
     case BENCH_DPBUSD_YMM: return bench_has_avx_vnni();
+    case BENCH_TDPBSSD_K32: {
+        /* Detection also asks the OS for the tile state, which the loop needs. */
+        moe_cpu_info ci;
+        return moe_cpu_query(&ci) == MOE_OK && ci.detected.amx_int8;
+    }
     default: return 0;
     }
 #else
@@ -561,6 +570,40 @@ __attribute__((target("avx512f,avx512bw"))) static inline float bench_maddubs_zm
     return (float)bench_fold512(s);
 }
 #undef BENCH_MADDUBS_STEP
+
+/* 12 tdpbssd per iteration into 4 sum tiles (3 each: the unit keeps several in flight), A 16
+ * rows of 32 bytes and B 8 rows of 64, the kernels' shapes; tile state released after. */
+__attribute__((target("amx-tile,amx-int8"))) static inline float bench_tdpbssd_k32(uint64_t iters)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    for (int t = 0; t < 4; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    cfg.colsb[4] = 32, cfg.rows[4] = 16;
+    cfg.colsb[5] = 64, cfg.rows[5] = 8;
+    static const int8_t ab[16 * 64] __attribute__((aligned(64))) = {1, -2, 3};
+    int32_t c[16][16] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ab, 32);
+    _tile_loadd(5, ab, 64);
+    for (uint64_t i = 0; i < iters; i++)
+        for (int r = 0; r < 3; r++) {
+            _tile_dpbssd(0, 4, 5);
+            _tile_dpbssd(1, 4, 5);
+            _tile_dpbssd(2, 4, 5);
+            _tile_dpbssd(3, 4, 5);
+        }
+    _tile_stored(0, c, 64);
+    _tile_release();
+    return (float)c[0][0];
+}
 #undef BENCH_EACH12
 #undef BENCH_CHAINS12
 #undef BENCH_START12
@@ -579,6 +622,7 @@ static inline void bench_insn_loop(bench_insn insn, uint64_t iters)
     case BENCH_MADDUBS_YMM: bench_fsink = bench_maddubs_ymm(iters); break;
     case BENCH_MADDUBS_ZMM: bench_fsink = bench_maddubs_zmm(iters); break;
     case BENCH_DPBUSD_YMM: bench_fsink = bench_dpbusd_ymm(iters); break;
+    case BENCH_TDPBSSD_K32: bench_fsink = bench_tdpbssd_k32(iters); break;
     default: break;
     }
 #else

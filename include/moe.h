@@ -100,7 +100,7 @@ typedef enum moe_isa_level {
     MOE_ISA_SCALAR = 0,     /* portable C */
     MOE_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C, with AVX-VNNI where present */
     MOE_ISA_AVX512 = 2,     /* AVX-512 F/BW/DQ/VL, with VNNI where present */
-    MOE_ISA_AVX512BF16 = 3, /* + AVX512-BF16, with FP16 where present */
+    MOE_ISA_AVX512BF16 = 3, /* + AVX512-BF16, with FP16 and AMX-INT8 where present */
 } moe_isa_level;
 
 /* One set of features. Every flag already accounts for OS support of the registers. */
@@ -112,6 +112,8 @@ typedef struct moe_cpu_caps {
     bool avx512_fp16; /* AVX512-FP16; implies avx512 */
     bool avx512_vbmi; /* AVX512-VBMI (vpermb, vpermt2b: byte tables); implies avx512 */
     bool avx_vnni;    /* AVX-VNNI (VEX vpdpbusd on ymm); implies avx2 */
+    bool amx_int8;    /* AMX-TILE and AMX-INT8 (tdpbssd), tile data granted to this process by the
+                       * OS; implies avx512 */
 } moe_cpu_caps;
 
 /* What the machine has, what this build compiled kernels for, and what libmoe will use

@@ -13,7 +13,8 @@
 
 /*
  * Included by exactly one file per set, after defining MOE_MX_VNNI (1: vpdpbusd; 0:
- * vpmaddubsw + vpmaddwd); everything here is static.
+ * vpmaddubsw + vpmaddwd) and MOE_MX_AMX (1: the buffered path's sums as tdpbssd on tiles,
+ * kernels/avx512amx/expert_mxfp4_q8_tiles.h; with MOE_MX_VNNI 1); everything here is static.
  *
  * Decode: a 64-byte chunk of a tile unit holds, per dword lane n, row n's codes of quad c in
  * the low nibbles and of quad c + 4 in the high nibbles (kernels/ref/expert_mxfp4_layout.h).
@@ -293,7 +294,9 @@ MX_INLINE void mx_decode_unit(const unsigned char *u, __m512i lut, __m512i *buf,
     }
 }
 
-#if MOE_MX_VNNI
+#if MOE_MX_AMX
+#include "kernels/avx512amx/expert_mxfp4_q8_tiles.h"
+#elif MOE_MX_VNNI
 #include "kernels/avx512vnni/expert_mxfp4_q8_groups.h"
 #else
 /* vpmaddubsw: the tokens in groups of 8, each group's integer sums and the block's weights in
@@ -383,7 +386,16 @@ MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool f
 
 #endif
 
-/* The buffered paths, one driver for both group sets (mx_tokens, mx_gateup_block and
+#if !MOE_MX_AMX
+/* The decoded gate/up block for the groups: chunk c's gate quads in buf[4c], buf[4c + 1], its
+ * up quads in buf[4c + 2], buf[4c + 3]; weights as vpdpbusd's unsigned operand. */
+#define MX_GU_STRIDE 4
+#define MX_UP_AT 2
+MX_INLINE __m512i mx_buf_lut(void) { return mx_lut(); }
+MX_INLINE void mx_tokens_end(mx_tokens *tk) { (void)tk; }
+#endif
+
+/* The buffered paths, one driver for every group set (mx_tokens, mx_gateup_block and
  * mx_down_block above) over n ≤ MX_TILES consecutive tiles tb bytes apart: the tiles' steps
  * in order, in each step every tile's block b decoded once into buf and every group of tokens
  * run over it (first: the first tile of the block, when the VNNI groups gather), totals on
@@ -402,7 +414,7 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
     for (size_t j = 0; j < n; j++)
         for (size_t t = 0; t < 2 * m; t++)
             _mm512_store_ps(tot[j][t], _mm512_setzero_ps());
-    const __m512i lut = mx_lut();
+    const __m512i lut = mx_buf_lut();
     const size_t nb = k / MX_BLK;
     for (size_t s = 0, b0 = 0; b0 < nb; s++) {
         const size_t len = moe_mx_step_len(2, nb, s);
@@ -412,8 +424,8 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
                 const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
                 if (i == 0) mx_prefetch_ahead(line);
                 const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
-                mx_decode_unit(ug, lut, buf, 4);
-                mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + 2, 4);
+                mx_decode_unit(ug, lut, buf, MX_GU_STRIDE);
+                mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + MX_UP_AT, MX_GU_STRIDE);
                 const __m512 wg = mx_half_scales(line + 32 * i);
                 const __m512 wu = mx_half_scales(line + 32 * i + 16);
                 mx_gateup_block(&tk, m, k, b0 + i, j == 0, buf, wg, wu, tot[j]);
@@ -421,6 +433,7 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
         }
         b0 += len;
     }
+    mx_tokens_end(&tk);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *tj = tile + j * tb;
         const __m512 bg = _mm512_loadu_ps(tj), bu = _mm512_loadu_ps(tj + 64);
@@ -443,7 +456,7 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
     for (size_t j = 0; j < n; j++)
         for (size_t t = 0; t < m; t++)
             _mm512_store_ps(tot[j][t], _mm512_setzero_ps());
-    const __m512i lut = mx_lut();
+    const __m512i lut = mx_buf_lut();
     const size_t nb = k / MX_BLK;
     for (size_t s = 0, b0 = 0; b0 < nb; s++) {
         const size_t len = moe_mx_step_len(1, nb, s);
@@ -459,6 +472,7 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
         }
         b0 += len;
     }
+    mx_tokens_end(&tk);
     for (size_t j = 0; j < n; j++) {
         const __m512 bias = _mm512_loadu_ps(tile + j * tb);
         const __mmask16 mask = rows_mask(j + 1 == n ? n_valid : MX_NR);

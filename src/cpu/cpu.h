@@ -18,7 +18,8 @@ enum {
     MOE_FEAT_AVX512_FP16 = 1u << 4, /* native half-precision arithmetic */
     MOE_FEAT_AVX512_VBMI = 1u << 5, /* vpermt2b: 128-entry byte tables */
     MOE_FEAT_AVX_VNNI = 1u << 6,    /* VEX vpdpbusd on ymm (AVX-VNNI) */
-    MOE_FEAT_ALL_ = (1u << 7) - 1
+    MOE_FEAT_AMX_INT8 = 1u << 7,    /* tdpbssd on tiles (AMX-TILE + AMX-INT8) */
+    MOE_FEAT_ALL_ = (1u << 8) - 1
 };
 
 /* The caps as a feature mask, and back. Bits outside MOE_FEAT_ALL_ are ignored. */
@@ -33,9 +34,9 @@ void moe_cpu_mask_format(uint32_t mask, char *buf, size_t size);
 
 /*
  * Makes a caps struct consistent with the level order of moe.h: avx512 and avx_vnni need
- * avx2, and bf16, vnni, fp16 and vbmi each need avx512; a flag whose prerequisite is missing
- * is cleared.
- * Detection already yields consistent caps; this matters for caps built by hand or masks.
+ * avx2, and bf16, vnni, fp16, vbmi and amx_int8 each need avx512; a flag whose prerequisite is
+ * missing is cleared. Detection already yields consistent caps; this matters for caps built by hand
+ * or masks.
  */
 moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
 
@@ -43,10 +44,11 @@ moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
 moe_cpu_caps moe_cpu_caps_intersect(const moe_cpu_caps *a, const moe_cpu_caps *b);
 
 /*
- * What this machine has (CPUID + XGETBV). Detection runs once per process, on the first
- * call, under pthread_once; every later call copies the stored result, so it is cheap and
- * safe from any thread. brand receives the CPU brand string ("" if the CPU has none); it
- * may be NULL. On a non-x86 build every flag is false.
+ * What this machine has (CPUID + XGETBV; for AMX also the kernel's grant of tile data to
+ * this process, which detection asks for once: arch_prctl ARCH_REQ_XCOMP_PERM on Linux). Detection
+ * runs once per process, on the first call, under pthread_once; every later call copies the stored
+ * result, so it is cheap and safe from any thread. brand receives the CPU brand string ("" if the
+ * CPU has none); it may be NULL. On a non-x86 build every flag is false.
  */
 void moe_cpu_detect(moe_cpu_caps *caps, char brand[64]);
 
@@ -60,7 +62,8 @@ moe_status moe_isa_level_parse(const char *name, moe_isa_level *level);
 
 /*
  * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512, VNNI
- * and VBMI; avx512bf16 adds BF16 and FP16 (everything). An out-of-range level permits nothing.
+ * and VBMI; avx512bf16 adds BF16, FP16 and AMX-INT8 (everything). An out-of-range level permits
+ * nothing.
  */
 uint32_t moe_isa_level_mask(moe_isa_level level);
 

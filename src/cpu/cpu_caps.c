@@ -16,6 +16,7 @@ static const struct {
     {MOE_FEAT_AVX512_FP16, "avx512_fp16"},
     {MOE_FEAT_AVX512_VBMI, "avx512_vbmi"},
     {MOE_FEAT_AVX_VNNI, "avx_vnni"},
+    {MOE_FEAT_AMX_INT8, "amx_int8"},
 };
 
 static const char *const level_names[] = {
@@ -36,6 +37,7 @@ uint32_t moe_cpu_caps_mask(const moe_cpu_caps *caps)
     if (caps->avx512_fp16) m |= MOE_FEAT_AVX512_FP16;
     if (caps->avx512_vbmi) m |= MOE_FEAT_AVX512_VBMI;
     if (caps->avx_vnni) m |= MOE_FEAT_AVX_VNNI;
+    if (caps->amx_int8) m |= MOE_FEAT_AMX_INT8;
     return m;
 }
 
@@ -49,6 +51,7 @@ moe_cpu_caps moe_cpu_caps_from_mask(uint32_t mask)
         .avx512_fp16 = (mask & MOE_FEAT_AVX512_FP16) != 0,
         .avx512_vbmi = (mask & MOE_FEAT_AVX512_VBMI) != 0,
         .avx_vnni = (mask & MOE_FEAT_AVX_VNNI) != 0,
+        .amx_int8 = (mask & MOE_FEAT_AMX_INT8) != 0,
     };
     return caps;
 }
@@ -82,6 +85,7 @@ moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps)
     caps.avx512_fp16 = caps.avx512_fp16 && caps.avx512;
     caps.avx512_vbmi = caps.avx512_vbmi && caps.avx512;
     caps.avx_vnni = caps.avx_vnni && caps.avx2;
+    caps.amx_int8 = caps.amx_int8 && caps.avx512;
     return caps;
 }
 

@@ -1,6 +1,11 @@
 /* cpu_detect.c — CPUID + XGETBV into moe_cpu_caps and the L2 size, once per process. */
+#define _DEFAULT_SOURCE /* syscall (the AMX tile-data request) */
 #include <pthread.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "cpu/cpu.h"
 
@@ -15,6 +20,8 @@
 #define XCR0_HI16_ZMM (1u << 7)  /* ZMM16-31 */
 #define XCR0_YMM_STATE (XCR0_SSE | XCR0_AVX)
 #define XCR0_ZMM_STATE (XCR0_YMM_STATE | XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)
+#define XCR0_XTILECFG (1u << 17)
+#define XCR0_XTILEDATA (1u << 18)
 
 /* CPUID.1:ECX */
 #define C1_FMA (1u << 12)
@@ -31,6 +38,8 @@
 #define C7_ECX_AVX512VBMI (1u << 1)
 #define C7_ECX_AVX512VNNI (1u << 11)
 #define C7_EDX_AVX512FP16 (1u << 23)
+#define C7_EDX_AMX_TILE (1u << 24)
+#define C7_EDX_AMX_INT8 (1u << 25)
 #define C71_EAX_AVX_VNNI (1u << 4)
 #define C71_EAX_AVX512BF16 (1u << 5)
 
@@ -44,6 +53,20 @@ static uint64_t read_xcr0(void)
 }
 
 static bool all_set(uint32_t word, uint32_t bits) { return (word & bits) == bits; }
+
+/* Linux enables the 8 KB of tile data per process, on request (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for state component 18, kernel 5.16 and later); until then the first
+ * tile instruction faults. Granted once for the whole process, so detection asks once. Other
+ * systems: no AMX. */
+static bool request_tile_data(void)
+{
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+    return false;
+#endif
+}
 
 static void read_brand(char brand[64])
 {
@@ -92,6 +115,8 @@ static moe_cpu_caps read_caps(void)
     caps.avx512_vbmi = all_set(ecx7, C7_ECX_AVX512VBMI);
     caps.avx512_fp16 = all_set(edx7, C7_EDX_AVX512FP16);
     caps.avx512_bf16 = all_set(eax71, C71_EAX_AVX512BF16);
+    caps.amx_int8 = all_set(edx7, C7_EDX_AMX_TILE | C7_EDX_AMX_INT8) &&
+                    all_set((uint32_t)xcr0, XCR0_XTILECFG | XCR0_XTILEDATA) && request_tile_data();
     return caps;
 }
 

@@ -117,6 +117,7 @@ typedef union moe_kernel_fn {
 #define MOE_REQ_AVX512BF16 (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_BF16)
 #define MOE_REQ_AVX512VNNI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VNNI)
 #define MOE_REQ_AVX512VBMI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VBMI)
+#define MOE_REQ_AVX512AMX (MOE_REQ_AVX512VNNI | (uint32_t)MOE_FEAT_AMX_INT8)
 
 /* A registered kernel. Registry entries are constant and live for the whole process. */
 typedef struct moe_kernel {
@@ -131,8 +132,8 @@ typedef struct moe_kernel {
 const char *moe_kernel_family_name(moe_kernel_family family);
 
 /* The ISA token a requirement mask stands for ("ref", "avx2", "avxvnni", "avx512",
- * "avx512bf16", "avx512vnni", "avx512vbmi"), or NULL for a mask that is none of the MOE_REQ_*
- * values. */
+ * "avx512bf16", "avx512vnni", "avx512vbmi", "avx512amx"), or NULL for a mask that is none of the
+ * MOE_REQ_* values. */
 const char *moe_kernel_isa_token(uint32_t isa);
 
 /*

@@ -152,6 +152,7 @@ const char *moe_kernel_isa_token(uint32_t isa)
     case MOE_REQ_AVX512BF16: return "avx512bf16";
     case MOE_REQ_AVX512VNNI: return "avx512vnni";
     case MOE_REQ_AVX512VBMI: return "avx512vbmi";
+    case MOE_REQ_AVX512AMX: return "avx512amx";
     }
     return NULL;
 }

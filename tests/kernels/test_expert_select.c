@@ -16,9 +16,9 @@ _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_G
                "activation kinds");
 
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16, bool vbmi,
-                              bool avx_vnni)
+                              bool avx_vnni, bool amx)
 {
-    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni};
+    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni, amx};
     return c;
 }
 
@@ -88,6 +88,10 @@ static const char *expected_mxfp4(const moe_cpu_caps *c, const char **insn)
     const bool avx2 = c->avx2, avx512 = avx2 && c->avx512, vnni = avx512 && c->avx512_vnni;
     const bool avx_vnni = avx2 && c->avx_vnni;
     (void)avx2, (void)avx512, (void)vnni, (void)avx_vnni;
+#ifdef MOE_COMPILED_AVX512AMX
+    *insn = "tdpbssd tiles from 5 tokens, amx_int8 allowed";
+    if (vnni && c->amx_int8) return "moe_expert_mxfp4_q8_32x16__avx512amx";
+#endif
 #ifdef MOE_COMPILED_AVX512VNNI
     *insn = "vpdpbusd, avx512_vnni allowed";
     if (vnni) return "moe_expert_mxfp4_q8_32x16__avx512vnni";
@@ -150,24 +154,29 @@ static void test_mxfp4_ladder(const moe_cpu_caps *caps, size_t ncaps)
 static void test_ladder(void)
 {
     const moe_cpu_caps caps[] = {
-        make_caps(0, 0, 0, 0, 0, 0, 0),
-        make_caps(1, 0, 0, 0, 0, 0, 0),
-        make_caps(1, 1, 0, 0, 0, 0, 0),
-        make_caps(1, 1, 0, 1, 0, 0, 0),
-        make_caps(1, 1, 1, 0, 0, 0, 0),
-        make_caps(1, 1, 1, 1, 1, 0, 0),
-        make_caps(1, 1, 0, 0, 0, 1, 0),
-        make_caps(1, 1, 1, 1, 1, 1, 0),
+        make_caps(0, 0, 0, 0, 0, 0, 0, 0),
+        make_caps(1, 0, 0, 0, 0, 0, 0, 0),
+        make_caps(1, 1, 0, 0, 0, 0, 0, 0),
+        make_caps(1, 1, 0, 1, 0, 0, 0, 0),
+        make_caps(1, 1, 1, 0, 0, 0, 0, 0),
+        make_caps(1, 1, 1, 1, 1, 0, 0, 0),
+        make_caps(1, 1, 0, 0, 0, 1, 0, 0),
+        make_caps(1, 1, 1, 1, 1, 1, 0, 0),
         /* AVX-VNNI with AVX2 alone (Alder Lake), and beside AVX-512 with and without VNNI. */
-        make_caps(1, 0, 0, 0, 0, 0, 1),
-        make_caps(1, 1, 0, 0, 0, 0, 1),
-        make_caps(1, 1, 1, 1, 1, 1, 1),
+        make_caps(1, 0, 0, 0, 0, 0, 1, 0),
+        make_caps(1, 1, 0, 0, 0, 0, 1, 0),
+        make_caps(1, 1, 1, 1, 1, 1, 1, 0),
+        /* AMX-INT8 (Sapphire Rapids and later); beside AVX-512 without VNNI (the AMX set runs
+         * its few-token calls on vpdpbusd, so it needs both). */
+        make_caps(1, 1, 1, 1, 1, 1, 1, 1),
+        make_caps(1, 1, 0, 0, 0, 0, 0, 1),
         /* Inconsistent structs are normalized: bf16 without avx512 is no bf16, avx512
          * without avx2 no avx512. */
-        make_caps(1, 0, 1, 0, 0, 0, 0),
-        make_caps(0, 1, 1, 1, 1, 1, 0),
-        make_caps(1, 0, 0, 0, 0, 1, 0),
-        make_caps(0, 0, 0, 0, 0, 0, 1),
+        make_caps(1, 0, 1, 0, 0, 0, 0, 0),
+        make_caps(0, 1, 1, 1, 1, 1, 0, 0),
+        make_caps(1, 0, 0, 0, 0, 1, 0, 0),
+        make_caps(0, 0, 0, 0, 0, 0, 1, 0),
+        make_caps(1, 0, 0, 0, 0, 0, 0, 1),
     };
     const int formats[] = {MOE_EXPERT_FMT_BF16, MOE_EXPERT_FMT_FP8_BLOCK};
     const moe_expert_recipe recipes[] = {MOE_RECIPE_F32, MOE_RECIPE_BF16};
@@ -209,14 +218,14 @@ static void test_reasons(void)
     moe_expert_choice ch;
     moe_expert_problem p = problem(MOE_EXPERT_FMT_FP8_BLOCK, MOE_RECIPE_F32);
 #if defined(MOE_COMPILED_AVX2) && defined(MOE_COMPILED_AVX512)
-    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0, 0, 0);
+    moe_cpu_caps avx2 = make_caps(1, 0, 0, 0, 0, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&avx2, &p, &ch), MOE_OK);
     CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_32x16__avx2: moe_expert_fp8_f32_32x16__avx512 "
                               "needs avx512, which is not allowed; recipe f32 (f32 activations, "
                               "fp32 FMA)"),
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX512);
-    moe_cpu_caps novbmi = make_caps(1, 1, 1, 1, 1, 0, 0);
+    moe_cpu_caps novbmi = make_caps(1, 1, 1, 1, 1, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&novbmi, &p, &ch), MOE_OK);
 #ifdef MOE_COMPILED_AVX512VBMI
     CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_32x16__avx512: "
@@ -224,7 +233,7 @@ static void test_reasons(void)
                               "allowed; recipe f32 (f32 activations, fp32 FMA)"),
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX512_VBMI);
-    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1, 1, 0);
+    moe_cpu_caps all = make_caps(1, 1, 1, 1, 1, 1, 0, 0);
     CHECK_STATUS(moe_select_experts(&all, &p, &ch), MOE_OK);
     CHECKF(strstr(ch.reason, "avx512vbmi allowed; preferred over moe_expert_fp8_f32_32x16__avx512"),
            "reason '%s'", ch.reason);
@@ -236,13 +245,13 @@ static void test_reasons(void)
 #endif
 #if defined(MOE_COMPILED_AVX2) && defined(MOE_COMPILED_AVXVNNI)
     p = mxfp4_problem(MOE_RECIPE_Q8);
-    moe_cpu_caps plain = make_caps(1, 0, 0, 0, 0, 0, 0);
+    moe_cpu_caps plain = make_caps(1, 0, 0, 0, 0, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&plain, &p, &ch), MOE_OK);
     CHECKF(strstr(ch.reason, "moe_expert_mxfp4_q8_32x16__avx2: moe_expert_mxfp4_q8_32x16__avxvnni "
                              "needs avx_vnni, which is not allowed") == ch.reason,
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX_VNNI);
-    moe_cpu_caps alder = make_caps(1, 0, 0, 0, 0, 0, 1);
+    moe_cpu_caps alder = make_caps(1, 0, 0, 0, 0, 0, 1, 0);
     CHECK_STATUS(moe_select_experts(&alder, &p, &ch), MOE_OK);
 #ifdef MOE_COMPILED_AVX512
     CHECKF(strstr(ch.reason,
@@ -257,7 +266,7 @@ static void test_reasons(void)
 #endif
 #endif
 #ifdef MOE_COMPILED_AVX512BF16
-    moe_cpu_caps nobf16 = make_caps(1, 1, 0, 0, 0, 0, 0);
+    moe_cpu_caps nobf16 = make_caps(1, 1, 0, 0, 0, 0, 0, 0);
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_BF16);
     CHECK_STATUS(moe_select_experts(&nobf16, &p, &ch), MOE_OK);
     CHECKF(strstr(ch.reason,
@@ -285,7 +294,7 @@ static void expect_error(const moe_cpu_caps *caps, const moe_expert_problem *p, 
 
 static void test_errors(void)
 {
-    const moe_cpu_caps caps = make_caps(1, 1, 1, 1, 1, 0, 0);
+    const moe_cpu_caps caps = make_caps(1, 1, 1, 1, 1, 0, 0, 0);
     const moe_expert_problem good = problem(MOE_EXPERT_FMT_FP8_BLOCK, MOE_RECIPE_F32);
     moe_expert_choice ch;
     CHECK_STATUS(moe_select_experts(NULL, &good, &ch), MOE_EINVAL);
@@ -363,7 +372,7 @@ static void test_errors(void)
 /* Same arguments, same answer, whatever the environment says. */
 static void test_purity(void)
 {
-    const moe_cpu_caps caps = make_caps(1, 0, 0, 0, 0, 0, 0);
+    const moe_cpu_caps caps = make_caps(1, 0, 0, 0, 0, 0, 0, 0);
     const moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
     moe_expert_choice a, b;
     CHECK_STATUS(moe_select_experts(&caps, &p, &a), MOE_OK);

@@ -348,6 +348,7 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
     switch (g->recipe) {
     case MOE_RECIPE_BF16: return "vdpbf16ps zmm";
     case MOE_RECIPE_Q8:
+        if (!strcmp(isa, "avx512amx")) return "tdpbssd k32";
         if (!strcmp(isa, "avx512vnni")) return "vpdpbusd zmm";
         if (!strcmp(isa, "avxvnni")) return "vpdpbusd ymm";
         return zmm ? "vpmaddubsw zmm" : "vpmaddubsw ymm";
