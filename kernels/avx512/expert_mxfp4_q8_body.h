@@ -294,6 +294,17 @@ MX_INLINE void mx_decode_unit(const unsigned char *u, __m512i lut, __m512i *buf,
     }
 }
 
+/* The decoded gate/up block: chunk c's gate quads c and c + 4 in buf[S·c], buf[S·c + 1] and its
+ * up quads MX_UP_AT further, S = MX_GU_STRIDE (AMX: gate in buf[0..7], up in buf[8..15], as
+ * its B tiles take them; down: buf[2c], buf[2c + 1] in every set). */
+#if MOE_MX_AMX
+#define MX_GU_STRIDE 2
+#define MX_UP_AT 8
+#else
+#define MX_GU_STRIDE 4
+#define MX_UP_AT 2
+#endif
+
 #if MOE_MX_AMX
 #include "kernels/avx512amx/expert_mxfp4_q8_tiles.h"
 #elif MOE_MX_VNNI
@@ -387,11 +398,12 @@ MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool f
 #endif
 
 #if !MOE_MX_AMX
-/* The decoded gate/up block for the groups: chunk c's gate quads in buf[4c], buf[4c + 1], its
- * up quads in buf[4c + 2], buf[4c + 3]; weights as vpdpbusd's unsigned operand. */
-#define MX_GU_STRIDE 4
-#define MX_UP_AT 2
-MX_INLINE __m512i mx_buf_lut(void) { return mx_lut(); }
+/* The groups decode the weights as vpdpbusd's unsigned operand and need nothing at the end. */
+MX_INLINE __m512i mx_buf_lut(const mx_tokens *tk)
+{
+    (void)tk;
+    return mx_lut();
+}
 MX_INLINE void mx_tokens_end(mx_tokens *tk) { (void)tk; }
 #endif
 
@@ -414,7 +426,7 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
     for (size_t j = 0; j < n; j++)
         for (size_t t = 0; t < 2 * m; t++)
             _mm512_store_ps(tot[j][t], _mm512_setzero_ps());
-    const __m512i lut = mx_buf_lut();
+    const __m512i lut = mx_buf_lut(&tk);
     const size_t nb = k / MX_BLK;
     for (size_t s = 0, b0 = 0; b0 < nb; s++) {
         const size_t len = moe_mx_step_len(2, nb, s);
@@ -456,7 +468,7 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
     for (size_t j = 0; j < n; j++)
         for (size_t t = 0; t < m; t++)
             _mm512_store_ps(tot[j][t], _mm512_setzero_ps());
-    const __m512i lut = mx_buf_lut();
+    const __m512i lut = mx_buf_lut(&tk);
     const size_t nb = k / MX_BLK;
     for (size_t s = 0, b0 = 0; b0 < nb; s++) {
         const size_t len = moe_mx_step_len(1, nb, s);

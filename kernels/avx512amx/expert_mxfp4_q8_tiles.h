@@ -1,5 +1,5 @@
-/* expert_mxfp4_q8_tiles.h — internal: the prefill path (m > 4 tokens) of the AMX MXFP4 Q8
- * kernels, the integer block sums as tdpbssd on tiles; included by
+/* expert_mxfp4_q8_tiles.h — internal: the buffered path (m > 4 tokens) of the AMX MXFP4 Q8
+ * kernels, the integer block sums as tdpbssd on tiles from 16 tokens; included by
  * kernels/avx512/expert_mxfp4_q8_body.h (whose helpers and includes it uses). */
 #ifndef MOE_KERNELS_AVX512AMX_EXPERT_MXFP4_Q8_TILES_H
 #define MOE_KERNELS_AVX512AMX_EXPERT_MXFP4_Q8_TILES_H
@@ -25,13 +25,22 @@
 
 #define MX_AMX_ROWS 16
 
-/* The decoded gate/up block: gate quads in buf[0..7], up in buf[8..15] (the body's decode with
- * stride 2); down as the other sets, buf[0..7]. */
-#define MX_GU_STRIDE 2
-#define MX_UP_AT 8
+/* Below MX_AMX_FROM tokens a call runs the AVX512-VNNI set's groups (on the same decoded
+ * layout, with the unsigned table): at 8 tokens per call the tiles were 10-15 % slower than
+ * they, at 16 and more faster (bench/NOTES.md v16). Their names get a prefix here. */
+#define MX_AMX_FROM 16
+#define mx_tokens mx_vnni_tokens
+#define mx_tokens_init mx_vnni_tokens_init
+#define mx_gateup_block mx_vnni_gateup_block
+#define mx_down_block mx_vnni_down_block
+#include "kernels/avx512vnni/expert_mxfp4_q8_groups.h"
+#undef mx_tokens
+#undef mx_tokens_init
+#undef mx_gateup_block
+#undef mx_down_block
 
 /* w2 for the 16 E2M1 codes (sign in bit 3), signed: tdpbssd takes both operands signed. */
-MX_INLINE __m512i mx_buf_lut(void)
+MX_INLINE __m512i mx_signed_lut(void)
 {
     return _mm512_broadcast_i32x4(
         _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
@@ -51,6 +60,8 @@ typedef struct mx_tokens {
     const unsigned char *rows[MX_MR];
     mx_tilecfg cfg __attribute__((aligned(64)));
     size_t m;
+    bool amx; /* m ≥ MX_AMX_FROM: the tiles, else the groups in v */
+    mx_vnni_tokens v;
 } mx_tokens;
 
 /* Tile t as rows × colsb bytes (rows 0: unused). */
@@ -60,10 +71,14 @@ MX_INLINE void mx_tile_shape(mx_tilecfg *c, int t, size_t rows, size_t colsb)
     c->colsb[t] = (uint16_t)(rows ? colsb : 0);
 }
 
-/* The call's tokens, and the tiles for m of them. */
+/* The call's tokens, and the tiles for m of them (or the groups'). */
 MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, size_t k)
 {
-    (void)k;
+    tk->amx = m >= MX_AMX_FROM;
+    if (!tk->amx) {
+        mx_vnni_tokens_init(&tk->v, m, v, k);
+        return;
+    }
     for (size_t t = 0; t < m; t++)
         tk->rows[t] = v[t];
     tk->m = m;
@@ -84,9 +99,11 @@ MX_INLINE void mx_tokens_init(mx_tokens *tk, size_t m, const void *const *v, siz
 /* The tile state back to its initial one (so the OS need not save it). */
 MX_INLINE void mx_tokens_end(mx_tokens *tk)
 {
-    (void)tk;
-    _tile_release();
+    if (tk->amx) _tile_release();
 }
+
+/* The decode table: signed w2 for the tiles, the groups' unsigned w2 + 12 for them. */
+MX_INLINE __m512i mx_buf_lut(const mx_tokens *tk) { return tk->amx ? mx_signed_lut() : mx_lut(); }
 
 /* Block b's activation codes of every token as A rows (quads 0, 4, 1, 5, 2, 6, 3, 7, the
  * decoded weights' order) in tile registers 0 and 1, and their scales. */
@@ -122,6 +139,10 @@ MX_INLINE void mx_steps(const mx_tokens *tk, const int32_t (*s0)[MX_NR], const i
 MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
                                const __m512i *buf, __m512 wg, __m512 wu, float (*tot)[MX_NR])
 {
+    if (!tk->amx) {
+        mx_vnni_gateup_block(&tk->v, m, k, b, first, buf, wg, wu, tot);
+        return;
+    }
     if (first) mx_gather_tiles(tk, k, b);
     _tile_loadd(2, buf, 64);
     _tile_loadd(3, buf + MX_UP_AT, 64);
@@ -146,6 +167,10 @@ MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool
 MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
                              const __m512i *buf, __m512 w, float (*tot)[MX_NR])
 {
+    if (!tk->amx) {
+        mx_vnni_down_block(&tk->v, m, k, b, first, buf, w, tot);
+        return;
+    }
     if (first) mx_gather_tiles(tk, k, b);
     _tile_loadd(2, buf, 64);
     _tile_zero(4);

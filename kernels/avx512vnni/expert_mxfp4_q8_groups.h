@@ -124,9 +124,9 @@ MX_INLINE void mx_gateup_group(const size_t G, const __m512i *buf, const mx_xblo
         ig[t] = iu[t] = _mm512_set1_epi32(corr[t]);
     MX_UNROLL
     for (size_t c = 0; c < 4; c++) {
-        const __m512i gl = _mm512_load_si512(&buf[4 * c]), gh = _mm512_load_si512(&buf[4 * c + 1]);
-        const __m512i ul = _mm512_load_si512(&buf[4 * c + 2]),
-                      uh = _mm512_load_si512(&buf[4 * c + 3]);
+        const __m512i *g = &buf[MX_GU_STRIDE * c], *u = g + MX_UP_AT;
+        const __m512i gl = _mm512_load_si512(g), gh = _mm512_load_si512(g + 1);
+        const __m512i ul = _mm512_load_si512(u), uh = _mm512_load_si512(u + 1);
         MX_UNROLL
         for (size_t t = 0; t < G; t++) {
             const __m512i xl = mx_bcast_at(q[t] + 4 * c), xh = mx_bcast_at(q[t] + 4 * c + 16);

@@ -224,7 +224,7 @@ static const char *recipe_reason(const moe_expert_kernels *set)
     if (set->recipe == MOE_RECIPE_F32) return "recipe f32 (f32 activations, fp32 FMA)";
     /* Q8, the only MXFP4 recipe: say which integer dot product runs it. */
     switch (set->isa) {
-    case MOE_REQ_AVX512AMX: return Q8_RECIPE "tdpbssd tiles from 5 tokens, amx_int8 allowed";
+    case MOE_REQ_AVX512AMX: return Q8_RECIPE "tdpbssd tiles from 16 tokens, amx_int8 allowed";
     case MOE_REQ_AVX512VNNI: return Q8_RECIPE "vpdpbusd, avx512_vnni allowed";
     case MOE_REQ_AVX512: return Q8_RECIPE "vpmaddubsw zmm, avx512 allowed (no avx512_vnni)";
     case MOE_REQ_AVXVNNI: return Q8_RECIPE "vpdpbusd ymm, avx_vnni allowed";

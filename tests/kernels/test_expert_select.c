@@ -89,7 +89,7 @@ static const char *expected_mxfp4(const moe_cpu_caps *c, const char **insn)
     const bool avx_vnni = avx2 && c->avx_vnni;
     (void)avx2, (void)avx512, (void)vnni, (void)avx_vnni;
 #ifdef MOE_COMPILED_AVX512AMX
-    *insn = "tdpbssd tiles from 5 tokens, amx_int8 allowed";
+    *insn = "tdpbssd tiles from 16 tokens, amx_int8 allowed";
     if (vnni && c->amx_int8) return "moe_expert_mxfp4_q8_32x16__avx512amx";
 #endif
 #ifdef MOE_COMPILED_AVX512VNNI
