@@ -8,15 +8,16 @@
  * The floors a benchmark quotes beside its figures, measured in the same run:
  *  - a STREAM-like read: the bandwidth of plain wide loads over a buffer twice the
  *    last-level cache, split between THREADS threads, four streams each;
- *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps, and the int8 dot
- *    products of the Q8 recipe: vpdpbusd zmm and ymm (AVX-VNNI), vpmaddubsw ymm and zmm, and
- *    AMX's tdpbssd at the recipe's 32-K block): register-only loops with enough independent
- *    accumulators to cover the latency on every port. Each chain starts from its own value: chains
- * that start equal compute the same thing, and the compiler merges them into one, so the loop runs
- * fewer instructions than it counts (a peak once came out 1.6x too high that way). These are the
- * only places outside kernels/<isa>/ with intrinsics: a bench measures the machine, not libmoe, and
- * each function carries its own target attribute, so the program still compiles for baseline x86-64
- * and runs a loop only when the CPU has it.
+ *  - the peak of one instruction (fp32 FMA on ymm or zmm, vdpbf16ps, the int8 dot products
+ *    of the Q8 recipe: vpdpbusd zmm and ymm (AVX-VNNI), vpmaddubsw ymm and zmm, and AMX's
+ *    tdpbssd at the recipe's 32-K block): register-only loops with enough independent
+ *    accumulators to cover the latency on every port. Each chain starts from its own value:
+ *    chains that start equal compute the same thing, and the compiler merges them into one,
+ *    so the loop runs fewer instructions than it counts (a peak once came out 1.6x too high
+ *    that way).
+ * These are the only places outside kernels/<isa>/ with intrinsics: a bench measures the
+ * machine, not libmoe, and each function carries its own target attribute, so the program
+ * still compiles for baseline x86-64 and runs a loop only when the CPU has it.
  */
 
 #include <stdint.h>

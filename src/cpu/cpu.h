@@ -34,9 +34,9 @@ void moe_cpu_mask_format(uint32_t mask, char *buf, size_t size);
 
 /*
  * Makes a caps struct consistent with the level order of moe.h: avx512 and avx_vnni need
- * avx2, and bf16, vnni, fp16, vbmi and amx_int8 each need avx512; a flag whose prerequisite is
- * missing is cleared. Detection already yields consistent caps; this matters for caps built by hand
- * or masks.
+ * avx2, and bf16, vnni, fp16, vbmi and amx_int8 each need avx512; a flag whose prerequisite
+ * is missing is cleared.
+ * Detection already yields consistent caps; this matters for caps built by hand or masks.
  */
 moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
 
@@ -44,11 +44,12 @@ moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
 moe_cpu_caps moe_cpu_caps_intersect(const moe_cpu_caps *a, const moe_cpu_caps *b);
 
 /*
- * What this machine has (CPUID + XGETBV; for AMX also the kernel's grant of tile data to
- * this process, which detection asks for once: arch_prctl ARCH_REQ_XCOMP_PERM on Linux). Detection
- * runs once per process, on the first call, under pthread_once; every later call copies the stored
- * result, so it is cheap and safe from any thread. brand receives the CPU brand string ("" if the
- * CPU has none); it may be NULL. On a non-x86 build every flag is false.
+ * What this machine has (CPUID + XGETBV; for AMX also the OS's grant of the tile data to
+ * this process, which detection asks for once: arch_prctl ARCH_REQ_XCOMP_PERM on Linux).
+ * Detection runs once per process, on the first call, under pthread_once; every later call
+ * copies the stored result, so it is cheap and safe from any thread. brand receives the CPU
+ * brand string ("" if the CPU has none); it may be NULL. On a non-x86 build every flag is
+ * false.
  */
 void moe_cpu_detect(moe_cpu_caps *caps, char brand[64]);
 
@@ -61,9 +62,9 @@ size_t moe_cpu_l2_bytes(void);
 moe_status moe_isa_level_parse(const char *name, moe_isa_level *level);
 
 /*
- * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512, VNNI
- * and VBMI; avx512bf16 adds BF16, FP16 and AMX-INT8 (everything). An out-of-range level permits
- * nothing.
+ * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512,
+ * VNNI and VBMI; avx512bf16 adds BF16, FP16 and AMX-INT8 (everything). An out-of-range level
+ * permits nothing.
  */
 uint32_t moe_isa_level_mask(moe_isa_level level);
 
