@@ -409,19 +409,30 @@ MX_INLINE void mx_tokens_end(mx_tokens *tk) { (void)tk; }
 
 /* The buffered paths, one driver for every group set (mx_tokens, mx_gateup_block and
  * mx_down_block above) over n ≤ MX_TILES consecutive tiles tb bytes apart: the tiles' steps
- * in order, in each step every tile's block b decoded once into buf and every group of tokens
- * run over it (first: the first tile of the block, when the VNNI groups gather), totals on
- * the stack, the epilogue as the direct path's; tile j's outputs MX_NR elements after tile
- * j - 1's, n_valid rows in the last. */
+ * in order, in each step every tile's block b decoded once and every group of tokens run over
+ * it (first: the first tile of the block, when the VNNI groups gather), totals on the stack,
+ * the epilogue as the direct path's; tile j's outputs MX_NR elements after tile j - 1's,
+ * n_valid rows in the last. A unit (tile j's block b) runs one unit late, after the next one
+ * is decoded into the other buffer: its decoded codes are then in the cache, not still in the
+ * store buffer (AMX's tile loads wait for those stores: bench/NOTES.md v16). */
 #define MX_TILES 4
+
+/* A decoded unit waiting to run: its buffer, scales, block and tile. */
+typedef struct mx_unit {
+    const __m512i *buf;
+    __m512 w[2]; /* gate and up (down: [0]) */
+    size_t b, j;
+} mx_unit;
 
 static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
                                const unsigned char *tile, size_t n, size_t tb,
                                const moe_act_params *act, float *h, size_t hs, size_t n_valid)
 {
-    __m512i buf[16] __attribute__((aligned(64)));
+    __m512i buf[2][16] __attribute__((aligned(64)));
     mx_tokens tk __attribute__((aligned(64)));
     float tot[MX_TILES][2 * MX_MR][MX_NR] __attribute__((aligned(64)));
+    mx_unit late = {0};
+    size_t units = 0;
     mx_tokens_init(&tk, m, xv, k);
     for (size_t j = 0; j < n; j++)
         for (size_t t = 0; t < 2 * m; t++)
@@ -436,15 +447,23 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
                 const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
                 if (i == 0) mx_prefetch_ahead(line);
                 const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
-                mx_decode_unit(ug, lut, buf, MX_GU_STRIDE);
-                mx_decode_unit(ug + MOE_MX_UNIT, lut, buf + MX_UP_AT, MX_GU_STRIDE);
-                const __m512 wg = mx_half_scales(line + 32 * i);
-                const __m512 wu = mx_half_scales(line + 32 * i + 16);
-                mx_gateup_block(&tk, m, k, b0 + i, j == 0, buf, wg, wu, tot[j]);
+                __m512i *d = buf[units++ % 2];
+                mx_decode_unit(ug, lut, d, MX_GU_STRIDE);
+                mx_decode_unit(ug + MOE_MX_UNIT, lut, d + MX_UP_AT, MX_GU_STRIDE);
+                if (late.buf)
+                    mx_gateup_block(&tk, m, k, late.b, late.j == 0, late.buf, late.w[0], late.w[1],
+                                    tot[late.j]);
+                const mx_unit next = {
+                    d,
+                    {mx_half_scales(line + 32 * i), mx_half_scales(line + 32 * i + 16)},
+                    b0 + i,
+                    j};
+                late = next;
             }
         }
         b0 += len;
     }
+    mx_gateup_block(&tk, m, k, late.b, late.j == 0, late.buf, late.w[0], late.w[1], tot[late.j]);
     mx_tokens_end(&tk);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *tj = tile + j * tb;
@@ -461,9 +480,11 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
 static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
                              size_t n, size_t tb, float *y, size_t ys, size_t n_valid)
 {
-    __m512i buf[8] __attribute__((aligned(64)));
+    __m512i buf[2][8] __attribute__((aligned(64)));
     mx_tokens tk __attribute__((aligned(64)));
     float tot[MX_TILES][MX_MR][MX_NR] __attribute__((aligned(64)));
+    mx_unit late = {0};
+    size_t units = 0;
     mx_tokens_init(&tk, m, hv, k);
     for (size_t j = 0; j < n; j++)
         for (size_t t = 0; t < m; t++)
@@ -477,13 +498,17 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
                 const unsigned char *base = tile + j * tb + moe_mx_step_at(1, s);
                 const unsigned char *line = base + len * MOE_MX_UNIT;
                 if (i == 0) mx_prefetch_ahead(line);
-                mx_decode_unit(base + i * MOE_MX_UNIT, lut, buf, 2);
-                mx_down_block(&tk, m, k, b0 + i, j == 0, buf, mx_half_scales(line + 16 * i),
-                              tot[j]);
+                __m512i *d = buf[units++ % 2];
+                mx_decode_unit(base + i * MOE_MX_UNIT, lut, d, 2);
+                if (late.buf)
+                    mx_down_block(&tk, m, k, late.b, late.j == 0, late.buf, late.w[0], tot[late.j]);
+                const mx_unit next = {d, {mx_half_scales(line + 16 * i)}, b0 + i, j};
+                late = next;
             }
         }
         b0 += len;
     }
+    mx_down_block(&tk, m, k, late.b, late.j == 0, late.buf, late.w[0], tot[late.j]);
     mx_tokens_end(&tk);
     for (size_t j = 0; j < n; j++) {
         const __m512 bias = _mm512_loadu_ps(tile + j * tb);
