@@ -5,16 +5,16 @@
 #define MOE_KERNELS_AVX512AMX_EXPERT_MXFP4_Q8_TILES_H
 
 /*
- * Per 32-K block of a tile: the 16 rows' codes are decoded once into the body's stack buffer
- * as signed w2 (so no correction: tdpbssd multiplies s8 by s8), each projection's 8 quads as 8
- * consecutive 64-byte rows in the quad order 0, 4, 1, 5, 2, 6, 3, 7 — which is AMX's B
- * operand as it is: row r holds, per dword lane n, weight row n's 4 codes of one quad. The m
- * tokens' 32 activation codes of the block are gathered once per block (on the call's first
- * tile) into rows of 32 bytes with their quads in the same order: the A operand, up to 16
- * tokens per tile register. One tdpbssd per projection and 16 tokens then gives every token's
- * 16 integer sums of the block (C row t, lane n), exactly the reference's Σ w2·q; the C tiles
- * are stored and each row takes the recipe's f32 step (cvt, S = wsh · xs, fma into the total),
- * the same operations as the other sets, so the same bits.
+ * Per 32-K block of a tile: the 16 rows' codes are decoded once, into one of the body's two
+ * stack buffers, as signed w2 (so no correction: tdpbssd multiplies s8 by s8), each
+ * projection's 8 quads as 8 consecutive 64-byte rows in the quad order 0, 4, 1, 5, 2, 6, 3, 7
+ * — which is AMX's B operand as it is: row r holds, per dword lane n, weight row n's 4 codes
+ * of one quad. The m tokens' 32 activation codes of the block are gathered once per block (on
+ * the call's first tile) into rows of 32 bytes with their quads in the same order: the A
+ * operand, up to 16 tokens per tile register. One tdpbssd per projection and 16 tokens then
+ * gives every token's 16 integer sums of the block (C row t, lane n), exactly the reference's
+ * Σ w2·q; the C tiles are stored and each row takes the recipe's f32 step (cvt, S = wsh · xs,
+ * fma into the total), the same operations as the other sets, so the same bits.
  *
  * Tile registers (configured per call from m): 0 and 1 the A rows of tokens 0-15 and 16-31, 2
  * and 3 the gate and up B, 4 and 5 the gate and up sums of tokens 0-15, 6 and 7 of 16-31 (down:
@@ -46,7 +46,7 @@ MX_INLINE __m512i mx_signed_lut(void)
         _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
 }
 
-/* The palette-1 tile configuration (Intel SDM vol. 1, 3.3 "AMX"): 64 bytes. */
+/* The palette-1 tile configuration, as LDTILECFG reads it (Intel SDM): 64 bytes. */
 typedef struct mx_tilecfg {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
