@@ -134,6 +134,24 @@ MX_INLINE void mx_steps(const mx_tokens *tk, const int32_t (*s0)[MX_NR], const i
     }
 }
 
+/* Tile C = A · B (tile 2) from zero, stored at dst; and the same for the gate (B in 2) and up
+ * (B in 3) sums of one A tile, the two interleaved. Macros: tile numbers are immediates. */
+#define MX_TILE_SUMS(A, C, dst)                                                                    \
+    do {                                                                                           \
+        _tile_zero(C);                                                                             \
+        _tile_dpbssd(C, A, 2);                                                                     \
+        _tile_stored(C, dst, 64);                                                                  \
+    } while (0)
+#define MX_TILE_SUMS2(A, CG, CU, dg, du)                                                           \
+    do {                                                                                           \
+        _tile_zero(CG);                                                                            \
+        _tile_zero(CU);                                                                            \
+        _tile_dpbssd(CG, A, 2);                                                                    \
+        _tile_dpbssd(CU, A, 3);                                                                    \
+        _tile_stored(CG, dg, 64);                                                                  \
+        _tile_stored(CU, du, 64);                                                                  \
+    } while (0)
+
 /* Every token over the decoded gate/up block b of one tile (first: the call's first tile of
  * the block, which gathers its activations). */
 MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool first,
@@ -146,20 +164,8 @@ MX_INLINE void mx_gateup_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool
     if (first) mx_gather_tiles(tk, k, b);
     _tile_loadd(2, buf, 64);
     _tile_loadd(3, buf + MX_UP_AT, 64);
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_dpbssd(4, 0, 2);
-    _tile_dpbssd(5, 0, 3);
-    _tile_stored(4, tk->sums[0], 64);
-    _tile_stored(5, tk->sums[1], 64);
-    if (m > MX_AMX_ROWS) {
-        _tile_zero(6);
-        _tile_zero(7);
-        _tile_dpbssd(6, 1, 2);
-        _tile_dpbssd(7, 1, 3);
-        _tile_stored(6, tk->sums[2], 64);
-        _tile_stored(7, tk->sums[3], 64);
-    }
+    MX_TILE_SUMS2(0, 4, 5, tk->sums[0], tk->sums[1]);
+    if (m > MX_AMX_ROWS) MX_TILE_SUMS2(1, 6, 7, tk->sums[2], tk->sums[3]);
     mx_steps(tk, tk->sums[0], tk->sums[2], wg, tot, 2);
     mx_steps(tk, tk->sums[1], tk->sums[3], wu, tot + 1, 2);
 }
@@ -173,14 +179,8 @@ MX_INLINE void mx_down_block(mx_tokens *tk, size_t m, size_t k, size_t b, bool f
     }
     if (first) mx_gather_tiles(tk, k, b);
     _tile_loadd(2, buf, 64);
-    _tile_zero(4);
-    _tile_dpbssd(4, 0, 2);
-    _tile_stored(4, tk->sums[0], 64);
-    if (m > MX_AMX_ROWS) {
-        _tile_zero(6);
-        _tile_dpbssd(6, 1, 2);
-        _tile_stored(6, tk->sums[2], 64);
-    }
+    MX_TILE_SUMS(0, 4, tk->sums[0]);
+    if (m > MX_AMX_ROWS) MX_TILE_SUMS(1, 6, tk->sums[2]);
     mx_steps(tk, tk->sums[0], tk->sums[2], w, tot, 1);
 }
 
