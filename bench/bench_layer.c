@@ -369,11 +369,13 @@ static void run_layer(const bench_case *c, const moe_model *model, const options
                       bool explain)
 {
     const moe_model_desc *d = moe_model_desc_of(model);
-    moe_layer_options lo = {.size = sizeof lo, .threads = threads};
-    const moe_layer_tuning tuning = {.allowed = NULL, .recipe = recipe};
+    moe_layer_options lo = {.size = sizeof lo,
+                            .threads = threads,
+                            .experts_recipe = recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
+                                                                        : MOE_EXPERTS_RECIPE_F32};
     moe_layer *layer = NULL;
     const double t0 = bench_now_ns();
-    if (moe_layer_create_tuned(model, 0, &lo, &tuning, &layer) != MOE_OK) die(moe_last_error());
+    if (moe_layer_create(model, 0, &lo, &layer) != MOE_OK) die(moe_last_error());
     const double create_ns = bench_now_ns() - t0;
     const moe_layer_group_plan *routed = &layer->plan.groups[MOE_LG_ROUTED];
     bool known;

@@ -246,6 +246,16 @@ const char *moe_router_explain(const moe_router *router);
  * threads at once, each with its own workspace. */
 typedef struct moe_layer moe_layer;
 
+/* How the bf16 and FP8 experts (routed, shared, dense MLP) meet the activations. MXFP4 experts
+ * have one recipe, q8 (activations quantised per 32-block to int8), whatever is asked. */
+typedef enum moe_experts_recipe {
+    MOE_EXPERTS_RECIPE_DEFAULT = 0, /* f32 */
+    MOE_EXPERTS_RECIPE_F32 = 1,  /* f32 activations, fp32 FMA: the same bits at every ISA level */
+    MOE_EXPERTS_RECIPE_BF16 = 2, /* activations rounded to bf16 once per forward, vdpbf16ps's
+                                arithmetic (exact products, fp32 sums): the same bits at every
+                                level, fast with AVX512-BF16 only (emulated in C below it) */
+} moe_experts_recipe;
+
 typedef struct moe_layer_options {
     size_t size; /* sizeof(moe_layer_options) */
     int threads; /* worker threads per forward; 0 = the number of cores */
@@ -253,6 +263,8 @@ typedef struct moe_layer_options {
      * rounds its fp32 accumulation to bf16 in the same epilogue), or MOE_DTYPE_INVALID to
      * decide later with moe_layer_set_logits_dtype (it resolves to F32 if never set). */
     moe_dtype logits_dtype;
+    /* The experts' recipe; read only when size covers it (older callers get the default). */
+    moe_experts_recipe experts_recipe;
 } moe_layer_options;
 
 /* Creates layer LAYER of MODEL. options NULL = defaults. */

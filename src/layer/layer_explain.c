@@ -150,7 +150,8 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
                            : "options->threads");
     put(&t, "  recipe asked of the expert kernels: %s (%s)%s\n",
         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "f32",
-        p->recipe_default ? "default: f32 gives the same bits at every ISA level" : "requested",
+        p->recipe_default ? "default: f32 gives the same bits at every ISA level"
+                          : "options->experts_recipe",
         moe_layer_q8_group(p) ? "; mxfp4 groups: q8, their one recipe" : "");
     if (p->moe) {
         put(&t, "  logits dtype: %s (%s)\n", moe_dtype_name(p->logits_dtype), logits_origin(p));

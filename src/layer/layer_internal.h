@@ -58,7 +58,7 @@ typedef struct moe_layer_plan {
     bool threads_default;
     moe_expert_recipe recipe; /* asked of the expert eligibility function for every bf16 and
                                  FP8 group; MXFP4 groups are asked for their one recipe, Q8 */
-    bool recipe_default;      /* not asked for by the caller */
+    bool recipe_default;      /* not asked for by the caller (options->experts_recipe) */
     int resident_experts;     /* moe_layer_tuning's; 0: all */
     moe_dtype logits_dtype;   /* F32 or BF16: what forward uses */
     int logits_origin;        /* 0 default (unset), 1 options, 2 moe_layer_set_logits_dtype */
@@ -77,11 +77,9 @@ typedef struct moe_layer_plan {
     moe_layer_group_plan groups[MOE_LG_COUNT_];
 } moe_layer_plan;
 
-/* What the public API does not choose (yet): the ISA caps and the expert recipe. */
+/* What the public API does not choose: the ISA caps and the resident experts. */
 typedef struct moe_layer_tuning {
     const moe_cpu_caps *allowed; /* NULL: moe_cpu_query()'s */
-    int recipe; /* -1: the default (MOE_RECIPE_F32); else F32 or BF16, for the bf16 and FP8
-                   groups (MXFP4 groups have one recipe, Q8) */
     int resident_experts; /* 0 (or E and above): every routed expert packed. R in [1, E): only
                              experts 0 .. R - 1 are read and packed, and the batch's i-th
                              expert (ascending ids) runs on copy i % R (moe_expert_copy): moe

@@ -15,8 +15,9 @@
  * bookkeeping matters. */
 #define MAX_THREADS 4096
 
-/* The bytes of moe_layer_options this version reads. */
+/* The bytes of moe_layer_options this version needs, and those that hold experts_recipe. */
 #define OPTIONS_MIN_SIZE (offsetof(moe_layer_options, logits_dtype) + sizeof(moe_dtype))
+#define RECIPE_END (offsetof(moe_layer_options, experts_recipe) + sizeof(moe_experts_recipe))
 
 const char *const moe_layer_group_label[MOE_LG_COUNT_] = {"routed experts", "shared experts",
                                                           "dense mlp"};
@@ -27,6 +28,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
 {
     int threads = 0;
     moe_dtype logits = MOE_DTYPE_INVALID;
+    moe_experts_recipe recipe = MOE_EXPERTS_RECIPE_DEFAULT;
     if (o) {
         if (o->size < OPTIONS_MIN_SIZE)
             return moe_error(MOE_EINVAL,
@@ -35,6 +37,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
                              layer, o->size, (size_t)OPTIONS_MIN_SIZE);
         threads = o->threads;
         logits = o->logits_dtype;
+        if (o->size >= RECIPE_END) recipe = o->experts_recipe;
     }
     if (threads < 0 || threads > MAX_THREADS)
         return moe_error(MOE_EINVAL,
@@ -46,11 +49,19 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
                          "layer %d: options->logits_dtype = %s is not f32, bf16 or invalid (decide "
                          "later)",
                          layer, moe_dtype_name(logits));
+    if (recipe != MOE_EXPERTS_RECIPE_DEFAULT && recipe != MOE_EXPERTS_RECIPE_F32 &&
+        recipe != MOE_EXPERTS_RECIPE_BF16)
+        return moe_error(MOE_EINVAL,
+                         "layer %d: options->experts_recipe = %d is not default (0), f32 (1) or "
+                         "bf16 (2)",
+                         layer, (int)recipe);
     p->threads_default = threads == 0;
     if (threads == 0) threads = omp_get_num_procs();
     p->threads = threads > 0 ? threads : 1;
     p->logits_origin = logits == MOE_DTYPE_INVALID ? 0 : 1;
     p->logits_dtype = logits == MOE_DTYPE_INVALID ? MOE_DTYPE_F32 : logits;
+    p->recipe_default = recipe == MOE_EXPERTS_RECIPE_DEFAULT;
+    p->recipe = recipe == MOE_EXPERTS_RECIPE_BF16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32;
     return MOE_OK;
 }
 
@@ -334,7 +345,7 @@ static moe_status plan_activations(moe_layer_plan *p)
     return MOE_OK;
 }
 
-/* The caps and the recipe: the caller's, or the defaults. */
+/* The caps and the resident experts: the caller's, or the defaults. */
 static moe_status resolve_tuning(const moe_layer_tuning *t, int layer, moe_layer_plan *p)
 {
     if (t && t->allowed) {
@@ -345,16 +356,10 @@ static moe_status resolve_tuning(const moe_layer_tuning *t, int layer, moe_layer
         if (st) return st;
         p->allowed = info.allowed;
     }
-    const int recipe = t ? t->recipe : -1;
-    if (recipe != -1 && recipe != MOE_RECIPE_F32 && recipe != MOE_RECIPE_BF16)
-        return moe_error(MOE_EINVAL, "layer %d: recipe %d is not f32 (0) or bf16 (1)", layer,
-                         recipe);
     if (t && t->resident_experts < 0)
         return moe_error(MOE_EINVAL, "layer %d: resident experts %d is negative", layer,
                          t->resident_experts);
     p->resident_experts = t ? t->resident_experts : 0;
-    p->recipe_default = recipe == -1;
-    p->recipe = recipe == MOE_RECIPE_BF16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32;
     return MOE_OK;
 }
 

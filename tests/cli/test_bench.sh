@@ -37,6 +37,7 @@ usage "bad list" "--tokens" --preset qwen3-30b-a3b --tokens 1,,2
 usage "threads 0" "--threads" --preset qwen3-30b-a3b --threads 0
 usage "layer with preset" "--layer" --preset qwen3-30b-a3b --layer 1
 usage "unknown option" "--bogus" --preset qwen3-30b-a3b --bogus
+usage "unknown recipe" "--recipe 'q8' is not f32 or bf16" --preset qwen3-30b-a3b --recipe q8
 
 # --list: every preset the docs promise, with its real shape.
 "$moe" bench --list >"$tmp/list"
@@ -97,6 +98,19 @@ for c in cases:
 svg = ET.parse(sys.argv[2]).getroot()
 circles = svg.findall("{http://www.w3.org/2000/svg}circle")
 assert len(circles) == len(cases), len(circles)
+PY
+
+# --recipe bf16: the bf16 recipe's kernel set, and the peak it is held to (vdpbf16ps where
+# the set runs on it; the portable set has no instruction's peak).
+"$moe" bench --model "$tmp/q" --tokens 2 --threads 1 --time-ms 1 --recipe bf16 --json \
+  >"$tmp/b.json" 2>"$tmp/err"
+check "--recipe bf16 run: nothing on stderr" test ! -s "$tmp/err"
+check "--recipe bf16: the recipe, its kernel set and its instruction" python3 - "$tmp/b.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+(c,) = doc["cases"]
+assert c["recipe"] == "bf16" and "_bf16_bf16_" in c["kernel"], c
+assert c["insn"] == ("vdpbf16ps zmm" if c["kernel"].endswith("__avx512bf16") else ""), c
 PY
 
 # --trace: each case's median forward, step by step, in the JSON and after the table.
@@ -217,6 +231,15 @@ check "inspect --pack: the packed bytes moe bench reported ($packed MB)" grep -q
 "$moe" inspect --pack --threads 1 "$tmp/q" >"$tmp/inspect1"
 check "inspect --pack --threads 1: says so" grep -qF "default options but threads = 1)" "$tmp/inspect1"
 check "inspect --pack --threads 1: the same packed bytes" grep -qF "layer 0: $packed MB packed" "$tmp/inspect1"
+"$moe" inspect --pack --threads 1 --recipe bf16 "$tmp/q" >"$tmp/inspect2"
+check "inspect --recipe bf16: the plans say so" grep -qF "default options but experts_recipe = bf16:" "$tmp/inspect2"
+check "inspect --recipe bf16: the bf16 recipe asked" grep -qF "recipe asked of the expert kernels: bf16 (options->experts_recipe)" "$tmp/inspect2"
+check "inspect --recipe bf16: its kernel set" grep -qF "moe_expert_bf16_bf16_" "$tmp/inspect2"
+check "inspect --recipe bf16 --pack --threads 1: says so" grep -qF "default options but experts_recipe = bf16 and threads = 1)" "$tmp/inspect2"
+rc=0
+"$moe" inspect --recipe f16 "$tmp/q" >"$tmp/out" 2>"$tmp/err" || rc=$?
+check "inspect --recipe f16: exit 2 (got $rc)" test "$rc" -eq 2
+check "inspect --recipe f16: stderr names it" grep -qF -- "--recipe 'f16' is not f32 or bf16" "$tmp/err"
 for bad in "--threads 1" "--pack --threads 0" "--pack --threads x"; do
   rc=0
   # shellcheck disable=SC2086 # the options are words

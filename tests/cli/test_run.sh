@@ -22,6 +22,7 @@ check() { # check DESCRIPTION COMMAND...
 # Python starts slowly, so each call does many things (run_ref.py batch).
 py() { python3 "$here/run_ref.py" "$@"; }
 has() { [[ $1 == *"$2"* ]]; }
+differ() { ! cmp -s "$1" "$2"; }
 # first_line FILE: sets line (the first line of FILE) and nlines (its number of lines).
 first_line() {
   local lines=()
@@ -204,6 +205,25 @@ run_ok "--logits-dtype f32" --model "$qk" --hidden "$q/x.npy" --logits-dtype f32
   --logits-out "$q/fl.npy"
 check "--logits-dtype f32 = the default" cmp -s "$q/fl.npy" "$q/a_l.npy"
 check "--logits-dtype f32: the same output" cmp -s "$q/fy.npy" "$q/a_y.npy"
+# --recipe bf16: the bf16 and FP8 experts take bf16 activations (the float64 reference's
+# bf16-activation tolerance, batch invariance); f32 is the default; MXFP4 experts run q8 either
+# way.
+for name in qwen3-bf16 mixtral-fp8; do
+  r=$tmp/$name
+  run_ok "$name: --recipe bf16" --model "$r/ckpt" --hidden "$r/x.npy" --recipe bf16 --explain \
+    --out "$r/by.npy"
+  check "$name: --recipe bf16 in the explain text" grep -q 'recipe asked of the expert kernels: bf16 (options->experts_recipe)' "$tmp/stdout"
+  run_ok "$name: --recipe bf16, rows 0-2" --model "$r/ckpt" --hidden "$r/x0.npy" --recipe bf16 \
+    --out "$r/b0y.npy" --logits-out "$r/b0l.npy" --ids-out "$r/b0i.npy" --weights-out "$r/b0w.npy"
+  check "$name: --recipe bf16 differs from f32" differ "$r/by.npy" "$r/a_y.npy"
+  check "$name: --recipe bf16: batch invariance, float64 reference" py batch \
+    same-rows "$r/by.npy" "$r/b0y.npy" 0 \; block "$r/ckpt" 0 "$r/x0.npy" "$r/b0l.npy" "$r/b0i.npy" "$r/b0w.npy" "$r/b0y.npy"
+  run_ok "$name: --recipe f32" --model "$r/ckpt" --hidden "$r/x.npy" --recipe f32 --out "$r/fy.npy"
+  check "$name: --recipe f32 = the default" cmp -s "$r/fy.npy" "$r/a_y.npy"
+done
+r=$tmp/gptoss-mxfp4
+run_ok "gptoss-mxfp4: --recipe bf16" --model "$r/ckpt" --hidden "$r/x.npy" --recipe bf16 --out "$r/by.npy"
+check "gptoss-mxfp4: --recipe bf16 = the default (q8)" cmp -s "$r/by.npy" "$r/a_y.npy"
 # --repeat: the same outputs; --explain prints the layer's description first.
 run_ok "--repeat 3 --explain" --model "$qk" --hidden "$q/x.npy" --out "$q/ry.npy" --repeat 3 --explain
 check "--repeat 3: the same output" cmp -s "$q/ry.npy" "$q/a_y.npy"
@@ -253,6 +273,7 @@ expect_error "--threads 0" 2 "--threads" --model "$qk" --threads 0 --hidden "$q/
 expect_error "--threads junk" 2 "--threads" --model "$qk" --threads 2x --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--repeat 0" 2 "--repeat" --model "$qk" --repeat 0 --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--logits-dtype f16" 2 "--logits-dtype" --model "$qk" --logits-dtype f16 --hidden "$q/x.npy" "${outs_e[@]}"
+expect_error "--recipe f16" 2 "--recipe 'f16' is not f32 or bf16" --model "$qk" --recipe f16 --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "the same output twice" 2 "same file" --model "$qk" --hidden "$q/x.npy" --out "$e/y.npy" --weights-out "$e/y.npy"
 expect_error "no such model" 1 "$e/nothing" --model "$e/nothing" --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--layer out of range" 1 "--layer 2 is out of range" --model "$qk" --layer 2 --hidden "$q/x.npy" "${outs_e[@]}"
@@ -367,7 +388,7 @@ check "inspect with problems: layers not described" grep -qx "  not described: t
 check "moe --help lists run" grep -q '^  run ' <<<"$("$moe" --help)"
 "$moe" run --help >"$tmp/h"
 for opt in --model --layer --hidden --input-ids --out --logits-out --ids-out --weights-out \
-  --threads --logits-dtype --trace --explain --repeat --no-mmap --help; do
+  --threads --logits-dtype --recipe --trace --explain --repeat --no-mmap --help; do
   check "moe run --help lists $opt" grep -qe "^  $opt " "$tmp/h"
 done
 

@@ -53,7 +53,7 @@ static void try_layer(const moe_model *m, int layer)
     const moe_status sd = moe_layer_describe(m, layer, NULL, &text);
     FUZZ_REQUIRE_MESSAGE(sd);
     moe_free(text);
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *sentinel = (moe_layer *)&sentinel, *l = sentinel;
     const moe_status st = moe_layer_create(m, layer, &o, &l);
     FUZZ_NOTE(st, "  layer %d: describe %s, create", layer, moe_status_string(sd));

@@ -114,6 +114,16 @@ static const fam_case fam_cases[] = {
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
+/* The public request for an internal recipe (MOE_RECIPE_F32 or MOE_RECIPE_BF16), and the
+ * options of a layer with THREADS threads asking for it. */
+static inline moe_layer_options fx_options(int threads, int recipe)
+{
+    const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID,
+                                 recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
+                                                           : MOE_EXPERTS_RECIPE_F32};
+    return o;
+}
+
 /* ---- Deterministic values ----------------------------------------------------------------- */
 
 static inline uint64_t fx_hash(uint64_t a, uint64_t b)

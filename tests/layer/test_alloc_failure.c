@@ -36,7 +36,8 @@ static moe_status run_open(const op *o, void **out)
 
 static moe_status run_create(const op *o, void **out)
 {
-    const moe_layer_options opt = {sizeof opt, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options opt = {
+        .size = sizeof opt, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     return moe_layer_create(o->model, o->layer, &opt, (moe_layer **)out);
 }
 
@@ -129,7 +130,8 @@ static void family(const fam_case *fc, const char *root, bool no_mmap)
         o = (op){what, run_create, release_layer, dir, m, layer, no_mmap, NULL};
         total += walk(&o);
         moe_layer *l = NULL;
-        const moe_layer_options opt = {sizeof opt, 1, MOE_DTYPE_INVALID};
+        const moe_layer_options opt = {
+            .size = sizeof opt, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
         REQUIRE(moe_layer_create(m, layer, &opt, &l) == MOE_OK);
         forward_ok(l, what);
         moe_layer_destroy(l);

@@ -120,7 +120,8 @@ static void *fwd_main(void *arg)
 
 static void pool_make(pool *p, const moe_model *m, int layer, uint64_t seed)
 {
-    const moe_layer_options o = {sizeof o, LAYER_THREADS, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {
+        .size = sizeof o, .threads = LAYER_THREADS, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *l = NULL;
     REQUIRE(moe_layer_create(m, layer, &o, &l) == MOE_OK);
     const moe_layer_desc *ld = &moe_model_desc_of(m)->layers[layer];
@@ -271,7 +272,7 @@ static moe_status open_create_forward(const open_job *j, float *out)
     moe_status st = MOE_OK;
     if (!j->shared && (st = moe_model_open(j->dir, NULL, &m))) return st;
     const moe_model *use = j->shared ? j->shared : m;
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *l = NULL;
     st = moe_layer_create(use, 1, &o, &l);
     if (!st) {

@@ -282,8 +282,8 @@ static void denormal_case(const moe_model *m, int layer, ref_layer *r, const moe
                           int recipe, const float *x, const uint16_t *xb, const char *what)
 {
     const size_t h = (size_t)r->h;
-    const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, recipe, 0};
+    const moe_layer_options opts = fx_options(THREADS, recipe);
+    const moe_layer_tuning tune = {caps, 0};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create_tuned(m, layer, &opts, &tune, &l);
     CHECKF(st == MOE_OK, "%s: create: %s", what, moe_last_error());
@@ -487,7 +487,8 @@ static void test_layer_big(const char *dir)
     ref_layer r;
     ref_load(m, 0, &r);
     const size_t h = (size_t)r.h, k = (size_t)r.k, e = (size_t)r.e;
-    const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
+    const moe_layer_options opts = {
+        .size = sizeof opts, .threads = THREADS, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *l = NULL;
     REQUIRE(moe_layer_create(m, 0, &opts, &l) == MOE_OK);
 
@@ -581,8 +582,8 @@ static void test_skewed(const char *dir)
             char what[128];
             snprintf(what, sizeof what, "skewed routing at %s, %s recipe", names[i],
                      recipe == MOE_RECIPE_BF16 ? "bf16" : "f32");
-            const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
-            const moe_layer_tuning tune = {&caps[i], recipe, 0};
+            const moe_layer_options opts = fx_options(THREADS, recipe);
+            const moe_layer_tuning tune = {&caps[i], 0};
             moe_layer *l = NULL;
             moe_status st = moe_layer_create_tuned(m, fc->moe_layer, &opts, &tune, &l);
             CHECKF(st == MOE_OK, "%s: create: %s", what, moe_last_error());

@@ -824,19 +824,29 @@ static int create_index(void) { return create_layer(C.v3m, 2, NULL); }
 
 static int create_threads(void)
 {
-    const moe_layer_options o = {sizeof o, -1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {
+        .size = sizeof o, .threads = -1, .logits_dtype = MOE_DTYPE_INVALID};
     return create_layer(C.v3m, 1, &o);
 }
 
 static int create_logits(void)
 {
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_I8};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_I8};
+    return create_layer(C.v3m, 1, &o);
+}
+
+static int create_recipe(void)
+{
+    const moe_layer_options o = {.size = sizeof o,
+                                 .threads = 1,
+                                 .logits_dtype = MOE_DTYPE_INVALID,
+                                 .experts_recipe = (moe_experts_recipe)3};
     return create_layer(C.v3m, 1, &o);
 }
 
 static int create_size(void)
 {
-    const moe_layer_options o = {4, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = 4, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     return create_layer(C.v3m, 1, &o);
 }
 
@@ -957,7 +967,7 @@ static int fw_ids_negative(void)
 
 static moe_layer *fresh_layer(moe_dtype logits)
 {
-    const moe_layer_options o = {sizeof o, 1, logits};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = logits};
     moe_layer *l = NULL;
     REQUIRE(moe_layer_create(C.v3m, 1, &o, &l) == MOE_OK);
     return l;
@@ -1474,6 +1484,9 @@ static const matrix_case cases[] = {
     {"moe_layer_create", "options->logits_dtype i8", "moe_layer_create(m, 1, &o, &l)", false,
      MOE_EINVAL, "layer 1: options->logits_dtype = i8 is not f32, bf16 or invalid (decide later)",
      create_logits},
+    {"moe_layer_create", "options->experts_recipe 3", "moe_layer_create(m, 1, &o, &l)", false,
+     MOE_EINVAL, "layer 1: options->experts_recipe = 3 is not default (0), f32 (1) or bf16 (2)",
+     create_recipe},
     {"moe_layer_create", "options->size 4", "moe_layer_create(m, 1, &o, &l)", false, MOE_EINVAL,
      "layer 1: options->size = 4 is smaller than the * bytes this version reads (set it to "
      "sizeof(moe_layer_options))",
@@ -1803,7 +1816,7 @@ static const char cfg_mxfp4[] =
 
 static moe_layer *make_layer(const moe_model *m, int layer)
 {
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create(m, layer, &o, &l);
     if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());

@@ -53,7 +53,7 @@ static float *forward_layer(const moe_model *m, const moe_layer *l)
  * *ST set when create fails (*ST = MOE_OK otherwise). */
 static float *forward_of(const moe_model *m, moe_status *st)
 {
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *l = SENTINEL;
     *st = moe_layer_create(m, LAYER, &o, &l);
     if (*st != MOE_OK) {
@@ -196,7 +196,7 @@ static void test_truncated_after_create(const float *ref)
     fresh(dir, sizeof dir, "after_create");
     model_path(path, sizeof path, dir);
     moe_model *m = fx_open(dir, false);
-    const moe_layer_options o = {sizeof o, 1, MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
     moe_layer *l = NULL;
     CHECK_STATUS(moe_layer_create(m, LAYER, &o, &l), MOE_OK);
     REQUIRE(l && truncate(path, 0) == 0);

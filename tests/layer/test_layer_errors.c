@@ -1,6 +1,7 @@
 /* test_layer_errors.c — the layer's doors: create and forward errors (outputs untouched), T = 0,
  * the logits-dtype rules, dense layers, released checkpoint pages. (MXFP4 load errors:
  * test_layer_mxfp4.) */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "layer_fixture.h"
@@ -11,7 +12,7 @@ static bool has(const char *needle) { return strstr(moe_last_error(), needle) !=
 
 static moe_layer *make(const moe_model *m, int layer, int threads, moe_dtype logits)
 {
-    const moe_layer_options o = {sizeof o, threads, logits};
+    const moe_layer_options o = {.size = sizeof o, .threads = threads, .logits_dtype = logits};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create(m, layer, &o, &l);
     if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
@@ -304,7 +305,7 @@ static void test_create_errors(const moe_model *m, int n_layers)
     CHECK_STATUS(moe_layer_create(m, -1, NULL, &l), MOE_EINVAL);
     CHECK(has("layer -1"));
     CHECK_STATUS(moe_layer_create(m, n_layers, NULL, &l), MOE_EINVAL);
-    moe_layer_options o = {sizeof o, -1, MOE_DTYPE_INVALID};
+    moe_layer_options o = {.size = sizeof o, .threads = -1, .logits_dtype = MOE_DTYPE_INVALID};
     CHECK_STATUS(moe_layer_create(m, 0, &o, &l), MOE_EINVAL);
     CHECK(has("threads = -1"));
     o.threads = 0;
@@ -315,7 +316,33 @@ static void test_create_errors(const moe_model *m, int n_layers)
     o.size = 4;
     CHECK_STATUS(moe_layer_create(m, 0, &o, &l), MOE_EINVAL);
     CHECK(has("options->size = 4"));
+    o.size = sizeof o;
+    o.experts_recipe = (moe_experts_recipe)-1;
+    CHECK_STATUS(moe_layer_create(m, 0, &o, &l), MOE_EINVAL);
+    CHECK(has("options->experts_recipe = -1"));
     CHECK(l == sentinel);
+    /* The recipe as asked, and a caller whose options end before experts_recipe gets the
+     * default whatever lies past its size. */
+    const struct {
+        size_t size;
+        moe_experts_recipe recipe;
+        const char *want;
+    } asks[] = {
+        {sizeof o, MOE_EXPERTS_RECIPE_BF16, "kernels: bf16 (options->experts_recipe)"},
+        {sizeof o, MOE_EXPERTS_RECIPE_F32, "kernels: f32 (options->experts_recipe)"},
+        {sizeof o, MOE_EXPERTS_RECIPE_DEFAULT, "kernels: f32 (default: f32 gives"},
+        {offsetof(moe_layer_options, experts_recipe), MOE_EXPERTS_RECIPE_BF16,
+         "kernels: f32 (default: f32 gives"},
+    };
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        o.size = asks[i].size;
+        o.experts_recipe = asks[i].recipe;
+        CHECK_STATUS(moe_layer_create(m, 0, &o, &l), MOE_OK);
+        if (l == sentinel) continue;
+        CHECKF(strstr(moe_layer_explain(l), asks[i].want), "case %zu: %s", i, moe_layer_explain(l));
+        moe_layer_destroy(l);
+        l = sentinel;
+    }
     char *text = (char *)&sentinel;
     CHECK_STATUS(moe_layer_describe(m, 0, NULL, NULL), MOE_EINVAL);
     CHECK_STATUS(moe_layer_describe(m, n_layers, NULL, &text), MOE_EINVAL);

@@ -87,8 +87,8 @@ static void *thread_main(void *arg)
 static moe_layer *make(const moe_model *m, int layer, int threads, const moe_cpu_caps *caps,
                        int recipe)
 {
-    const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, recipe, 0};
+    const moe_layer_options o = fx_options(threads, recipe);
+    const moe_layer_tuning tune = {caps, 0};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create_tuned(m, layer, &o, &tune, &l);
     if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());

@@ -19,8 +19,9 @@ static bool has(const char *needle) { return strstr(moe_last_error(), needle) !=
 
 static moe_layer *make(const moe_model *m, int layer, const moe_cpu_caps *caps, int threads)
 {
-    const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, -1, 0};
+    const moe_layer_options o = {
+        .size = sizeof o, .threads = threads, .logits_dtype = MOE_DTYPE_INVALID};
+    const moe_layer_tuning tune = {caps, 0};
     moe_layer *l = NULL;
     moe_status st = moe_layer_create_tuned(m, layer, &o, &tune, &l);
     if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
@@ -284,7 +285,8 @@ static void nan_scale(const char *dir, const char *fam, int layer, const char *t
     m = fx_open(dir, false);
     moe_layer *sentinel = (moe_layer *)&sentinel, *l = sentinel;
     for (int threads = 1; threads <= 2; threads++) {
-        const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID};
+        const moe_layer_options o = {
+            .size = sizeof o, .threads = threads, .logits_dtype = MOE_DTYPE_INVALID};
         CHECK_STATUS(moe_layer_create(m, layer, &o, &l), MOE_EVALUE);
         char want[256];
         snprintf(want, sizeof want,

@@ -357,8 +357,8 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
                       const moe_cpu_caps *caps, const char *level, int recipe, bool bf16_input,
                       int resident, const float *x, const int32_t *tokens)
 {
-    const moe_layer_options opts = {sizeof opts, THREADS, MOE_DTYPE_INVALID};
-    const moe_layer_tuning tune = {caps, recipe, resident};
+    const moe_layer_options opts = fx_options(THREADS, recipe);
+    const moe_layer_tuning tune = {caps, resident};
     moe_layer *l = NULL;
     char what[160];
     snprintf(what, sizeof what, "%s layer %d at %s, %s recipe asked%s", fc->name, r->index, level,

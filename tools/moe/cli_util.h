@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "moe.h"
+
 /* Walks argv after the subcommand name. Messages go to stderr prefixed with PROG
  * ("moe gen"), so every usage error is one line naming the option. */
 typedef struct cli_args {
@@ -34,6 +36,10 @@ bool cli_option(cli_args *a, const char *name, const char **value);
 bool cli_int(cli_args *a, const char *opt, const char *text, int64_t min, int64_t max,
              int64_t *out);
 bool cli_u64(cli_args *a, const char *opt, const char *text, uint64_t *out);
+
+/* --recipe's value: "f32" or "bf16" (moe_layer_options.experts_recipe); otherwise one line
+ * naming the option and the text, a->bad set, false. */
+bool cli_recipe(cli_args *a, const char *text, moe_experts_recipe *out);
 
 /* Prints "PROG: MESSAGE" on stderr as exactly one line: control characters in MESSAGE (a
  * file or tensor name can hold a newline) are written as \n, \t or \xHH. */

@@ -53,6 +53,8 @@ static void help(void)
            "                     format the model ships in)\n"
            "  --model DIR        a checkpoint instead of a preset\n"
            "  --layer N          with --model: the layer (default: the first MoE layer)\n"
+           "  --recipe R         f32 or bf16: how bf16 and FP8 experts meet the activations\n"
+           "                     (default: the library's, f32; MXFP4 experts run q8 always)\n"
            "  --tokens LIST      tokens per forward (default 1,2,4,8,16,32,64,128,512,2048)\n"
            "  --threads LIST     thread counts (default: 1 and the number of cores)\n"
            "  --memory-gb X      the most weights to keep resident, GB (fractions allowed;\n"
@@ -81,6 +83,7 @@ typedef struct bench_args {
     int threads[MAX_LIST];
     int n_threads;
     double memory_gb, time_ms;
+    moe_experts_recipe recipe;
     bool json, list, trace;
 } bench_args;
 
@@ -140,6 +143,8 @@ static int parse_args(bench_args *o, int argc, char **argv)
             o->model = v;
         } else if (cli_option(&a, "--layer", &v)) {
             layer = v;
+        } else if (cli_option(&a, "--recipe", &v)) {
+            if (v && !cli_recipe(&a, v, &o->recipe)) return 2;
         } else if (cli_option(&a, "--tokens", &v)) {
             tok = v;
         } else if (cli_option(&a, "--threads", &v)) {
@@ -356,13 +361,12 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
     }
 }
 
-static int create_layer(const moe_model *model, int index, int threads, double expected,
-                        bench_layer_info *info, moe_layer **out)
+static int create_layer(const moe_model *model, int index, const bench_args *o, int threads,
+                        double expected, bench_layer_info *info, moe_layer **out)
 {
-    moe_layer_options lo = {.size = sizeof lo, .threads = threads};
+    moe_layer_options lo = {.size = sizeof lo, .threads = threads, .experts_recipe = o->recipe};
     /* Experts past the resident ones run on the copies (resident = experts: all packed). */
-    const moe_layer_tuning tuning = {
-        .allowed = NULL, .recipe = -1, .resident_experts = (int)info->resident};
+    const moe_layer_tuning tuning = {.allowed = NULL, .resident_experts = (int)info->resident};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
     atomic_init(&w.stop, false);
     pthread_t th;
@@ -613,7 +617,7 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o, b
         bench_layer_info *info = &res->info[res->n_info++];
         *info = *base;
         moe_layer *layer = NULL;
-        if (create_layer(model, index, o->threads[i], expected, info, &layer)) return 1;
+        if (create_layer(model, index, o, o->threads[i], expected, info, &layer)) return 1;
         buffers b;
         if (buffers_alloc(layer, max_t, (size_t)d->hidden, (size_t)ld->routing.top_k,
                           d->vocab_size, &b)) {

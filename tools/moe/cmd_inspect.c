@@ -25,7 +25,7 @@
 
 static void help(void)
 {
-    printf("usage: moe inspect [--tensors] [--pack [--threads N]] [--no-mmap] DIR\n"
+    printf("usage: moe inspect [--tensors] [--pack [--threads N]] [--recipe R] [--no-mmap] DIR\n"
            "       moe inspect [--no-mmap] FILE.safetensors\n"
            "\n"
            "DIR is a Hugging Face model folder: config.json and model.safetensors, or shards\n"
@@ -45,6 +45,8 @@ static void help(void)
            "              growth of resident memory against 1.15 x packed + 64 MB\n"
            "  --threads N packing threads for --pack (default: every core, as the library's\n"
            "              options->threads = 0; OMP_NUM_THREADS does not change it)\n"
+           "  --recipe R  f32 or bf16: the layers as created with options->experts_recipe R\n"
+           "              (how bf16 and FP8 experts meet the activations; default f32)\n"
            "  --no-mmap   read the files instead of mapping them\n"
            "  --help      this text\n"
            "\n"
@@ -60,6 +62,7 @@ typedef struct inspect_args {
     bool pack;
     bool no_mmap;
     int64_t threads; /* --pack's options->threads; 0: the library's default */
+    moe_experts_recipe recipe; /* options->experts_recipe; DEFAULT when not given */
 } inspect_args;
 
 /* Returns 0 to go on, 2 on a usage error, -1 after --help. */
@@ -68,11 +71,13 @@ static int parse_args(inspect_args *o, int argc, char **argv)
     cli_args a;
     cli_args_init(&a, PROG, argc, argv);
     memset(o, 0, sizeof *o);
-    const char *threads = NULL;
+    const char *threads = NULL, *recipe = NULL;
     for (const char *arg; (arg = cli_peek(&a));) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) return -1;
         if (cli_option(&a, "--threads", &threads)) {
             if (!threads) return 2;
+        } else if (cli_option(&a, "--recipe", &recipe)) {
+            if (!recipe || !cli_recipe(&a, recipe, &o->recipe)) return 2;
         } else if (cli_flag(&a, "--tensors")) {
             o->tensors = true;
         } else if (cli_flag(&a, "--pack")) {
@@ -681,11 +686,12 @@ static const char *without_layer(const char *msg, int layer)
 
 /* One layer's description without its "layer N (...)" head line, indented under the fold
  * head, so identical consecutive layers compare equal. */
-static char *render_created(const moe_model *model, const moe_model_desc *d, int layer)
+static char *render_created(const moe_model *model, const moe_model_desc *d, int layer,
+                            const moe_layer_options *lo)
 {
     char *desc = NULL, *buf = NULL;
     size_t len = 0;
-    const moe_status st = moe_layer_describe(model, layer, NULL, &desc);
+    const moe_status st = moe_layer_describe(model, layer, lo, &desc);
     FILE *f = open_memstream(&buf, &len);
     if (!f) {
         moe_free(desc);
@@ -712,13 +718,24 @@ static char *render_created(const moe_model *model, const moe_model_desc *d, int
     return buf;
 }
 
+/* " but experts_recipe = R" for --recipe R, "" without it. */
+static const char *recipe_text(const inspect_args *o)
+{
+    switch (o->recipe) {
+    case MOE_EXPERTS_RECIPE_F32: return " but experts_recipe = f32";
+    case MOE_EXPERTS_RECIPE_BF16: return " but experts_recipe = bf16";
+    default: return "";
+    }
+}
+
 /* Each layer as moe_layer_create would make it here (moe_layer_describe: the same plan,
  * nothing packed). Only for a checkpoint without problems: describe checks the tensors
  * again and would repeat every problem, layer by layer. */
 static int print_created(const inspect_args *o, const moe_model_desc *d, size_t problems)
 {
-    printf("\nlayers (moe_layer_create on this machine, default options: kernels and why, "
-           "recipe, packed bytes, resolved defaults)\n");
+    printf("\nlayers (moe_layer_create on this machine, default options%s: kernels and why, "
+           "recipe, packed bytes, resolved defaults)\n",
+           recipe_text(o));
     if (problems) {
         printf("  not described: the checkpoint has problems (below)\n");
         return 0;
@@ -727,8 +744,9 @@ static int print_created(const inspect_args *o, const moe_model_desc *d, size_t 
     moe_model *model = NULL;
     if (moe_model_open_ex(o->path, &opt, MOE_OPEN_SKIP_VERIFY, &model) != MOE_OK) return 1;
     folder fo = {0};
+    const moe_layer_options lo = {.size = sizeof lo, .experts_recipe = o->recipe};
     for (int i = 0; i < d->n_layers; i++) {
-        char *t = render_created(model, d, i);
+        char *t = render_created(model, d, i, &lo);
         if (!t) {
             fold_flush(&fo);
             moe_model_close(model);
@@ -745,11 +763,10 @@ static int print_created(const inspect_args *o, const moe_model_desc *d, size_t 
 /* --pack: every layer created for real, one at a time, and what that cost. */
 static int print_packing(const inspect_args *o, const moe_model_desc *d, size_t problems)
 {
-    if (o->threads)
-        printf("\npacking (moe_layer_create of each layer, one at a time, default options but "
-               "threads = %d)\n", (int)o->threads);
-    else
-        printf("\npacking (moe_layer_create of each layer, one at a time, default options)\n");
+    printf("\npacking (moe_layer_create of each layer, one at a time, default options%s",
+           recipe_text(o));
+    if (o->threads) printf("%s threads = %d", o->recipe ? " and" : " but", (int)o->threads);
+    printf(")\n");
     if (problems) {
         printf("  not done: the checkpoint has problems (below)\n");
         return 0;
@@ -760,7 +777,8 @@ static int print_packing(const inspect_args *o, const moe_model_desc *d, size_t 
     for (int i = 0; i < d->n_layers; i++) {
         moe_layer *layer = NULL;
         create_stats cs;
-        const moe_layer_options lo = {.size = sizeof lo, .threads = (int)o->threads};
+        const moe_layer_options lo = {
+            .size = sizeof lo, .threads = (int)o->threads, .experts_recipe = o->recipe};
         if (create_measured(model, i, &lo, NULL, &layer, &cs) != MOE_OK) {
             printf("  layer %d: not created: %s\n", i, without_layer(moe_last_error(), i));
             continue;

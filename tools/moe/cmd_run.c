@@ -22,8 +22,8 @@ static void help(void)
 {
     printf("usage: moe run --model DIR [--layer N] --hidden X.npy [--input-ids I.npy] --out Y.npy\n"
            "               [--logits-out L.npy] [--ids-out IDS.npy] [--weights-out W.npy]\n"
-           "               [--threads N] [--logits-dtype f32|bf16] [--trace] [--explain]\n"
-           "               [--repeat N] [--no-mmap]\n"
+           "               [--threads N] [--logits-dtype f32|bf16] [--recipe f32|bf16]\n"
+           "               [--trace] [--explain] [--repeat N] [--no-mmap]\n"
            "\n"
            "Runs one layer's MoE block (router gate, routing, routed experts, shared experts,\n"
            "combine) or dense MLP on the hidden states entering it, the way libmoe runs it in a\n"
@@ -47,6 +47,10 @@ static void help(void)
            "  --threads N          worker threads, 1..%d (default: the number of cores)\n"
            "  --logits-dtype D     f32 (default) or bf16: the gate rounds its fp32 sums to bf16\n"
            "                       in its epilogue (parity with engines that do)\n"
+           "  --recipe R           f32 (default) or bf16: bf16 and FP8 experts take the hidden\n"
+           "                       states (and h) rounded to bf16, vdpbf16ps's arithmetic\n"
+           "                       (AVX512-BF16; emulated, slowly, without it); MXFP4 experts\n"
+           "                       run their one recipe, q8, either way\n"
            "  --trace              print each step of the forward on stdout: name, kernel,\n"
            "                       bytes read and written, ns, GB/s\n"
            "  --explain            print the layer's kernels, reasons, recipe, packed bytes and\n"
@@ -72,6 +76,7 @@ typedef struct run_args {
     int64_t threads;        /* 0: the library's default, the number of cores */
     int64_t repeat;         /* forwards to time */
     moe_dtype logits_dtype; /* INVALID: not given, the library resolves it (to f32) */
+    moe_experts_recipe recipe; /* DEFAULT: not given */
     bool trace, explain, no_mmap;
 } run_args;
 
@@ -148,8 +153,9 @@ static int check_required(cli_args *a, const run_args *o)
 
 /* The numbers and the dtype, once every option is known. */
 static int parse_values(cli_args *a, run_args *o, const char *layer, const char *threads,
-                        const char *repeat, const char *dtype)
+                        const char *repeat, const char *dtype, const char *recipe)
 {
+    if (recipe && !cli_recipe(a, recipe, &o->recipe)) return 2;
     if (layer && !cli_int(a, "--layer", layer, 0, INT32_MAX, &o->layer)) return 2;
     if (threads && !cli_int(a, "--threads", threads, 1, MAX_THREADS, &o->threads)) return 2;
     if (repeat && !cli_int(a, "--repeat", repeat, 1, MAX_REPEAT, &o->repeat)) return 2;
@@ -172,14 +178,14 @@ static int parse_args(run_args *o, int argc, char **argv)
     memset(o, 0, sizeof *o);
     o->layer = -1;
     o->repeat = 1;
-    const char *layer = NULL, *threads = NULL, *repeat = NULL, *dtype = NULL;
+    const char *layer = NULL, *threads = NULL, *repeat = NULL, *dtype = NULL, *recipe = NULL;
     const value_option opts[] = {
         {"--model", &o->model},     {"--layer", &layer},
         {"--hidden", &o->hidden},   {"--input-ids", &o->input_ids},
         {"--out", &o->out},         {"--logits-out", &o->logits_out},
         {"--ids-out", &o->ids_out}, {"--weights-out", &o->weights_out},
         {"--threads", &threads},    {"--logits-dtype", &dtype},
-        {"--repeat", &repeat},
+        {"--repeat", &repeat},      {"--recipe", &recipe},
     };
     const flag_option flags[] = {
         {"--trace", &o->trace}, {"--explain", &o->explain}, {"--no-mmap", &o->no_mmap}};
@@ -194,7 +200,7 @@ static int parse_args(run_args *o, int argc, char **argv)
             return cli_usage_error(&a, "unknown option '%s' (moe run --help)", arg);
         return cli_usage_error(&a, "unexpected argument '%s' (moe run --help)", arg);
     }
-    int rc = parse_values(&a, o, layer, threads, repeat, dtype);
+    int rc = parse_values(&a, o, layer, threads, repeat, dtype, recipe);
     return rc ? rc : check_required(&a, o);
 }
 
@@ -536,6 +542,7 @@ static int run_layer(const run_args *o, const moe_model *model, int index, const
     opt.size = sizeof opt;
     opt.threads = (int)o->threads;
     opt.logits_dtype = o->logits_dtype;
+    opt.experts_recipe = o->recipe;
     moe_layer *layer = NULL;
     run_outputs r;
     memset(&r, 0, sizeof r);
