@@ -112,6 +112,14 @@ doc = json.load(open(sys.argv[1]))
 assert c["recipe"] == "bf16" and "_bf16_bf16_" in c["kernel"], c
 assert c["insn"] == ("vdpbf16ps zmm" if c["kernel"].endswith("__avx512bf16") else ""), c
 PY
+MOE_ISA=scalar "$moe" bench --model "$tmp/q" --tokens 2 --threads 1 --time-ms 1 --recipe bf16 \
+  --json >"$tmp/b0.json" 2>"$tmp/err"
+check "--recipe bf16, MOE_ISA=scalar: the portable set, no instruction's peak" python3 - "$tmp/b0.json" <<'PY'
+import json, sys
+(c,) = json.load(open(sys.argv[1]))["cases"]
+assert c["kernel"] == "moe_expert_bf16_bf16_8x16__ref" and c["insn"] == "", c
+assert c["bound"] == "memory" and c["floor_ms"] > 0, c
+PY
 
 # --trace: each case's median forward, step by step, in the JSON and after the table.
 "$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1 --time-ms 1 --json --trace \

@@ -348,7 +348,7 @@ static const char *recipe_name(int recipe)
 static const char *recipe_insn(const moe_layer_group_plan *g)
 {
     const char *isa = moe_kernel_isa_token(g->ks->isa);
-    if (!isa || !strcmp(isa, "scalar")) return "";
+    if (!isa || !strcmp(isa, "ref")) return "";
     const bool zmm = !strncmp(isa, "avx512", 6);
     switch (g->recipe) {
     case MOE_RECIPE_BF16: return "vdpbf16ps zmm";
