@@ -384,7 +384,8 @@ static bench_insn peak_insn(const moe_expert_kernels *ks)
                : ks->isa == MOE_REQ_AVXVNNI    ? BENCH_DPBUSD_YMM
                : ks->isa == MOE_REQ_AVX2       ? BENCH_MADDUBS_YMM
                                                : BENCH_MADDUBS_ZMM;
-    if (ks->recipe == MOE_RECIPE_BF16) return BENCH_DPBF16_ZMM;
+    /* The bf16 recipe below AVX512-BF16 runs two FMAs per pair step: the FMA's peak. */
+    if (ks->recipe == MOE_RECIPE_BF16 && ks->isa == MOE_REQ_AVX512BF16) return BENCH_DPBF16_ZMM;
     return ks->isa == MOE_REQ_AVX2 ? BENCH_FMA_YMM : BENCH_FMA_ZMM;
 }
 

@@ -219,8 +219,15 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
 
 static const char *recipe_reason(const moe_expert_kernels *set)
 {
-    if (set->recipe == MOE_RECIPE_BF16)
-        return "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested";
+    if (set->recipe == MOE_RECIPE_BF16) {
+        if (set->isa == MOE_REQ_AVX512BF16)
+            return "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested";
+        return set->isa == MOE_REQ_AVX512
+                   ? "recipe bf16 (activations rounded to bf16, vdpbf16ps's arithmetic as two "
+                     "FMAs under DAZ and FTZ), as requested"
+                   : "recipe bf16 (activations rounded to bf16, vdpbf16ps's arithmetic in portable "
+                     "C), as requested";
+    }
     if (set->recipe == MOE_RECIPE_F32) return "recipe f32 (f32 activations, fp32 FMA)";
     /* Q8, the only MXFP4 recipe: say which integer dot product runs it. */
     switch (set->isa) {

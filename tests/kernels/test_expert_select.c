@@ -51,6 +51,10 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
             return fp8 ? "moe_expert_fp8_bf16_8x16__avx512bf16"
                        : "moe_expert_bf16_bf16_8x16__avx512bf16";
 #endif
+#ifdef MOE_COMPILED_AVX512
+        if (avx512)
+            return fp8 ? "moe_expert_fp8_bf16_8x16__avx512" : "moe_expert_bf16_bf16_8x16__avx512";
+#endif
         return fp8 ? "moe_expert_fp8_bf16_8x16__ref" : "moe_expert_bf16_bf16_8x16__ref";
     }
 #ifdef MOE_COMPILED_AVX512VBMI
@@ -270,11 +274,16 @@ static void test_reasons(void)
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_BF16);
     CHECK_STATUS(moe_select_experts(&nobf16, &p, &ch), MOE_OK);
     CHECKF(strstr(ch.reason,
-                  "moe_expert_bf16_bf16_8x16__ref: moe_expert_bf16_bf16_8x16__avx512bf16 "
+                  "moe_expert_bf16_bf16_8x16__avx512: moe_expert_bf16_bf16_8x16__avx512bf16 "
                   "needs avx512_bf16, which is not allowed") == ch.reason,
            "reason '%s'", ch.reason);
-    CHECK(strstr(ch.reason, "as requested") != NULL);
+    CHECKF(strstr(ch.reason, "two FMAs under DAZ and FTZ), as requested") != NULL, "reason '%s'",
+           ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX512_BF16);
+    moe_cpu_caps bf16 = make_caps(1, 1, 1, 0, 0, 0, 0, 0);
+    CHECK_STATUS(moe_select_experts(&bf16, &p, &ch), MOE_OK);
+    CHECKF(strstr(ch.reason, "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested"),
+           "reason '%s'", ch.reason);
 #endif
     (void)ch;
     (void)p;

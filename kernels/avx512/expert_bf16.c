@@ -1,0 +1,80 @@
+/* expert_bf16.c — the AVX-512 expert kernel sets of the bf16 recipe (bf16 and FP8), 8x16: vdpbf16ps
+ * emulated with two FMAs under DAZ and FTZ. */
+#include <immintrin.h>
+
+/*
+ * For CPUs with AVX-512 but not AVX512-BF16. Each pair step is two FMAs on the widened bf16
+ * values, the odd products first, with MXCSR's DAZ and FTZ set: an FMA then reads denormal
+ * operands (weights, activations, the running sum) as zero and flushes a denormal result,
+ * which is what vdpbf16ps does and the reference emulates (kernels/ref/expert_ref.h; checked
+ * on 3.2 million random lanes, denormals included, with no difference: bench/NOTES.md v17).
+ * MXCSR is set around each run of pair steps and put back as it was; everything else (the
+ * FP8 block scale FMA, down's A + B, the epilogue) runs under the caller's MXCSR, as in the
+ * reference. The weight pairs widen once per projection and step, each token's activation
+ * pair once per step (a shift for the even element, a mask for the odd one).
+ */
+#define MXCSR_DAZ_FTZ 0x8040u
+
+static inline __attribute__((always_inline)) __m512 dp_emul(__m512 acc, __m512i w, __m512i x)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)),
+                          _mm512_castsi512_ps(_mm512_and_si512(x, hi)), acc);
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                           _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), acc);
+}
+
+#define DP(acc, w, x) dp_emul((acc), (w), (x))
+typedef unsigned dp_state;
+
+static inline __attribute__((always_inline)) dp_state dp_enter(void)
+{
+    const dp_state s = _mm_getcsr();
+    _mm_setcsr(s | MXCSR_DAZ_FTZ);
+    return s;
+}
+
+/* MXCSR's controls put back; the status flags raised meanwhile kept. */
+static inline __attribute__((always_inline)) void dp_leave(dp_state s)
+{
+    _mm_setcsr((_mm_getcsr() & 0x3Fu) | (s & ~0x3Fu));
+}
+
+/* An empty asm that takes and gives v: its arithmetic cannot move across the MXCSR writes. */
+#define dp_fence(v) __asm__ volatile("" : "+v"(v))
+
+#include "kernels/avx512/expert_bf16_body.h"
+
+const moe_expert_kernels moe_expert_bf16_bf16_8x16__avx512 = {
+    .name = "moe_expert_bf16_bf16_8x16__avx512",
+    .format = MOE_EXPERT_FMT_BF16,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_AVX512,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
+    .down_tile_bytes = moe_xl_bf16_down_bytes,
+    .pack_gateup = moe_xl_bf16_pack_gateup,
+    .pack_down = moe_xl_bf16_pack_down,
+    .unpack_gateup = moe_xl_bf16_unpack_gateup,
+    .unpack_down = moe_xl_bf16_unpack_down,
+    .gateup = gateup_bf16,
+    .down = down_bf16,
+};
+
+const moe_expert_kernels moe_expert_fp8_bf16_8x16__avx512 = {
+    .name = "moe_expert_fp8_bf16_8x16__avx512",
+    .format = MOE_EXPERT_FMT_FP8_BLOCK,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_AVX512,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
+    .down_tile_bytes = moe_xl_fp8_down_bytes,
+    .pack_gateup = moe_xl_fp8p_pack_gateup,
+    .pack_down = moe_xl_fp8p_pack_down,
+    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
+    .unpack_down = moe_xl_fp8p_unpack_down,
+    .gateup = gateup_fp8,
+    .down = down_fp8,
+};
