@@ -253,7 +253,7 @@ typedef enum moe_experts_recipe {
     MOE_EXPERTS_RECIPE_F32 = 1,  /* f32 activations, fp32 FMA: the same bits at every ISA level */
     MOE_EXPERTS_RECIPE_BF16 = 2, /* activations rounded to bf16 once per forward, vdpbf16ps's
                                 arithmetic (exact products, fp32 sums): the same bits at every
-                                level, fast with AVX-512 (emulated in portable C below it) */
+                                level, fast from AVX2 up (emulated in portable C below) */
 } moe_experts_recipe;
 
 typedef struct moe_layer_options {

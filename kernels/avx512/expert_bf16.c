@@ -8,13 +8,11 @@
  * operands (weights, activations, the running sum) as zero and flushes a denormal result,
  * which is what vdpbf16ps does and the reference emulates (kernels/ref/expert_ref.h; checked
  * on 3.2 million random lanes, denormals included, with no difference: bench/NOTES.md v17).
- * MXCSR is set around each run of pair steps and put back as it was; everything else (the
- * FP8 block scale FMA, down's A + B, the epilogue) runs under the caller's MXCSR, as in the
- * reference. The weight pairs widen once per projection and step, each token's activation
- * pair once per step (a shift for the even element, a mask for the odd one).
+ * MXCSR is set around each run of pair steps and put back after it (kernels/mxcsr_daz_ftz.h);
+ * everything else (the FP8 block scale FMA, down's A + B, the epilogue) runs under the
+ * caller's MXCSR, as in the reference. The weight pairs widen once per projection and step, each
+ * token's activation pair once per step (a shift for the even element, a mask for the odd one).
  */
-#define MXCSR_DAZ_FTZ 0x8040u
-
 static inline __attribute__((always_inline)) __m512 dp_emul(__m512 acc, __m512i w, __m512i x)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -25,24 +23,8 @@ static inline __attribute__((always_inline)) __m512 dp_emul(__m512 acc, __m512i 
 }
 
 #define DP(acc, w, x) dp_emul((acc), (w), (x))
-typedef unsigned dp_state;
 
-static inline __attribute__((always_inline)) dp_state dp_enter(void)
-{
-    const dp_state s = _mm_getcsr();
-    _mm_setcsr(s | MXCSR_DAZ_FTZ);
-    return s;
-}
-
-/* MXCSR's controls put back; the status flags raised meanwhile kept. */
-static inline __attribute__((always_inline)) void dp_leave(dp_state s)
-{
-    _mm_setcsr((_mm_getcsr() & 0x3Fu) | (s & ~0x3Fu));
-}
-
-/* An empty asm that takes and gives v: its arithmetic cannot move across the MXCSR writes. */
-#define dp_fence(v) __asm__ volatile("" : "+v"(v))
-
+#include "kernels/mxcsr_daz_ftz.h"
 #include "kernels/avx512/expert_bf16_body.h"
 
 const moe_expert_kernels moe_expert_bf16_bf16_8x16__avx512 = {

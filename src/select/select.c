@@ -222,7 +222,7 @@ static const char *recipe_reason(const moe_expert_kernels *set)
     if (set->recipe == MOE_RECIPE_BF16) {
         if (set->isa == MOE_REQ_AVX512BF16)
             return "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested";
-        return set->isa == MOE_REQ_AVX512
+        return set->isa != MOE_REQ_SCALAR
                    ? "recipe bf16 (activations rounded to bf16, vdpbf16ps's arithmetic as two "
                      "FMAs under DAZ and FTZ), as requested"
                    : "recipe bf16 (activations rounded to bf16, vdpbf16ps's arithmetic in portable "

@@ -101,7 +101,8 @@ assert len(circles) == len(cases), len(circles)
 PY
 
 # --recipe bf16: the bf16 recipe's kernel set, and the peak it is held to (vdpbf16ps where
-# the set runs on it, the FMA's for the AVX-512 emulation; the portable set has none).
+# the set runs on it, the FMA's for the AVX2 and AVX-512 emulations; the portable set has
+# none).
 "$moe" bench --model "$tmp/q" --tokens 2 --threads 1 --time-ms 1 --recipe bf16 --json \
   >"$tmp/b.json" 2>"$tmp/err"
 check "--recipe bf16 run: nothing on stderr" test ! -s "$tmp/err"
@@ -110,7 +111,8 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 (c,) = doc["cases"]
 assert c["recipe"] == "bf16" and "_bf16_bf16_" in c["kernel"], c
-want = {"avx512bf16": "vdpbf16ps zmm", "avx512": "vfmadd231ps zmm", "ref": ""}
+want = {"avx512bf16": "vdpbf16ps zmm", "avx512": "vfmadd231ps zmm", "avx2": "vfmadd231ps ymm",
+        "ref": ""}
 assert c["insn"] == want[c["kernel"].rsplit("__", 1)[1]], c
 PY
 MOE_ISA=scalar "$moe" bench --model "$tmp/q" --tokens 2 --threads 1 --time-ms 1 --recipe bf16 \

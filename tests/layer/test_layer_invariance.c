@@ -202,7 +202,8 @@ int main(void)
                  * MXFP4 ones (their FP8 shared experts take it; MXFP4 groups run Q8
                  * whatever is asked). */
                 if (recipe == MOE_RECIPE_BF16 && !mx &&
-                    ((lv + 1 < n_levels && strcmp(names[lv], "avx512")) ||
+                    ((lv + 1 < n_levels && strcmp(names[lv], "avx512") &&
+                      strcmp(names[lv], "avx2")) ||
                      (strcmp(fc->name, "qwen3_moe") && strcmp(fc->name, "deepseek_v3_fp8") &&
                       strcmp(fc->name, "gpt_oss"))))
                     continue;

@@ -495,7 +495,7 @@ static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool ev
         for (size_t i = every_level ? 0 : n_levels - 1; i < n_levels; i++) {
             const bool best = i + 1 == n_levels;
             run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_F32, best, 0, x, tokens);
-            if (i == 0 || best || !strcmp(names[i], "avx512"))
+            if (i == 0 || best || !strcmp(names[i], "avx512") || !strcmp(names[i], "avx2"))
                 run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_BF16, best, 0, x, tokens);
         }
         /* moe bench's aliased layer (per-expert and stacked tensors): 5 experts packed, the

@@ -352,7 +352,8 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
     const bool zmm = !strncmp(isa, "avx512", 6);
     switch (g->recipe) {
     case MOE_RECIPE_BF16: /* below AVX512-BF16 two FMAs per pair step (the emulation) */
-        return !strcmp(isa, "avx512bf16") ? "vdpbf16ps zmm" : "vfmadd231ps zmm";
+        if (!strcmp(isa, "avx512bf16")) return "vdpbf16ps zmm";
+        return zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
     case MOE_RECIPE_Q8:
         if (!strcmp(isa, "avx512amx")) return "tdpbssd k32";
         if (!strcmp(isa, "avx512vnni")) return "vpdpbusd zmm";

@@ -49,7 +49,7 @@ static void help(void)
            "                       in its epilogue (parity with engines that do)\n"
            "  --recipe R           f32 (default) or bf16: bf16 and FP8 experts take the hidden\n"
            "                       states (and h) rounded to bf16, vdpbf16ps's arithmetic\n"
-           "                       (AVX-512; emulated, slowly, without it); MXFP4 experts\n"
+           "                       (AVX2 and up; emulated, slowly, without); MXFP4 experts\n"
            "                       run their one recipe, q8, either way\n"
            "  --trace              print each step of the forward on stdout: name, kernel,\n"
            "                       bytes read and written, ns, GB/s\n"

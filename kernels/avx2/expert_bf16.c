@@ -1,0 +1,294 @@
+/* expert_bf16.c — the AVX2 expert kernel sets of the bf16 recipe (bf16 and FP8), 2x16: vdpbf16ps's
+ * arithmetic as two FMAs under DAZ and FTZ. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/avx2/expert_shared.h"
+#include "kernels/mxcsr_daz_ftz.h"
+#include "kernels/ref/expert_layout.h"
+#include "select/kernel.h"
+
+/*
+ * For CPUs without AVX-512 (the AVX-512 sets are kernels/avx512/expert_bf16_body.h; this is
+ * their arithmetic on ymm). Tile 2x16: up to MR = 2 tokens by 16 rows, each row group of 8 in
+ * one ymm; per token four accumulators (gate/up: gate rows 0-7, 8-15, up rows 0-7, 8-15;
+ * down: the even pairs' chain A and the odd pairs' chain B, each in two halves). Per k-pair
+ * each token's activation pair (x[2q], x[2q+1]) is broadcast and widened (a mask for the odd
+ * element, a shift for the even one), as are the 16 rows' weight pairs, and the pair step is
+ * two FMAs, the odd products first, under MXCSR's DAZ and FTZ (kernels/mxcsr_daz_ftz.h): the
+ * reference's bits (kernels/ref/expert_ref.h). FP8 codes (the pairs order) become the bf16 of
+ * e4m3(code) · 2^-8 first: the magnitude shifted into the bf16 exponent and mantissa with the
+ * bias moved from 7 to 119, the 7 subnormal magnitudes and zero from a byte table.
+ */
+
+#define NR MOE_XL_NR
+#define MR 2
+#define PF_BYTES 8192
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+
+/* The bf16 pair (x[2q], x[2q+1]) of a row, or (x[k-1], 0) when 2q + 1 == k, broadcast. */
+INLINE __m256i x_pair(const uint16_t *x, size_t q, size_t k)
+{
+    uint32_t v;
+    if (2 * q + 1 < k) {
+        memcpy(&v, x + 2 * q, sizeof v);
+    } else {
+        v = x[2 * q];
+    }
+    return _mm256_set1_epi32((int)v);
+}
+
+/* acc + w · x over one pair of 8 rows, as vdpbf16ps computes it (DAZ and FTZ set). */
+INLINE __m256 dp8(__m256 acc, __m256i w, __m256i x)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w, hi)),
+                          _mm256_castsi256_ps(_mm256_and_si256(x, hi)), acc);
+    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)),
+                           _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), acc);
+}
+
+/* 16 codes to the bf16 words of e4m3(code) · 2^-8: normal magnitudes (exponent field ≥ 1)
+ * shifted into place with the bias +112 << 7; the subnormal magnitudes 1..7 and zero, m ·
+ * 2^-17, from a byte table (the low bytes by m, the high bytes by m + 8); the sign from bit 15
+ * of the sign-extended word. */
+INLINE __m256i fp8_bf16_16(const unsigned char *codes)
+{
+    const __m256i tab =
+        _mm256_setr_epi8(0, 0, (char)0x80, (char)0xC0, 0, 0x20, 0x40, 0x60, 0, 0x37, 0x37, 0x37,
+                         0x38, 0x38, 0x38, 0x38, 0, 0, (char)0x80, (char)0xC0, 0, 0x20, 0x40, 0x60,
+                         0, 0x37, 0x37, 0x37, 0x38, 0x38, 0x38, 0x38);
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    __m256i v = _mm256_and_si256(_mm256_slli_epi16(w, 4), _mm256_set1_epi16(0x07F0));
+    v = _mm256_add_epi16(v, _mm256_set1_epi16(112 << 7));
+    const __m256i m = _mm256_and_si256(w, _mm256_set1_epi16(7));
+    const __m256i idx =
+        _mm256_add_epi16(_mm256_or_si256(m, _mm256_slli_epi16(m, 8)), _mm256_set1_epi16(0x0800));
+    const __m256i is_sub =
+        _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x78)), _mm256_setzero_si256());
+    v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(tab, idx), is_sub);
+    return _mm256_or_si256(v, _mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)));
+}
+
+/* The weight pair vectors (rows 0-7, 8-15) of a pair at l: 32 FP8 codes, or 16 bf16 pairs. */
+INLINE void pair_w(const int fp8, const unsigned char *l, __m256i v[2])
+{
+    if (fp8) {
+        v[0] = fp8_bf16_16(l);
+        v[1] = fp8_bf16_16(l + NR);
+    } else {
+        v[0] = _mm256_loadu_si256((const __m256i *)l);
+        v[1] = _mm256_loadu_si256((const __m256i *)(l + 32));
+    }
+}
+
+/* Pairs [q0, q1): gate/up into acc[i][0..1] (gate) and [2..3] (up); down, pair q into chain
+ * (q - q0) % 2: acc[i][0..1] (A) or [2..3] (B). Under DAZ and FTZ, fenced on both sides. */
+INLINE void pairs_dp(const size_t M, const int fp8, const int np, const uint16_t *const *x,
+                     size_t q0, size_t q1, size_t k, const unsigned char *w, __m256 acc[][4])
+{
+    const dp_state st = dp_enter();
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        for (int j = 0; j < 4; j++)
+            dp_fence(acc[i][j]);
+    for (size_t q = q0; q < q1; q++) {
+        for (int p = 0; p < np; p++) {
+            const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
+                                         : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
+            prefetch(l + PF_BYTES);
+            __m256i v[2];
+            pair_w(fp8, l, v);
+            const int slot = np == 2 ? 2 * p : (int)((q - q0) & 1) * 2;
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                const __m256i xp = x_pair(x[i], q, k);
+                acc[i][slot] = dp8(acc[i][slot], v[0], xp);
+                acc[i][slot + 1] = dp8(acc[i][slot + 1], v[1], xp);
+            }
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        for (int j = 0; j < 4; j++)
+            dp_fence(acc[i][j]);
+    dp_leave(st);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        for (int j = 0; j < 4; j++)
+            dp_fence(acc[i][j]);
+}
+
+/* The sums over K into acc (down: the total in [0..1]). bf16 weights: one chain per element
+ * (down: A + B). FP8: per 128-K block the block's chains, then acc = fma(block sum, scale,
+ * acc) (down: A + B before the scale). */
+INLINE void dot(const size_t M, const int fp8, const int np, size_t k, const uint16_t *const *x,
+                const unsigned char *tile, __m256 acc[][4])
+{
+    const size_t pairs = (k + 1) / 2;
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    if (!fp8) {
+        pairs_dp(M, 0, np, x, 0, pairs, k, tile + moe_xl_bf16_weights(np), acc);
+        if (np == 1) {
+            UNROLL
+            for (size_t i = 0; i < M; i++) {
+                acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][2]);
+                acc[i][1] = _mm256_add_ps(acc[i][1], acc[i][3]);
+            }
+        }
+        return;
+    }
+    const unsigned char *sc = tile + moe_xl_bias_bytes(np);
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np);
+    for (size_t q0 = 0; q0 < pairs; q0 += MOE_XL_KB / 2, sc += 4 * (size_t)np) {
+        const size_t q1 = q0 + MOE_XL_KB / 2 < pairs ? q0 + MOE_XL_KB / 2 : pairs;
+        __m256 b[MR][4];
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            for (int j = 0; j < 4; j++)
+                b[i][j] = _mm256_setzero_ps();
+        pairs_dp(M, 1, np, x, q0, q1, k, codes, b);
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            if (np == 1) {
+                const __m256 s = _mm256_set1_ps(load_f32(sc));
+                acc[i][0] = _mm256_fmadd_ps(_mm256_add_ps(b[i][0], b[i][2]), s, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(_mm256_add_ps(b[i][1], b[i][3]), s, acc[i][1]);
+            } else {
+                const __m256 sg = _mm256_set1_ps(load_f32(sc)),
+                             su = _mm256_set1_ps(load_f32(sc + 4));
+                acc[i][0] = _mm256_fmadd_ps(b[i][0], sg, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(b[i][1], sg, acc[i][1]);
+                acc[i][2] = _mm256_fmadd_ps(b[i][2], su, acc[i][2]);
+                acc[i][3] = _mm256_fmadd_ps(b[i][3], su, acc[i][3]);
+            }
+        }
+    }
+}
+
+/* moe_f32_to_bf16 on 8 lanes (nearest even, NaN quiet, subnormals kept), as 8 words. */
+INLINE __m128i to_bf16(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+    r = _mm256_srli_epi32(r, 16);
+    const __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
+    r = _mm256_blendv_epi8(r, qn, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    const __m256i p = _mm256_packus_epi32(r, r); /* per lane: words 0-3 twice, 4-7 twice */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
+}
+
+INLINE void gateup_m(const size_t M, const int fp8, size_t k, const void *const *xv,
+                     const unsigned char *tile, const moe_act_params *act, uint16_t *h, size_t hs,
+                     size_t n_valid)
+{
+    const uint16_t *x[MR];
+    __m256 acc[MR][4];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        x[i] = xv[i];
+    dot(M, fp8, 2, k, x, tile, acc);
+    const float *bias = (const float *)tile;
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        uint16_t row[NR];
+        for (int half = 0; half < 2; half++) {
+            const __m256 g = _mm256_add_ps(acc[i][half], _mm256_loadu_ps(bias + 8 * half));
+            const __m256 u = _mm256_add_ps(acc[i][2 + half], _mm256_loadu_ps(bias + NR + 8 * half));
+            _mm_storeu_si128((__m128i *)(row + 8 * half), to_bf16(act8(act, g, u)));
+        }
+        memcpy(h + i * hs, row, n_valid * sizeof row[0]);
+    }
+}
+
+INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *hv,
+                   const unsigned char *tile, float *y, size_t ys, size_t n_valid)
+{
+    const uint16_t *x[MR];
+    __m256 acc[MR][4];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        x[i] = hv[i];
+    dot(M, fp8, 1, k, x, tile, acc);
+    const float *bias = (const float *)tile;
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        float row[NR];
+        _mm256_storeu_ps(row, _mm256_add_ps(acc[i][0], _mm256_loadu_ps(bias)));
+        _mm256_storeu_ps(row + 8, _mm256_add_ps(acc[i][1], _mm256_loadu_ps(bias + 8)));
+        memcpy(y + i * ys, row, n_valid * sizeof row[0]);
+    }
+}
+
+#define DISPATCH2(body, m, ...)                                                                    \
+    do {                                                                                           \
+        if ((m) == 1)                                                                              \
+            body(1, __VA_ARGS__);                                                                  \
+        else                                                                                       \
+            body(2, __VA_ARGS__);                                                                  \
+    } while (0)
+
+static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    DISPATCH2(gateup_m, m, 0, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    DISPATCH2(down_m, m, 0, k, h, tile, y, y_stride, n_valid);
+}
+
+static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    DISPATCH2(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    DISPATCH2(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
+}
+
+const moe_expert_kernels moe_expert_bf16_bf16_2x16__avx2 = {
+    .name = "moe_expert_bf16_bf16_2x16__avx2",
+    .format = MOE_EXPERT_FMT_BF16,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_AVX2,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
+    .down_tile_bytes = moe_xl_bf16_down_bytes,
+    .pack_gateup = moe_xl_bf16_pack_gateup,
+    .pack_down = moe_xl_bf16_pack_down,
+    .unpack_gateup = moe_xl_bf16_unpack_gateup,
+    .unpack_down = moe_xl_bf16_unpack_down,
+    .gateup = gateup_bf16,
+    .down = down_bf16,
+};
+
+const moe_expert_kernels moe_expert_fp8_bf16_2x16__avx2 = {
+    .name = "moe_expert_fp8_bf16_2x16__avx2",
+    .format = MOE_EXPERT_FMT_FP8_BLOCK,
+    .recipe = MOE_RECIPE_BF16,
+    .isa = MOE_REQ_AVX2,
+    .mr = MR,
+    .nr = NR,
+    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
+    .down_tile_bytes = moe_xl_fp8_down_bytes,
+    .pack_gateup = moe_xl_fp8p_pack_gateup,
+    .pack_down = moe_xl_fp8p_pack_down,
+    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
+    .unpack_down = moe_xl_fp8p_unpack_down,
+    .gateup = gateup_fp8,
+    .down = down_fp8,
+};
