@@ -17,8 +17,7 @@
  * element, a shift for the even one), as are the 16 rows' weight pairs, and the pair step is
  * two FMAs, the odd products first, under MXCSR's DAZ and FTZ (kernels/mxcsr_daz_ftz.h): the
  * reference's bits (kernels/ref/expert_ref.h). FP8 codes (the pairs order) become the bf16 of
- * e4m3(code) · 2^-8 first: the magnitude shifted into the bf16 exponent and mantissa with the
- * bias moved from 7 to 119, the 7 subnormal magnitudes and zero from a byte table.
+ * e4m3(code) · 2^-8 first, a byte at a time from byte tables (fp8_bf16_32).
  */
 
 #define NR MOE_XL_NR
@@ -51,34 +50,45 @@ INLINE __m256 dp8(__m256 acc, __m256i w, __m256i x)
                            _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), acc);
 }
 
-/* 16 codes to the bf16 words of e4m3(code) · 2^-8: normal magnitudes (exponent field ≥ 1)
- * shifted into place with the bias +112 << 7; the subnormal magnitudes 1..7 and zero, m ·
- * 2^-17, from a byte table (the low bytes by m, the high bytes by m + 8); the sign from bit 15
- * of the sign-extended word. */
-INLINE __m256i fp8_bf16_16(const unsigned char *codes)
+/* 32 codes (a projection's pair of 16 rows) to the bf16 words of e4m3(code) · 2^-8, rows 0-7
+ * in v[0] and 8-15 in v[1], built byte by byte from the code's fields (exponent e, bits 3-6;
+ * mantissa m, bits 0-2). Normal codes (e ≥ 1): bf16 exponent e + 112, so the low byte is
+ * (e & 1) << 7 | m << 4, a table on the code's low nibble, and the high byte 56 + (e >> 1),
+ * the code's bits 4-6 plus 56. Subnormal codes and zero (e = 0), m · 2^-17: both bytes from
+ * tables on m. Then the sign, and the bytes paired into words (the code's quadwords first put
+ * in the order the in-lane unpacks need). */
+INLINE void fp8_bf16_32(const unsigned char *codes, __m256i v[2])
 {
-    const __m256i tab =
-        _mm256_setr_epi8(0, 0, (char)0x80, (char)0xC0, 0, 0x20, 0x40, 0x60, 0, 0x37, 0x37, 0x37,
-                         0x38, 0x38, 0x38, 0x38, 0, 0, (char)0x80, (char)0xC0, 0, 0x20, 0x40, 0x60,
-                         0, 0x37, 0x37, 0x37, 0x38, 0x38, 0x38, 0x38);
-    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
-    __m256i v = _mm256_and_si256(_mm256_slli_epi16(w, 4), _mm256_set1_epi16(0x07F0));
-    v = _mm256_add_epi16(v, _mm256_set1_epi16(112 << 7));
-    const __m256i m = _mm256_and_si256(w, _mm256_set1_epi16(7));
-    const __m256i idx =
-        _mm256_add_epi16(_mm256_or_si256(m, _mm256_slli_epi16(m, 8)), _mm256_set1_epi16(0x0800));
-    const __m256i is_sub =
-        _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x78)), _mm256_setzero_si256());
-    v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(tab, idx), is_sub);
-    return _mm256_or_si256(v, _mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)));
+    const __m256i lo_tab =
+        _mm256_setr_epi8(0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, (char)0x80, (char)0x90,
+                         (char)0xA0, (char)0xB0, (char)0xC0, (char)0xD0, (char)0xE0, (char)0xF0,
+                         0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, (char)0x80, (char)0x90,
+                         (char)0xA0, (char)0xB0, (char)0xC0, (char)0xD0, (char)0xE0, (char)0xF0);
+    const __m256i sub_lo =
+        _mm256_setr_epi8(0, 0, (char)0x80, (char)0xC0, 0, 0x20, 0x40, 0x60, 0, 0, 0, 0, 0, 0, 0, 0,
+                         0, 0, (char)0x80, (char)0xC0, 0, 0x20, 0x40, 0x60, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i sub_hi =
+        _mm256_setr_epi8(0, 0x37, 0x37, 0x37, 0x38, 0x38, 0x38, 0x38, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                         0x37, 0x37, 0x37, 0x38, 0x38, 0x38, 0x38, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i c = _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)codes), 0xD8);
+    const __m256i nl = _mm256_and_si256(c, _mm256_set1_epi8(0x0F));
+    const __m256i nh = _mm256_and_si256(_mm256_srli_epi16(c, 4), _mm256_set1_epi8(0x07));
+    const __m256i sub =
+        _mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x78)), _mm256_setzero_si256());
+    const __m256i lo =
+        _mm256_blendv_epi8(_mm256_shuffle_epi8(lo_tab, nl), _mm256_shuffle_epi8(sub_lo, nl), sub);
+    __m256i hi = _mm256_blendv_epi8(_mm256_add_epi8(nh, _mm256_set1_epi8(56)),
+                                    _mm256_shuffle_epi8(sub_hi, nl), sub);
+    hi = _mm256_or_si256(hi, _mm256_and_si256(c, _mm256_set1_epi8((char)0x80)));
+    v[0] = _mm256_unpacklo_epi8(lo, hi);
+    v[1] = _mm256_unpackhi_epi8(lo, hi);
 }
 
 /* The weight pair vectors (rows 0-7, 8-15) of a pair at l: 32 FP8 codes, or 16 bf16 pairs. */
 INLINE void pair_w(const int fp8, const unsigned char *l, __m256i v[2])
 {
     if (fp8) {
-        v[0] = fp8_bf16_16(l);
-        v[1] = fp8_bf16_16(l + NR);
+        fp8_bf16_32(l, v);
     } else {
         v[0] = _mm256_loadu_si256((const __m256i *)l);
         v[1] = _mm256_loadu_si256((const __m256i *)(l + 32));
