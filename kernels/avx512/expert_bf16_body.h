@@ -95,7 +95,7 @@ INLINE __m512i fp8_bf16(const unsigned char *codes)
 /* ---- The products over K ---------------------------------------------------------------
  * gate/up (np = 2): acc[i][p] for token i and projection p. down (np = 1): acc[i][0] and
  * acc[i][1] are the chains of the even and the odd pairs (kernels/ref/expert_bf16.c), so one
- * token keeps two vdpbf16ps in flight; the caller adds them. */
+ * token keeps two pair steps in flight; the caller adds them. */
 
 /* The weight pair vectors of pair q for both slots: gate/up (up's pair `up` bytes after
  * gate's), or down's one projection. */
