@@ -25,8 +25,7 @@
  *                    epilogue run outside, as the reference computes them
  *   dp_fence(v)      keeps the compiler from moving v's arithmetic across dp_enter / dp_leave
  *
- * Tile 8x16 (FP8: up to 32 tokens, below): up to MR = 8 tokens by 16 rows, one zmm
- * accumulator per token and projection
+ * Tile 8x16: up to MR = 8 tokens by 16 rows, one zmm accumulator per token and projection
  * (down: per token its two chains over the even and the odd pairs). Activations are bf16;
  * per k-pair each token contributes one 32-bit broadcast of (x[2q], x[2q+1]) and one DP per
  * projection against the 16 rows' weight pairs. An odd K ends with the pair (x[K-1], 0),
@@ -290,110 +289,6 @@ INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *h
         _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(acc[i][0], b));
 }
 
-/* ---- FP8 weights, 9..32 tokens: each 128-K block decoded once into L1 ------------------
- * The block's pairs of every projection decoded into a stack buffer (8 KB for gate/up), then
- * the tokens in groups of at most MR, as equal as they go, each group's block chains over
- * the buffer and the block scale FMA into totals kept in memory: each element's arithmetic is
- * the direct path's. */
-
-#define MR_FP8 32
-
-/* Pairs [0, n) of a block, np projections each, from the codes at c into buf (pair j of
- * projection p at buf[j * np + p], as the codes lie); the next blocks' codes prefetched. */
-INLINE void fp8_block_decode(const int np, const unsigned char *c, size_t n, __m512i *buf)
-{
-    for (size_t j = 0; j < n * (size_t)np; j++) {
-        if (!(j & 1)) prefetch(c + 32 * j + PF_BYTES);
-        buf[j] = fp8_bf16(c + 32 * j);
-    }
-}
-
-/* One group of M tokens over a decoded block of n pairs from pair q0 (even): its chains in
- * DP's environment, then per token and projection tot = fma(block sum, scale, tot) (down:
- * the two chains' sum). tot holds np rows per token; sc the block's np scales. */
-INLINE void fp8_group(const size_t M, const int np, const __m512i *buf, size_t n,
-                      const uint16_t *const *x, size_t q0, size_t k, float (*tot)[NR],
-                      const unsigned char *sc)
-{
-    __m512 b[MR][2];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        b[i][0] = b[i][1] = _mm512_setzero_ps();
-    const dp_state st = dp_enter();
-    fence_chains(M, b);
-    for (size_t j = 0; j < n; j++) {
-        if (np == 2)
-            pair_dp(M, 2, 0, x, q0 + j, k, buf[2 * j], buf[2 * j + 1], b);
-        else
-            pair_dp(M, 1, (int)(j & 1), x, q0 + j, k, buf[j], buf[j], b);
-    }
-    fence_chains(M, b);
-    dp_leave(st);
-    fence_chains(M, b);
-    if (np == 1) {
-        const __m512 s = _mm512_set1_ps(load_f32(sc));
-        UNROLL
-        for (size_t i = 0; i < M; i++)
-            _mm512_store_ps(tot[i], _mm512_fmadd_ps(_mm512_add_ps(b[i][0], b[i][1]), s,
-                                                    _mm512_load_ps(tot[i])));
-        return;
-    }
-    const __m512 sg = _mm512_set1_ps(load_f32(sc)), su = _mm512_set1_ps(load_f32(sc + 4));
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        _mm512_store_ps(tot[2 * i], _mm512_fmadd_ps(b[i][0], sg, _mm512_load_ps(tot[2 * i])));
-        _mm512_store_ps(tot[2 * i + 1],
-                        _mm512_fmadd_ps(b[i][1], su, _mm512_load_ps(tot[2 * i + 1])));
-    }
-}
-
-/* The totals (np rows per token) of m tokens over the whole tile. */
-INLINE void fp8_buffered(const int np, size_t m, size_t k, const uint16_t *const *x,
-                         const unsigned char *tile, float (*tot)[NR])
-{
-    __m512i buf[MOE_XL_KB];
-    for (size_t r = 0; r < m * (size_t)np; r++)
-        _mm512_store_ps(tot[r], _mm512_setzero_ps());
-    const group_split sp = group_split_of(m, MR);
-    const unsigned char *sc = tile + moe_xl_bias_bytes(np);
-    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np);
-    const size_t pairs = (k + 1) / 2;
-    for (size_t q0 = 0; q0 < pairs; q0 += MOE_XL_KB / 2, sc += 4 * (size_t)np) {
-        const size_t n = q0 + MOE_XL_KB / 2 < pairs ? MOE_XL_KB / 2 : pairs - q0;
-        fp8_block_decode(np, codes + q0 * (size_t)np * 32, n, buf);
-        for (size_t j = 0, c = 0, g; j < sp.ng; j++, c += g) {
-            g = sp.base + (j < sp.extra);
-            DISPATCH(fp8_group, g, np, buf, n, x + c, q0, k, tot + (size_t)np * c, sc);
-        }
-    }
-}
-
-static void gateup_fp8_buffered(size_t m, size_t k, const void *const *xv,
-                                const unsigned char *tile, const moe_act_params *act, uint16_t *h,
-                                size_t hs, size_t n_valid)
-{
-    float tot[2 * MR_FP8][NR] __attribute__((aligned(64)));
-    fp8_buffered(2, m, k, (const uint16_t *const *)xv, tile, tot);
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t i = 0; i < m; i++) {
-        __m512 v = act16(act, _mm512_add_ps(_mm512_load_ps(tot[2 * i]), bg),
-                         _mm512_add_ps(_mm512_load_ps(tot[2 * i + 1]), bu));
-        _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(v));
-    }
-}
-
-static void down_fp8_buffered(size_t m, size_t k, const void *const *hv, const unsigned char *tile,
-                              float *y, size_t ys, size_t n_valid)
-{
-    float tot[MR_FP8][NR] __attribute__((aligned(64)));
-    fp8_buffered(1, m, k, (const uint16_t *const *)hv, tile, tot);
-    const __m512 b = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t i = 0; i < m; i++)
-        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(tot[i]), b));
-}
-
 static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
@@ -409,19 +304,13 @@ static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    if (m > MR)
-        gateup_fp8_buffered(m, k, x, tile, act, h, h_stride, n_valid);
-    else
-        DISPATCH(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
+    DISPATCH(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                      size_t y_stride, size_t n_valid)
 {
-    if (m > MR)
-        down_fp8_buffered(m, k, h, tile, y, y_stride, n_valid);
-    else
-        DISPATCH(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
+    DISPATCH(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
 }
 
 #endif

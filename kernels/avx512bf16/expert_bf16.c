@@ -35,12 +35,12 @@ const moe_expert_kernels moe_expert_bf16_bf16_8x16__avx512bf16 = {
     .down = down_bf16,
 };
 
-const moe_expert_kernels moe_expert_fp8_bf16_32x16__avx512bf16 = {
-    .name = "moe_expert_fp8_bf16_32x16__avx512bf16",
+const moe_expert_kernels moe_expert_fp8_bf16_8x16__avx512bf16 = {
+    .name = "moe_expert_fp8_bf16_8x16__avx512bf16",
     .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX512BF16,
-    .mr = MR_FP8,
+    .mr = MR,
     .nr = NR,
     .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
     .down_tile_bytes = moe_xl_fp8_down_bytes,

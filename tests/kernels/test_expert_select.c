@@ -48,12 +48,12 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
     if (recipe == MOE_RECIPE_BF16) {
 #ifdef MOE_COMPILED_AVX512BF16
         if (bf16)
-            return fp8 ? "moe_expert_fp8_bf16_32x16__avx512bf16"
+            return fp8 ? "moe_expert_fp8_bf16_8x16__avx512bf16"
                        : "moe_expert_bf16_bf16_8x16__avx512bf16";
 #endif
 #ifdef MOE_COMPILED_AVX512
         if (avx512)
-            return fp8 ? "moe_expert_fp8_bf16_32x16__avx512" : "moe_expert_bf16_bf16_8x16__avx512";
+            return fp8 ? "moe_expert_fp8_bf16_8x16__avx512" : "moe_expert_bf16_bf16_8x16__avx512";
 #endif
 #ifdef MOE_COMPILED_AVX2
         if (avx2) return fp8 ? "moe_expert_fp8_bf16_2x16__avx2" : "moe_expert_bf16_bf16_2x16__avx2";
