@@ -1,4 +1,4 @@
-/* expert_bf16.c — the AVX2 expert kernel sets of the bf16 recipe (bf16 and FP8), 2x16: vdpbf16ps's
+/* expert_bf16.c — the AVX2 expert kernel sets of the bf16 recipe (bf16 and FP8), 32x16: vdpbf16ps's
  * arithmetic as two FMAs under DAZ and FTZ. */
 #include <immintrin.h>
 #include <string.h>
@@ -10,14 +10,15 @@
 
 /*
  * For CPUs without AVX-512 (the AVX-512 sets are kernels/avx512/expert_bf16_body.h; this is
- * their arithmetic on ymm). Tile 2x16: up to MR = 2 tokens by 16 rows, each row group of 8 in
- * one ymm; per token four accumulators (gate/up: gate rows 0-7, 8-15, up rows 0-7, 8-15;
- * down: the even pairs' chain A and the odd pairs' chain B, each in two halves). Per k-pair
- * each token's activation pair (x[2q], x[2q+1]) is broadcast and widened (a mask for the odd
- * element, a shift for the even one), as are the 16 rows' weight pairs, and the pair step is
- * two FMAs, the odd products first, under MXCSR's DAZ and FTZ (kernels/mxcsr_daz_ftz.h): the
- * reference's bits (kernels/ref/expert_ref.h). FP8 codes (the pairs order) become the bf16 of
- * e4m3(code) · 2^-8 first, a byte at a time from byte tables (fp8_bf16_32).
+ * their arithmetic on ymm). The direct path: up to MR = 2 tokens by 16 rows, each row group of
+ * 8 in one ymm (3..32 tokens: the buffered path, below); per token four accumulators (gate/up: gate
+ * rows 0-7, 8-15, up rows 0-7, 8-15; down: the even pairs' chain A and the odd pairs' chain B, each
+ * in two halves). Per k-pair each token's activation pair (x[2q], x[2q+1]) is broadcast and widened
+ * (a mask for the odd element, a shift for the even one), as are the 16 rows' weight pairs, and the
+ * pair step is two FMAs, the odd products first, under MXCSR's DAZ and FTZ
+ * (kernels/mxcsr_daz_ftz.h): the reference's bits (kernels/ref/expert_ref.h). FP8 codes (the pairs
+ * order) become the bf16 of e4m3(code) · 2^-8 first, a byte at a time from byte tables
+ * (fp8_bf16_32).
  */
 
 #define NR MOE_XL_NR
@@ -245,36 +246,243 @@ INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *h
             body(2, __VA_ARGS__);                                                                  \
     } while (0)
 
+/* ---- 3..32 tokens: each block widened once into L1 --------------------------------------
+ * Per block of BP pairs (an FP8 scale block) the weights are widened once into a stack
+ * buffer (per pair and projection: rows 0-7 odd, 8-15 odd, 0-7 even, 8-15 even, as f32), and
+ * each token's activations once into another; then passes of at most 3 tokens (12 chains)
+ * take each pair step as the direct path does, the weights as FMA memory operands. A chain
+ * goes on across blocks through the totals in memory (bf16 weights) or starts at each block
+ * and is scaled into them (FP8): each element's arithmetic is the direct path's. */
+
+#define MR_BUF 32
+#define BP (MOE_XL_KB / 2)
+
+/* Pairs [q0, q0 + n) of np projections widened into buf. */
+INLINE void widen_block(const int fp8, const int np, const unsigned char *w, size_t k, size_t q0,
+                        size_t n, __m256 *buf)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (size_t j = 0; j < n; j++)
+        for (int p = 0; p < np; p++) {
+            const size_t q = q0 + j;
+            const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
+                                         : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
+            prefetch(l + PF_BYTES);
+            __m256i v[2];
+            pair_w(fp8, l, v);
+            __m256 *o = buf + (j * (size_t)np + (size_t)p) * 4;
+            o[0] = _mm256_castsi256_ps(_mm256_and_si256(v[0], hi));
+            o[1] = _mm256_castsi256_ps(_mm256_and_si256(v[1], hi));
+            o[2] = _mm256_castsi256_ps(_mm256_slli_epi32(v[0], 16));
+            o[3] = _mm256_castsi256_ps(_mm256_slli_epi32(v[1], 16));
+        }
+}
+
+/* Elements [e0, e0 + n) of a bf16 row of k as f32 (0 past k). */
+INLINE void widen_x(const uint16_t *x, size_t k, size_t e0, size_t n, float *out)
+{
+    size_t e = 0;
+    for (; e + 8 <= n && e0 + e + 8 <= k; e += 8) {
+        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + e0 + e)));
+        _mm256_storeu_ps(out + e, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; e < n; e++) {
+        const uint32_t b = e0 + e < k ? (uint32_t)x[e0 + e] << 16 : 0u;
+        memcpy(out + e, &b, sizeof b);
+    }
+}
+
+/* Pair j of a widened block into P tokens' chains: gate/up both projections (slots 0-1 and
+ * 2-3), down the chain `chain` (slots 0-1: A, 2-3: B). The odd products of every chain, then
+ * the even ones (as vdpbf16ps, per chain); each weight vector loaded once for the P tokens,
+ * whose activations stay in registers (12 chains, 3 activations and a weight: 16 ymm). */
+INLINE void pair_step(const size_t P, const int np, const int chain, const __m256 *buf, size_t j,
+                      const float (*xw)[2 * BP], __m256 acc[][4])
+{
+    UNROLL
+    for (int e = 0; e < 2; e++) {
+        __m256 xv[3];
+        UNROLL
+        for (size_t t = 0; t < P; t++)
+            xv[t] = _mm256_broadcast_ss(&xw[t][2 * j + 1 - (size_t)e]);
+        UNROLL
+        for (int p = 0; p < np; p++) {
+            UNROLL
+            for (int h = 0; h < 2; h++) {
+                const __m256 wv = buf[(j * (size_t)np + (size_t)p) * 4 + 2 * (size_t)e + (size_t)h];
+                const int s = (np == 2 ? 2 * p : 2 * chain) + h;
+                UNROLL
+                for (size_t t = 0; t < P; t++)
+                    acc[t][s] = _mm256_fmadd_ps(wv, xv[t], acc[t][s]);
+            }
+        }
+    }
+}
+
+/* One pass of P tokens over a widened block of n pairs (slots as the direct path's acc). */
+INLINE void pass_block(const size_t P, const int fp8, const int np, const __m256 *buf, size_t n,
+                       const float (*xw)[2 * BP], float (*tot)[4][8], const unsigned char *sc)
+{
+    __m256 acc[3][4];
+    UNROLL
+    for (size_t t = 0; t < P; t++)
+        UNROLL
+    for (int s = 0; s < 4; s++)
+        acc[t][s] = fp8 ? _mm256_setzero_ps() : _mm256_load_ps(tot[t][s]);
+    const dp_state st = dp_enter();
+    UNROLL
+    for (size_t t = 0; t < P; t++)
+        UNROLL
+    for (int s = 0; s < 4; s++)
+        dp_fence(acc[t][s]);
+    size_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        pair_step(P, np, 0, buf, j, xw, acc);
+        pair_step(P, np, 1, buf, j + 1, xw, acc);
+    }
+    if (j < n) pair_step(P, np, 0, buf, j, xw, acc);
+    UNROLL
+    for (size_t t = 0; t < P; t++)
+        UNROLL
+    for (int s = 0; s < 4; s++)
+        dp_fence(acc[t][s]);
+    dp_leave(st);
+    UNROLL
+    for (size_t t = 0; t < P; t++)
+        UNROLL
+    for (int s = 0; s < 4; s++)
+        dp_fence(acc[t][s]);
+    UNROLL
+    for (size_t t = 0; t < P; t++) {
+        if (!fp8) {
+            UNROLL
+            for (int s = 0; s < 4; s++)
+                _mm256_store_ps(tot[t][s], acc[t][s]);
+        } else if (np == 1) {
+            const __m256 sd = _mm256_set1_ps(load_f32(sc));
+            UNROLL
+            for (int h = 0; h < 2; h++)
+                _mm256_store_ps(tot[t][h], _mm256_fmadd_ps(_mm256_add_ps(acc[t][h], acc[t][2 + h]),
+                                                           sd, _mm256_load_ps(tot[t][h])));
+        } else {
+            UNROLL
+            for (int s = 0; s < 4; s++)
+                _mm256_store_ps(tot[t][s],
+                                _mm256_fmadd_ps(acc[t][s],
+                                                _mm256_set1_ps(load_f32(sc + 4 * (s / 2))),
+                                                _mm256_load_ps(tot[t][s])));
+        }
+    }
+}
+
+/* The totals of m tokens over the whole tile (bf16 down: the two chains, not yet summed). */
+INLINE void buffered(const int fp8, const int np, size_t m, size_t k, const uint16_t *const *x,
+                     const unsigned char *tile, float (*tot)[4][8])
+{
+    __m256 buf[BP * 2 * 4];
+    float xw[MR_BUF][2 * BP] __attribute__((aligned(32)));
+    memset(tot, 0, m * sizeof *tot);
+    const unsigned char *w =
+        fp8 ? tile + moe_xl_fp8_codes((int64_t)k, np) : tile + moe_xl_bf16_weights(np);
+    const unsigned char *sc = tile + moe_xl_bias_bytes(np);
+    const size_t pairs = (k + 1) / 2;
+    for (size_t q0 = 0; q0 < pairs; q0 += BP, sc += 4 * (size_t)np) {
+        const size_t n = q0 + BP < pairs ? BP : pairs - q0;
+        widen_block(fp8, np, w, k, q0, n, buf);
+        for (size_t i = 0; i < m; i++)
+            widen_x(x[i], k, 2 * q0, 2 * n, xw[i]);
+        for (size_t t = 0, p; t < m; t += p) {
+            const size_t rest = m - t;
+            p = rest == 4 ? 2 : rest < 3 ? rest : 3; /* 4 as 2 + 2, not 3 + 1 */
+            if (p == 3)
+                pass_block(3, fp8, np, buf, n, (const float(*)[2 * BP]) xw + t, tot + t, sc);
+            else if (p == 2)
+                pass_block(2, fp8, np, buf, n, (const float(*)[2 * BP]) xw + t, tot + t, sc);
+            else
+                pass_block(1, fp8, np, buf, n, (const float(*)[2 * BP]) xw + t, tot + t, sc);
+        }
+    }
+}
+
+INLINE void gateup_buffered(const int fp8, size_t m, size_t k, const void *const *xv,
+                            const unsigned char *tile, const moe_act_params *act, uint16_t *h,
+                            size_t hs, size_t n_valid)
+{
+    float tot[MR_BUF][4][8] __attribute__((aligned(32)));
+    buffered(fp8, 2, m, k, (const uint16_t *const *)xv, tile, tot);
+    const float *bias = (const float *)tile;
+    for (size_t i = 0; i < m; i++) {
+        uint16_t row[NR];
+        for (int half = 0; half < 2; half++) {
+            const __m256 g =
+                _mm256_add_ps(_mm256_load_ps(tot[i][half]), _mm256_loadu_ps(bias + 8 * half));
+            const __m256 u = _mm256_add_ps(_mm256_load_ps(tot[i][2 + half]),
+                                           _mm256_loadu_ps(bias + NR + 8 * half));
+            _mm_storeu_si128((__m128i *)(row + 8 * half), to_bf16(act8(act, g, u)));
+        }
+        memcpy(h + i * hs, row, n_valid * sizeof row[0]);
+    }
+}
+
+INLINE void down_buffered(const int fp8, size_t m, size_t k, const void *const *hv,
+                          const unsigned char *tile, float *y, size_t ys, size_t n_valid)
+{
+    float tot[MR_BUF][4][8] __attribute__((aligned(32)));
+    buffered(fp8, 1, m, k, (const uint16_t *const *)hv, tile, tot);
+    const float *bias = (const float *)tile;
+    for (size_t i = 0; i < m; i++) {
+        float row[NR];
+        for (int half = 0; half < 2; half++) {
+            __m256 v = _mm256_load_ps(tot[i][half]);
+            if (!fp8) v = _mm256_add_ps(v, _mm256_load_ps(tot[i][2 + half])); /* A + B */
+            _mm256_storeu_ps(row + 8 * half, _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * half)));
+        }
+        memcpy(y + i * ys, row, n_valid * sizeof row[0]);
+    }
+}
+
 static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    DISPATCH2(gateup_m, m, 0, k, x, tile, act, h, h_stride, n_valid);
+    if (m > MR)
+        gateup_buffered(0, m, k, x, tile, act, h, h_stride, n_valid);
+    else
+        DISPATCH2(gateup_m, m, 0, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                       size_t y_stride, size_t n_valid)
 {
-    DISPATCH2(down_m, m, 0, k, h, tile, y, y_stride, n_valid);
+    if (m > MR)
+        down_buffered(0, m, k, h, tile, y, y_stride, n_valid);
+    else
+        DISPATCH2(down_m, m, 0, k, h, tile, y, y_stride, n_valid);
 }
 
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    DISPATCH2(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
+    if (m > MR)
+        gateup_buffered(1, m, k, x, tile, act, h, h_stride, n_valid);
+    else
+        DISPATCH2(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                      size_t y_stride, size_t n_valid)
 {
-    DISPATCH2(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
+    if (m > MR)
+        down_buffered(1, m, k, h, tile, y, y_stride, n_valid);
+    else
+        DISPATCH2(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_bf16_2x16__avx2 = {
-    .name = "moe_expert_bf16_bf16_2x16__avx2",
+const moe_expert_kernels moe_expert_bf16_bf16_32x16__avx2 = {
+    .name = "moe_expert_bf16_bf16_32x16__avx2",
     .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX2,
-    .mr = MR,
+    .mr = MR_BUF,
     .nr = NR,
     .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
     .down_tile_bytes = moe_xl_bf16_down_bytes,
@@ -286,12 +494,12 @@ const moe_expert_kernels moe_expert_bf16_bf16_2x16__avx2 = {
     .down = down_bf16,
 };
 
-const moe_expert_kernels moe_expert_fp8_bf16_2x16__avx2 = {
-    .name = "moe_expert_fp8_bf16_2x16__avx2",
+const moe_expert_kernels moe_expert_fp8_bf16_32x16__avx2 = {
+    .name = "moe_expert_fp8_bf16_32x16__avx2",
     .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX2,
-    .mr = MR,
+    .mr = MR_BUF,
     .nr = NR,
     .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
     .down_tile_bytes = moe_xl_fp8_down_bytes,

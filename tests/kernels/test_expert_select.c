@@ -56,7 +56,8 @@ static const char *expected(int format, moe_expert_recipe recipe, const moe_cpu_
             return fp8 ? "moe_expert_fp8_bf16_8x16__avx512" : "moe_expert_bf16_bf16_8x16__avx512";
 #endif
 #ifdef MOE_COMPILED_AVX2
-        if (avx2) return fp8 ? "moe_expert_fp8_bf16_2x16__avx2" : "moe_expert_bf16_bf16_2x16__avx2";
+        if (avx2)
+            return fp8 ? "moe_expert_fp8_bf16_32x16__avx2" : "moe_expert_bf16_bf16_32x16__avx2";
 #endif
         return fp8 ? "moe_expert_fp8_bf16_8x16__ref" : "moe_expert_bf16_bf16_8x16__ref";
     }
