@@ -96,41 +96,60 @@ INLINE void pair_w(const int fp8, const unsigned char *l, __m256i v[2])
     }
 }
 
-/* Pairs [q0, q1): gate/up into acc[i][0..1] (gate) and [2..3] (up); down, pair q into chain
- * (q - q0) % 2: acc[i][0..1] (A) or [2..3] (B). Under DAZ and FTZ, fenced on both sides. */
+/* Pair q into acc: gate/up into acc[i][0..1] (gate) and [2..3] (up); down into the chain
+ * `chain`, acc[i][0..1] (A) or [2..3] (B). */
+INLINE void pair_direct(const size_t M, const int fp8, const int np, const int chain,
+                        const uint16_t *const *x, size_t q, size_t k, const unsigned char *w,
+                        __m256 acc[][4])
+{
+    UNROLL
+    for (int p = 0; p < np; p++) {
+        const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
+                                     : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
+        prefetch(l + PF_BYTES);
+        __m256i v[2];
+        pair_w(fp8, l, v);
+        const int slot = np == 2 ? 2 * p : 2 * chain;
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const __m256i xp = x_pair(x[i], q, k);
+            acc[i][slot] = dp8(acc[i][slot], v[0], xp);
+            acc[i][slot + 1] = dp8(acc[i][slot + 1], v[1], xp);
+        }
+    }
+}
+
+/* Pairs [q0, q1) (q0 even; down: pair q into chain (q - q0) % 2), under DAZ and FTZ, fenced
+ * on both sides. */
 INLINE void pairs_dp(const size_t M, const int fp8, const int np, const uint16_t *const *x,
                      size_t q0, size_t q1, size_t k, const unsigned char *w, __m256 acc[][4])
 {
     const dp_state st = dp_enter();
     UNROLL
-    for (size_t i = 0; i < M; i++)
+    for (size_t i = 0; i < M; i++) {
+        UNROLL
         for (int j = 0; j < 4; j++)
             dp_fence(acc[i][j]);
-    for (size_t q = q0; q < q1; q++) {
-        for (int p = 0; p < np; p++) {
-            const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
-                                         : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
-            prefetch(l + PF_BYTES);
-            __m256i v[2];
-            pair_w(fp8, l, v);
-            const int slot = np == 2 ? 2 * p : (int)((q - q0) & 1) * 2;
-            UNROLL
-            for (size_t i = 0; i < M; i++) {
-                const __m256i xp = x_pair(x[i], q, k);
-                acc[i][slot] = dp8(acc[i][slot], v[0], xp);
-                acc[i][slot + 1] = dp8(acc[i][slot + 1], v[1], xp);
-            }
-        }
     }
+    size_t q = q0;
+    for (; q + 2 <= q1; q += 2) {
+        pair_direct(M, fp8, np, 0, x, q, k, w, acc);
+        pair_direct(M, fp8, np, 1, x, q + 1, k, w, acc);
+    }
+    if (q < q1) pair_direct(M, fp8, np, 0, x, q, k, w, acc);
     UNROLL
-    for (size_t i = 0; i < M; i++)
+    for (size_t i = 0; i < M; i++) {
+        UNROLL
         for (int j = 0; j < 4; j++)
             dp_fence(acc[i][j]);
+    }
     dp_leave(st);
     UNROLL
-    for (size_t i = 0; i < M; i++)
+    for (size_t i = 0; i < M; i++) {
+        UNROLL
         for (int j = 0; j < 4; j++)
             dp_fence(acc[i][j]);
+    }
 }
 
 /* The sums over K into acc (down: the total in [0..1]). bf16 weights: one chain per element
@@ -325,16 +344,18 @@ INLINE void pass_block(const size_t P, const int fp8, const int np, const __m256
 {
     __m256 acc[3][4];
     UNROLL
-    for (size_t t = 0; t < P; t++)
+    for (size_t t = 0; t < P; t++) {
         UNROLL
-    for (int s = 0; s < 4; s++)
-        acc[t][s] = fp8 ? _mm256_setzero_ps() : _mm256_load_ps(tot[t][s]);
+        for (int s = 0; s < 4; s++)
+            acc[t][s] = fp8 ? _mm256_setzero_ps() : _mm256_load_ps(tot[t][s]);
+    }
     const dp_state st = dp_enter();
     UNROLL
-    for (size_t t = 0; t < P; t++)
+    for (size_t t = 0; t < P; t++) {
         UNROLL
-    for (int s = 0; s < 4; s++)
-        dp_fence(acc[t][s]);
+        for (int s = 0; s < 4; s++)
+            dp_fence(acc[t][s]);
+    }
     size_t j = 0;
     for (; j + 2 <= n; j += 2) {
         pair_step(P, np, 0, buf, j, xw, acc);
@@ -342,16 +363,18 @@ INLINE void pass_block(const size_t P, const int fp8, const int np, const __m256
     }
     if (j < n) pair_step(P, np, 0, buf, j, xw, acc);
     UNROLL
-    for (size_t t = 0; t < P; t++)
+    for (size_t t = 0; t < P; t++) {
         UNROLL
-    for (int s = 0; s < 4; s++)
-        dp_fence(acc[t][s]);
+        for (int s = 0; s < 4; s++)
+            dp_fence(acc[t][s]);
+    }
     dp_leave(st);
     UNROLL
-    for (size_t t = 0; t < P; t++)
+    for (size_t t = 0; t < P; t++) {
         UNROLL
-    for (int s = 0; s < 4; s++)
-        dp_fence(acc[t][s]);
+        for (int s = 0; s < 4; s++)
+            dp_fence(acc[t][s]);
+    }
     UNROLL
     for (size_t t = 0; t < P; t++) {
         if (!fp8) {
