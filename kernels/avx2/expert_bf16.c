@@ -29,16 +29,10 @@
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
-/* The bf16 pair (x[2q], x[2q+1]) of a row, or (x[k-1], 0) when 2q + 1 == k, broadcast. */
+/* The activation pair q of a row (moe_xl_bf16_x_pair), broadcast. */
 INLINE __m256i x_pair(const uint16_t *x, size_t q, size_t k)
 {
-    uint32_t v;
-    if (2 * q + 1 < k) {
-        memcpy(&v, x + 2 * q, sizeof v);
-    } else {
-        v = x[2 * q];
-    }
-    return _mm256_set1_epi32((int)v);
+    return _mm256_set1_epi32((int)moe_xl_bf16_x_pair(x, q, k));
 }
 
 /* acc + w · x over one pair of 8 rows, as vdpbf16ps computes it (DAZ and FTZ set). */
@@ -102,19 +96,22 @@ INLINE void pair_direct(const size_t M, const int fp8, const int np, const int c
                         const uint16_t *const *x, size_t q, size_t k, const unsigned char *w,
                         __m256 acc[][4])
 {
+    __m256i v[2][2];
     UNROLL
     for (int p = 0; p < np; p++) {
         const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
                                      : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
         prefetch(l + PF_BYTES);
-        __m256i v[2];
-        pair_w(fp8, l, v);
-        const int slot = np == 2 ? 2 * p : 2 * chain;
+        pair_w(fp8, l, v[p]);
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        const __m256i xp = x_pair(x[i], q, k);
         UNROLL
-        for (size_t i = 0; i < M; i++) {
-            const __m256i xp = x_pair(x[i], q, k);
-            acc[i][slot] = dp8(acc[i][slot], v[0], xp);
-            acc[i][slot + 1] = dp8(acc[i][slot + 1], v[1], xp);
+        for (int p = 0; p < np; p++) {
+            const int slot = np == 2 ? 2 * p : 2 * chain;
+            acc[i][slot] = dp8(acc[i][slot], v[p][0], xp);
+            acc[i][slot + 1] = dp8(acc[i][slot + 1], v[p][1], xp);
         }
     }
 }
@@ -215,6 +212,29 @@ INLINE __m128i to_bf16(__m256 v)
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
 }
 
+/* One token's gate/up outputs from its sums (gate rows 0-7, 8-15, up rows 0-7, 8-15): bias,
+ * the activation, h rounded to bf16; n_valid rows stored. */
+INLINE void gateup_row(__m256 g0, __m256 g1, __m256 u0, __m256 u1, const unsigned char *tile,
+                       const moe_act_params *act, uint16_t *h, size_t n_valid)
+{
+    const float *bias = (const float *)tile;
+    uint16_t row[NR];
+    _mm_storeu_si128((__m128i *)row, to_bf16(act8(act, _mm256_add_ps(g0, _mm256_loadu_ps(bias)),
+                                                  _mm256_add_ps(u0, _mm256_loadu_ps(bias + NR)))));
+    _mm_storeu_si128((__m128i *)(row + 8),
+                     to_bf16(act8(act, _mm256_add_ps(g1, _mm256_loadu_ps(bias + 8)),
+                                  _mm256_add_ps(u1, _mm256_loadu_ps(bias + NR + 8)))));
+    memcpy(h, row, n_valid * sizeof row[0]);
+}
+
+/* One token's down outputs from its sums (rows 0-7, 8-15): bias, y; n_valid rows stored. */
+INLINE void down_row(__m256 lo, __m256 hi, const unsigned char *tile, float *y, size_t n_valid)
+{
+    const float *bias = (const float *)tile;
+    store16(y, _mm256_add_ps(lo, _mm256_loadu_ps(bias)),
+            _mm256_add_ps(hi, _mm256_loadu_ps(bias + 8)), n_valid);
+}
+
 INLINE void gateup_m(const size_t M, const int fp8, size_t k, const void *const *xv,
                      const unsigned char *tile, const moe_act_params *act, uint16_t *h, size_t hs,
                      size_t n_valid)
@@ -225,17 +245,9 @@ INLINE void gateup_m(const size_t M, const int fp8, size_t k, const void *const 
     for (size_t i = 0; i < M; i++)
         x[i] = xv[i];
     dot(M, fp8, 2, k, x, tile, acc);
-    const float *bias = (const float *)tile;
     UNROLL
-    for (size_t i = 0; i < M; i++) {
-        uint16_t row[NR];
-        for (int half = 0; half < 2; half++) {
-            const __m256 g = _mm256_add_ps(acc[i][half], _mm256_loadu_ps(bias + 8 * half));
-            const __m256 u = _mm256_add_ps(acc[i][2 + half], _mm256_loadu_ps(bias + NR + 8 * half));
-            _mm_storeu_si128((__m128i *)(row + 8 * half), to_bf16(act8(act, g, u)));
-        }
-        memcpy(h + i * hs, row, n_valid * sizeof row[0]);
-    }
+    for (size_t i = 0; i < M; i++)
+        gateup_row(acc[i][0], acc[i][1], acc[i][2], acc[i][3], tile, act, h + i * hs, n_valid);
 }
 
 INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *hv,
@@ -247,14 +259,9 @@ INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *h
     for (size_t i = 0; i < M; i++)
         x[i] = hv[i];
     dot(M, fp8, 1, k, x, tile, acc);
-    const float *bias = (const float *)tile;
     UNROLL
-    for (size_t i = 0; i < M; i++) {
-        float row[NR];
-        _mm256_storeu_ps(row, _mm256_add_ps(acc[i][0], _mm256_loadu_ps(bias)));
-        _mm256_storeu_ps(row + 8, _mm256_add_ps(acc[i][1], _mm256_loadu_ps(bias + 8)));
-        memcpy(y + i * ys, row, n_valid * sizeof row[0]);
-    }
+    for (size_t i = 0; i < M; i++)
+        down_row(acc[i][0], acc[i][1], tile, y + i * ys, n_valid);
 }
 
 #define DISPATCH2(body, m, ...)                                                                    \
@@ -433,18 +440,9 @@ INLINE void gateup_buffered(const int fp8, size_t m, size_t k, const void *const
 {
     float tot[MR_BUF][4][8] __attribute__((aligned(32)));
     buffered(fp8, 2, m, k, (const uint16_t *const *)xv, tile, tot);
-    const float *bias = (const float *)tile;
-    for (size_t i = 0; i < m; i++) {
-        uint16_t row[NR];
-        for (int half = 0; half < 2; half++) {
-            const __m256 g =
-                _mm256_add_ps(_mm256_load_ps(tot[i][half]), _mm256_loadu_ps(bias + 8 * half));
-            const __m256 u = _mm256_add_ps(_mm256_load_ps(tot[i][2 + half]),
-                                           _mm256_loadu_ps(bias + NR + 8 * half));
-            _mm_storeu_si128((__m128i *)(row + 8 * half), to_bf16(act8(act, g, u)));
-        }
-        memcpy(h + i * hs, row, n_valid * sizeof row[0]);
-    }
+    for (size_t i = 0; i < m; i++)
+        gateup_row(_mm256_load_ps(tot[i][0]), _mm256_load_ps(tot[i][1]), _mm256_load_ps(tot[i][2]),
+                   _mm256_load_ps(tot[i][3]), tile, act, h + i * hs, n_valid);
 }
 
 INLINE void down_buffered(const int fp8, size_t m, size_t k, const void *const *hv,
@@ -452,84 +450,77 @@ INLINE void down_buffered(const int fp8, size_t m, size_t k, const void *const *
 {
     float tot[MR_BUF][4][8] __attribute__((aligned(32)));
     buffered(fp8, 1, m, k, (const uint16_t *const *)hv, tile, tot);
-    const float *bias = (const float *)tile;
     for (size_t i = 0; i < m; i++) {
-        float row[NR];
-        for (int half = 0; half < 2; half++) {
-            __m256 v = _mm256_load_ps(tot[i][half]);
-            if (!fp8) v = _mm256_add_ps(v, _mm256_load_ps(tot[i][2 + half])); /* A + B */
-            _mm256_storeu_ps(row + 8 * half, _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * half)));
+        __m256 lo = _mm256_load_ps(tot[i][0]), hi = _mm256_load_ps(tot[i][1]);
+        if (!fp8) { /* bf16 weights: the two chains, A + B */
+            lo = _mm256_add_ps(lo, _mm256_load_ps(tot[i][2]));
+            hi = _mm256_add_ps(hi, _mm256_load_ps(tot[i][3]));
         }
-        memcpy(y + i * ys, row, n_valid * sizeof row[0]);
+        down_row(lo, hi, tile, y + i * ys, n_valid);
     }
+}
+
+/* A call of m tokens: the direct path up to MR, the buffered one above. */
+INLINE void gateup_any(const int fp8, size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t hs, size_t n_valid)
+{
+    if (m > MR)
+        gateup_buffered(fp8, m, k, x, tile, act, h, hs, n_valid);
+    else
+        DISPATCH2(gateup_m, m, fp8, k, x, tile, act, h, hs, n_valid);
+}
+
+INLINE void down_any(const int fp8, size_t m, size_t k, const void *const *h, const void *tile,
+                     float *y, size_t ys, size_t n_valid)
+{
+    if (m > MR)
+        down_buffered(fp8, m, k, h, tile, y, ys, n_valid);
+    else
+        DISPATCH2(down_m, m, fp8, k, h, tile, y, ys, n_valid);
 }
 
 static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    if (m > MR)
-        gateup_buffered(0, m, k, x, tile, act, h, h_stride, n_valid);
-    else
-        DISPATCH2(gateup_m, m, 0, k, x, tile, act, h, h_stride, n_valid);
+    gateup_any(0, m, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                       size_t y_stride, size_t n_valid)
 {
-    if (m > MR)
-        down_buffered(0, m, k, h, tile, y, y_stride, n_valid);
-    else
-        DISPATCH2(down_m, m, 0, k, h, tile, y, y_stride, n_valid);
+    down_any(0, m, k, h, tile, y, y_stride, n_valid);
 }
 
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
-    if (m > MR)
-        gateup_buffered(1, m, k, x, tile, act, h, h_stride, n_valid);
-    else
-        DISPATCH2(gateup_m, m, 1, k, x, tile, act, h, h_stride, n_valid);
+    gateup_any(1, m, k, x, tile, act, h, h_stride, n_valid);
 }
 
 static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                      size_t y_stride, size_t n_valid)
 {
-    if (m > MR)
-        down_buffered(1, m, k, h, tile, y, y_stride, n_valid);
-    else
-        DISPATCH2(down_m, m, 1, k, h, tile, y, y_stride, n_valid);
+    down_any(1, m, k, h, tile, y, y_stride, n_valid);
 }
 
 const moe_expert_kernels moe_expert_bf16_bf16_32x16__avx2 = {
     .name = "moe_expert_bf16_bf16_32x16__avx2",
-    .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX2,
     .mr = MR_BUF,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
-    .down_tile_bytes = moe_xl_bf16_down_bytes,
-    .pack_gateup = moe_xl_bf16_pack_gateup,
-    .pack_down = moe_xl_bf16_pack_down,
-    .unpack_gateup = moe_xl_bf16_unpack_gateup,
-    .unpack_down = moe_xl_bf16_unpack_down,
+    MOE_XL_BF16_LAYOUT,
     .gateup = gateup_bf16,
     .down = down_bf16,
 };
 
 const moe_expert_kernels moe_expert_fp8_bf16_32x16__avx2 = {
     .name = "moe_expert_fp8_bf16_32x16__avx2",
-    .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX2,
     .mr = MR_BUF,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
-    .down_tile_bytes = moe_xl_fp8_down_bytes,
-    .pack_gateup = moe_xl_fp8p_pack_gateup,
-    .pack_down = moe_xl_fp8p_pack_down,
-    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
-    .unpack_down = moe_xl_fp8p_unpack_down,
+    MOE_XL_FP8_LAYOUT(fp8p),
     .gateup = gateup_fp8,
     .down = down_fp8,
 };

@@ -36,20 +36,6 @@
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
-/* Stores rows [0, 16) ∩ [0, n_valid) of a 16-row result held in two ymm. */
-INLINE void store16(float *out, __m256 lo, __m256 hi, size_t n_valid)
-{
-    if (n_valid >= 8) {
-        _mm256_storeu_ps(out, lo);
-        if (n_valid == 16)
-            _mm256_storeu_ps(out + 8, hi);
-        else if (n_valid > 8)
-            _mm256_maskstore_ps(out + 8, moe_tail_mask_avx2(n_valid - 8), hi);
-    } else {
-        _mm256_maskstore_ps(out, moe_tail_mask_avx2(n_valid), lo);
-    }
-}
-
 /* vcvtph2ps from memory: the 8 f16 at p widened to f32. The memory form is one ALU uop; the
  * register form adds a shuffle on port 5, with vpmovsxbw and the extract the FP8 decode's
  * bound (bench/NOTES.md v12). In asm: GCC and clang both forward a vector stored just before
@@ -842,34 +828,22 @@ static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void
 
 const moe_expert_kernels moe_expert_bf16_f32_32x16__avx2 = {
     .name = "moe_expert_bf16_f32_32x16__avx2",
-    .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX2,
     .mr = MR_BF16,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
-    .down_tile_bytes = moe_xl_bf16_down_bytes,
-    .pack_gateup = moe_xl_bf16_pack_gateup,
-    .pack_down = moe_xl_bf16_pack_down,
-    .unpack_gateup = moe_xl_bf16_unpack_gateup,
-    .unpack_down = moe_xl_bf16_unpack_down,
+    MOE_XL_BF16_LAYOUT,
     .gateup = gateup_bf16,
     .down = down_bf16,
 };
 
 const moe_expert_kernels moe_expert_fp8_f32_32x16__avx2 = {
     .name = "moe_expert_fp8_f32_32x16__avx2",
-    .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX2,
     .mr = MR_FP8,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
-    .down_tile_bytes = moe_xl_fp8_down_bytes,
-    .pack_gateup = moe_xl_fp8_pack_gateup,
-    .pack_down = moe_xl_fp8_pack_down,
-    .unpack_gateup = moe_xl_fp8_unpack_gateup,
-    .unpack_down = moe_xl_fp8_unpack_down,
+    MOE_XL_FP8_LAYOUT(fp8),
     .gateup = gateup_fp8,
     .down = down_fp8,
     .gateup_tiles = gateup_fp8_tiles,

@@ -1,4 +1,5 @@
-/* expert_shared.h — internal: what the AVX2 expert kernel sets share: scale loads, the activation.
+/* expert_shared.h — internal: what the AVX2 expert kernel sets share: scale loads, the row store,
+ * the activation.
  */
 #ifndef MOE_KERNELS_AVX2_EXPERT_SHARED_H
 #define MOE_KERNELS_AVX2_EXPERT_SHARED_H
@@ -15,6 +16,21 @@ static inline __attribute__((always_inline)) float load_f32(const unsigned char 
     float v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* Stores rows [0, 16) ∩ [0, n_valid) of a 16-row result held in two ymm. */
+static inline __attribute__((always_inline)) void store16(float *out, __m256 lo, __m256 hi,
+                                                          size_t n_valid)
+{
+    if (n_valid >= 8) {
+        _mm256_storeu_ps(out, lo);
+        if (n_valid == 16)
+            _mm256_storeu_ps(out + 8, hi);
+        else if (n_valid > 8)
+            _mm256_maskstore_ps(out + 8, moe_tail_mask_avx2(n_valid - 8), hi);
+    } else {
+        _mm256_maskstore_ps(out, moe_tail_mask_avx2(n_valid), lo);
+    }
 }
 
 /* The epilogue: moe_xr_act (kernels/ref/expert_ref.h) on 8 lanes. */

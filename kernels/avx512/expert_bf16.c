@@ -29,34 +29,22 @@ static inline __attribute__((always_inline)) __m512 dp_emul(__m512 acc, __m512i 
 
 const moe_expert_kernels moe_expert_bf16_bf16_8x16__avx512 = {
     .name = "moe_expert_bf16_bf16_8x16__avx512",
-    .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX512,
     .mr = MR,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
-    .down_tile_bytes = moe_xl_bf16_down_bytes,
-    .pack_gateup = moe_xl_bf16_pack_gateup,
-    .pack_down = moe_xl_bf16_pack_down,
-    .unpack_gateup = moe_xl_bf16_unpack_gateup,
-    .unpack_down = moe_xl_bf16_unpack_down,
+    MOE_XL_BF16_LAYOUT,
     .gateup = gateup_bf16,
     .down = down_bf16,
 };
 
 const moe_expert_kernels moe_expert_fp8_bf16_8x16__avx512 = {
     .name = "moe_expert_fp8_bf16_8x16__avx512",
-    .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_AVX512,
     .mr = MR,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
-    .down_tile_bytes = moe_xl_fp8_down_bytes,
-    .pack_gateup = moe_xl_fp8p_pack_gateup,
-    .pack_down = moe_xl_fp8p_pack_down,
-    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
-    .unpack_down = moe_xl_fp8p_unpack_down,
+    MOE_XL_FP8_LAYOUT(fp8p),
     .gateup = gateup_fp8,
     .down = down_fp8,
 };

@@ -49,16 +49,10 @@
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
-/* The bf16 pair (x[2q], x[2q+1]) of a row, or (x[k-1], 0) when 2q + 1 == k, broadcast. */
+/* The activation pair q of a row (moe_xl_bf16_x_pair), broadcast. */
 INLINE __m512i x_pair(const uint16_t *x, size_t q, size_t k)
 {
-    uint32_t v;
-    if (2 * q + 1 < k) {
-        memcpy(&v, x + 2 * q, sizeof v);
-    } else {
-        v = x[2 * q];
-    }
-    return _mm512_set1_epi32((int)v);
+    return _mm512_set1_epi32((int)moe_xl_bf16_x_pair(x, q, k));
 }
 
 /* moe_f32_to_bf16 on 16 lanes, narrowed to 16 words. */

@@ -70,17 +70,11 @@ INLINE void fp8_decode64(const fp8_dec *d, const unsigned char *c, __m512 w[4])
 
 const moe_expert_kernels moe_expert_fp8_f32_32x16__avx512vbmi = {
     .name = "moe_expert_fp8_f32_32x16__avx512vbmi",
-    .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_F32,
     .isa = MOE_REQ_AVX512VBMI,
     .mr = MR_FP8,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
-    .down_tile_bytes = moe_xl_fp8_down_bytes,
-    .pack_gateup = moe_xl_fp8g_pack_gateup,
-    .pack_down = moe_xl_fp8g_pack_down,
-    .unpack_gateup = moe_xl_fp8g_unpack_gateup,
-    .unpack_down = moe_xl_fp8g_unpack_down,
+    MOE_XL_FP8_LAYOUT(fp8g),
     .gateup = gateup_fp8,
     .down = down_fp8,
     .gateup_tiles = gateup_fp8_tiles,

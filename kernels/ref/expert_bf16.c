@@ -39,13 +39,6 @@ static float load_f32(const unsigned char *p)
     return v;
 }
 
-/* The activation pair q of a bf16 row of k elements; (x[k-1], 0) at the odd end. */
-static uint32_t x_pair(const uint16_t *x, size_t q, size_t k)
-{
-    uint32_t lo = x[2 * q], hi = 2 * q + 1 < k ? x[2 * q + 1] : 0u;
-    return lo | hi << 16;
-}
-
 /* The bf16 code of e4m3(code) · 2^-8: an f32 with at most 4 significant bits, so its top half. */
 static uint32_t fp8_code_bf16(uint8_t code)
 {
@@ -58,7 +51,7 @@ static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t
     const unsigned char *w = tile + moe_xl_bf16_weights(np) + n * 4;
     float acc = 0.0f;
     for (size_t q = 0; q < (k + 1) / 2; q++)
-        acc = moe_xr_dpbf16(acc, x_pair(x, q, k),
+        acc = moe_xr_dpbf16(acc, moe_xl_bf16_x_pair(x, q, k),
                             load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q)));
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
@@ -82,7 +75,7 @@ static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t 
         const size_t q1 = q0 + block_pairs < pairs ? q0 + block_pairs : pairs;
         float bacc = 0.0f;
         for (size_t q = q0; q < q1; q++)
-            bacc = moe_xr_dpbf16(bacc, x_pair(x, q, k), fp8_pair(tile, np, p, n, k, q));
+            bacc = moe_xr_dpbf16(bacc, moe_xl_bf16_x_pair(x, q, k), fp8_pair(tile, np, p, n, k, q));
         acc = fmaf(bacc, load_f32(scales + (b * (size_t)np + (size_t)p) * 4), acc);
     }
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
@@ -97,7 +90,7 @@ static float chains(const unsigned char *tile, int fp8, size_t q0, size_t q1, si
         const uint32_t w = fp8 ? fp8_pair(tile, 1, 0, n, k, q)
                                : load_u32(tile + moe_xl_bf16_weights(1) +
                                           moe_xl_bf16_pair_at(1, (int64_t)k, 0, q) + n * 4);
-        acc[q & 1] = moe_xr_dpbf16(acc[q & 1], x_pair(x, q, k), w);
+        acc[q & 1] = moe_xr_dpbf16(acc[q & 1], moe_xl_bf16_x_pair(x, q, k), w);
     }
     return acc[0] + acc[1];
 }
@@ -172,34 +165,22 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
 
 const moe_expert_kernels moe_expert_bf16_bf16_8x16__ref = {
     .name = "moe_expert_bf16_bf16_8x16__ref",
-    .format = MOE_EXPERT_FMT_BF16,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_SCALAR,
     .mr = MR,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_bf16_gateup_bytes,
-    .down_tile_bytes = moe_xl_bf16_down_bytes,
-    .pack_gateup = moe_xl_bf16_pack_gateup,
-    .pack_down = moe_xl_bf16_pack_down,
-    .unpack_gateup = moe_xl_bf16_unpack_gateup,
-    .unpack_down = moe_xl_bf16_unpack_down,
+    MOE_XL_BF16_LAYOUT,
     .gateup = gateup_bf16,
     .down = down_bf16,
 };
 
 const moe_expert_kernels moe_expert_fp8_bf16_8x16__ref = {
     .name = "moe_expert_fp8_bf16_8x16__ref",
-    .format = MOE_EXPERT_FMT_FP8_BLOCK,
     .recipe = MOE_RECIPE_BF16,
     .isa = MOE_REQ_SCALAR,
     .mr = MR,
     .nr = NR,
-    .gateup_tile_bytes = moe_xl_fp8_gateup_bytes,
-    .down_tile_bytes = moe_xl_fp8_down_bytes,
-    .pack_gateup = moe_xl_fp8p_pack_gateup,
-    .pack_down = moe_xl_fp8p_pack_down,
-    .unpack_gateup = moe_xl_fp8p_unpack_gateup,
-    .unpack_down = moe_xl_fp8p_unpack_down,
+    MOE_XL_FP8_LAYOUT(fp8p),
     .gateup = gateup_fp8,
     .down = down_fp8,
 };

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/expert.h"
 
@@ -125,6 +126,20 @@ static inline const unsigned char *moe_xl_pair_prefetch(const unsigned char *a,
     return a >= end ? a + skip : a;
 }
 
+/* The bf16 recipe's activation pair q of a row of k bf16 codes, the dword a weight pair meets
+ * (x[2q] in the low half, x[2q + 1] in the high); (x[k-1], 0) at an odd end, so nothing past
+ * x[k-1] is read. */
+static inline uint32_t moe_xl_bf16_x_pair(const uint16_t *x, size_t q, size_t k)
+{
+    uint32_t v;
+    if (2 * q + 1 < k) {
+        memcpy(&v, x + 2 * q, sizeof v);
+    } else {
+        v = x[2 * q];
+    }
+    return v;
+}
+
 /* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */
 size_t moe_xl_bf16_gateup_bytes(int64_t k);
 size_t moe_xl_bf16_down_bytes(int64_t k);
@@ -153,5 +168,15 @@ moe_status moe_xl_fp8g_pack_down(const moe_weight_src *down, void *dst);
 moe_status moe_xl_fp8g_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                      const moe_weight_dst *up);
 moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *down);
+
+/* What a kernel set's layout decides, as its initializer's fields: the format, the tile
+ * sizes, pack and unpack. L is bf16, fp8 (k-major codes), fp8p (pairs) or fp8g (groups). */
+#define MOE_XL_SET_LAYOUT(fmt, tiles, L)                                                           \
+    .format = (fmt), .gateup_tile_bytes = moe_xl_##tiles##_gateup_bytes,                           \
+    .down_tile_bytes = moe_xl_##tiles##_down_bytes, .pack_gateup = moe_xl_##L##_pack_gateup,       \
+    .pack_down = moe_xl_##L##_pack_down, .unpack_gateup = moe_xl_##L##_unpack_gateup,              \
+    .unpack_down = moe_xl_##L##_unpack_down
+#define MOE_XL_BF16_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_BF16, bf16, bf16)
+#define MOE_XL_FP8_LAYOUT(L) MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_FP8_BLOCK, fp8, L)
 
 #endif
