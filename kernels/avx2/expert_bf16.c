@@ -90,6 +90,17 @@ INLINE void pair_w(const int fp8, const unsigned char *l, __m256i v[2])
     }
 }
 
+/* The chains of acc fenced (dp_fence), so no step of theirs moves across what follows. */
+INLINE void fence_chains(const size_t M, __m256 acc[][4])
+{
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            dp_fence(acc[i][j]);
+    }
+}
+
 /* Pair q into acc: gate/up into acc[i][0..1] (gate) and [2..3] (up); down into the chain
  * `chain`, acc[i][0..1] (A) or [2..3] (B). */
 INLINE void pair_direct(const size_t M, const int fp8, const int np, const int chain,
@@ -122,31 +133,16 @@ INLINE void pairs_dp(const size_t M, const int fp8, const int np, const uint16_t
                      size_t q0, size_t q1, size_t k, const unsigned char *w, __m256 acc[][4])
 {
     const dp_state st = dp_enter();
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        UNROLL
-        for (int j = 0; j < 4; j++)
-            dp_fence(acc[i][j]);
-    }
+    fence_chains(M, acc);
     size_t q = q0;
     for (; q + 2 <= q1; q += 2) {
         pair_direct(M, fp8, np, 0, x, q, k, w, acc);
         pair_direct(M, fp8, np, 1, x, q + 1, k, w, acc);
     }
     if (q < q1) pair_direct(M, fp8, np, 0, x, q, k, w, acc);
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        UNROLL
-        for (int j = 0; j < 4; j++)
-            dp_fence(acc[i][j]);
-    }
+    fence_chains(M, acc);
     dp_leave(st);
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        UNROLL
-        for (int j = 0; j < 4; j++)
-            dp_fence(acc[i][j]);
-    }
+    fence_chains(M, acc);
 }
 
 /* The sums over K into acc (down: the total in [0..1]). bf16 weights: one chain per element
@@ -357,31 +353,16 @@ INLINE void pass_block(const size_t P, const int fp8, const int np, const __m256
             acc[t][s] = fp8 ? _mm256_setzero_ps() : _mm256_load_ps(tot[t][s]);
     }
     const dp_state st = dp_enter();
-    UNROLL
-    for (size_t t = 0; t < P; t++) {
-        UNROLL
-        for (int s = 0; s < 4; s++)
-            dp_fence(acc[t][s]);
-    }
+    fence_chains(P, acc);
     size_t j = 0;
     for (; j + 2 <= n; j += 2) {
         pair_step(P, np, 0, buf, j, xw, acc);
         pair_step(P, np, 1, buf, j + 1, xw, acc);
     }
     if (j < n) pair_step(P, np, 0, buf, j, xw, acc);
-    UNROLL
-    for (size_t t = 0; t < P; t++) {
-        UNROLL
-        for (int s = 0; s < 4; s++)
-            dp_fence(acc[t][s]);
-    }
+    fence_chains(P, acc);
     dp_leave(st);
-    UNROLL
-    for (size_t t = 0; t < P; t++) {
-        UNROLL
-        for (int s = 0; s < 4; s++)
-            dp_fence(acc[t][s]);
-    }
+    fence_chains(P, acc);
     UNROLL
     for (size_t t = 0; t < P; t++) {
         if (!fp8) {
@@ -503,24 +484,5 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
     down_any(1, m, k, h, tile, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_bf16_32x16__avx2 = {
-    .name = "moe_expert_bf16_bf16_32x16__avx2",
-    .recipe = MOE_RECIPE_BF16,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR_BUF,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
-
-const moe_expert_kernels moe_expert_fp8_bf16_32x16__avx2 = {
-    .name = "moe_expert_fp8_bf16_32x16__avx2",
-    .recipe = MOE_RECIPE_BF16,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR_BUF,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8p),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-};
+MOE_XL_BF16_RECIPE_SETS(moe_expert_bf16_bf16_32x16__avx2, moe_expert_fp8_bf16_32x16__avx2,
+                        MOE_REQ_AVX2, MR_BUF);

@@ -27,24 +27,5 @@ static inline __attribute__((always_inline)) __m512 dp_emul(__m512 acc, __m512i 
 #include "kernels/mxcsr_daz_ftz.h"
 #include "kernels/avx512/expert_bf16_body.h"
 
-const moe_expert_kernels moe_expert_bf16_bf16_8x16__avx512 = {
-    .name = "moe_expert_bf16_bf16_8x16__avx512",
-    .recipe = MOE_RECIPE_BF16,
-    .isa = MOE_REQ_AVX512,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
-
-const moe_expert_kernels moe_expert_fp8_bf16_8x16__avx512 = {
-    .name = "moe_expert_fp8_bf16_8x16__avx512",
-    .recipe = MOE_RECIPE_BF16,
-    .isa = MOE_REQ_AVX512,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8p),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-};
+MOE_XL_BF16_RECIPE_SETS(moe_expert_bf16_bf16_8x16__avx512, moe_expert_fp8_bf16_8x16__avx512,
+                        MOE_REQ_AVX512, MR);

@@ -163,24 +163,5 @@ static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile,
     down(down_dot_fp8, m, k, h, tile, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_bf16_8x16__ref = {
-    .name = "moe_expert_bf16_bf16_8x16__ref",
-    .recipe = MOE_RECIPE_BF16,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
-
-const moe_expert_kernels moe_expert_fp8_bf16_8x16__ref = {
-    .name = "moe_expert_fp8_bf16_8x16__ref",
-    .recipe = MOE_RECIPE_BF16,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8p),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-};
+MOE_XL_BF16_RECIPE_SETS(moe_expert_bf16_bf16_8x16__ref, moe_expert_fp8_bf16_8x16__ref,
+                        MOE_REQ_SCALAR, MR);

@@ -179,4 +179,24 @@ moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *dow
 #define MOE_XL_BF16_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_BF16, bf16, bf16)
 #define MOE_XL_FP8_LAYOUT(L) MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_FP8_BLOCK, fp8, L)
 
+/* The bf16 recipe's two kernel sets of one ISA (bf16 pairs, FP8 pairs), both taking up to mr
+ * tokens, made of the includer's gateup_bf16, down_bf16, gateup_fp8 and down_fp8. */
+#define MOE_XL_BF16_RECIPE_SETS(bf16_set, fp8_set, isa_, mr_)                                      \
+    const moe_expert_kernels bf16_set = {.name = #bf16_set,                                        \
+                                         .recipe = MOE_RECIPE_BF16,                                \
+                                         .isa = (isa_),                                            \
+                                         .mr = (mr_),                                              \
+                                         .nr = MOE_XL_NR,                                          \
+                                         MOE_XL_BF16_LAYOUT,                                       \
+                                         .gateup = gateup_bf16,                                    \
+                                         .down = down_bf16};                                       \
+    const moe_expert_kernels fp8_set = {.name = #fp8_set,                                          \
+                                        .recipe = MOE_RECIPE_BF16,                                 \
+                                        .isa = (isa_),                                             \
+                                        .mr = (mr_),                                               \
+                                        .nr = MOE_XL_NR,                                           \
+                                        MOE_XL_FP8_LAYOUT(fp8p),                                   \
+                                        .gateup = gateup_fp8,                                      \
+                                        .down = down_fp8}
+
 #endif
