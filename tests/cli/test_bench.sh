@@ -66,8 +66,9 @@ rc=0
 check "--layer past the model: exit 1 (got $rc)" test "$rc" -eq 1
 check "--layer past the model: says so" grep -qF "layer 5 is not a MoE layer" "$tmp/err"
 check "--layer past the model: nothing on stdout" test ! -s "$tmp/out"
-check "json and svg are consistent" python3 - "$tmp/r.json" "$tmp/r.svg" <<'PY'
-import json, sys, xml.etree.ElementTree as ET
+check "json and svg are consistent" python3 - "$tmp/r.json" "$tmp/r.svg" \
+  "$(dirname "$0")/../../include/moe.h" <<'PY'
+import json, os, re, sys, xml.etree.ElementTree as ET
 doc = json.load(open(sys.argv[1]))
 f = doc["floors"]
 assert f["read_gbps_1_thread"] > 0 and f["threads"] == 2, f
@@ -95,6 +96,19 @@ for c in cases:
     cpu = c["packed_bytes"] / (c["create_user_ms"] * 1e6) if c["create_user_ms"] > 0 else 0
     assert abs(c["pack_gbps_per_thread_cpu"] - cpu) <= 1e-6 * cpu, c
     assert "trace" not in c and "trace_forward_ns" not in c, c  # only with --trace
+m = doc["machine"]  # what the figures belong to, against the kernel's own view of the machine
+assert m["cores"] == os.cpu_count(), m
+names = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")]
+assert not names or m["cpu"] == names[0], (m, names[:1])
+l2 = "/sys/devices/system/cpu/cpu0/cache/index2/size"
+if m["l2_bytes"] is not None and os.path.exists(l2):
+    text = open(l2).read().strip()
+    assert text.endswith("K") and m["l2_bytes"] == int(text[:-1]) * 1024, (m, text)
+version = re.search(r'#define MOE_VERSION_STRING "([^"]+)"', open(sys.argv[3]).read()).group(1)
+assert m["libmoe_version"] == version and m["moe_isa"] is None, m
+level = ("avx512bf16" if "avx512_bf16" in m["features"] else "avx512" if "avx512" in m["features"]
+         else "avx2" if "avx2" in m["features"] else "scalar")
+assert m["isa_level"] == level, m
 svg = ET.parse(sys.argv[2]).getroot()
 circles = svg.findall("{http://www.w3.org/2000/svg}circle")
 assert len(circles) == len(cases), len(circles)
@@ -119,8 +133,11 @@ MOE_ISA=scalar "$moe" bench --model "$tmp/q" --tokens 2 --threads 1 --time-ms 1 
   --json >"$tmp/b0.json" 2>"$tmp/err"
 check "--recipe bf16, MOE_ISA=scalar: the portable set, no instruction's peak" python3 - "$tmp/b0.json" <<'PY'
 import json, sys
-(c,) = json.load(open(sys.argv[1]))["cases"]
+doc = json.load(open(sys.argv[1]))
+(c,) = doc["cases"]
 assert c["kernel"] == "moe_expert_bf16_bf16_8x16__ref" and c["insn"] == "", c
+m = doc["machine"]
+assert (m["isa_level"], m["features"], m["moe_isa"]) == ("scalar", [], "scalar"), m
 assert c["bound"] == "memory" and c["floor_ms"] > 0, c
 PY
 

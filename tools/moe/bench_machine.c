@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "cpu/cpu.h"
 
 double bench_clock_ns(void) { return bench_now_ns(); }
 
@@ -21,6 +23,10 @@ bool bench_floors_measure(bench_floors *f, int threads)
     }
     f->flush = b;
     f->llc_bytes = (double)bench_llc_bytes();
+    if (moe_cpu_query(&f->cpu) != MOE_OK) memset(&f->cpu, 0, sizeof f->cpu);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    f->cores = cores > 0 ? (int)cores : 0;
+    f->l2_bytes = moe_cpu_l2_bytes();
     const int slots = f->threads > 1 ? 2 : 1; /* slot 1 = slot 0 on one thread */
     for (int s = 0; s < slots; s++)
         f->read_gbs[s] = bench_stream_read(b, s ? f->threads : 1, 7);

@@ -3,7 +3,10 @@
 #define MOE_TOOLS_BENCH_MACHINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "moe.h"
 
 #define BENCH_MAX_INSNS 8
 
@@ -17,6 +20,11 @@ typedef struct bench_floors {
     double peak_gflops[BENCH_MAX_INSNS][2];
     void *flush;                         /* the eviction buffer (bench_util.h) */
     double llc_bytes;                    /* the last-level cache, as the eviction sizes it */
+    /* What the figures belong to: the CPU (brand, features, the MOE_ISA cap: moe_cpu_query;
+     * all zero when that failed), the cores online and the per-core L2 (0 when unknown). */
+    moe_cpu_info cpu;
+    int cores;
+    size_t l2_bytes;
 } bench_floors;
 
 /* Measures every floor (a few seconds; each the fastest of a few passes); false when out of

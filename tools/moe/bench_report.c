@@ -5,10 +5,33 @@
 #include <math.h>
 #include <string.h>
 
+#include "cli_util.h"
+#include "cpu/cpu.h"
 #include "trace_report.h"
+
+/* "avx512bf16 (MOE_ISA unset)" or "avx2 (MOE_ISA=avx2)": the level the kernels were chosen
+ * under. */
+static void isa_text(const moe_cpu_info *c, char *buf, size_t size)
+{
+    const char *level = moe_isa_level_name(cli_isa_level(&c->allowed));
+    if (c->cap_from_env)
+        snprintf(buf, size, "%s (MOE_ISA=%s)", level, moe_isa_level_name(c->cap));
+    else
+        snprintf(buf, size, "%s (MOE_ISA unset)", level);
+}
 
 void bench_report_floors(FILE *out, const bench_floors *f)
 {
+    char isa[64], features[128], l2[32] = "L2 size unknown";
+    isa_text(&f->cpu, isa, sizeof isa);
+    moe_cpu_mask_format(moe_cpu_caps_mask(&f->cpu.allowed), features, sizeof features);
+    if (f->l2_bytes)
+        snprintf(l2, sizeof l2, "L2 %.1f MiB per core", (double)f->l2_bytes / (1 << 20));
+    fprintf(out, "machine: %s; %d cores, %s, last-level cache %.0f MiB\n",
+            f->cpu.brand[0] ? f->cpu.brand : "(no CPU brand string)", f->cores, l2,
+            f->llc_bytes / (1 << 20));
+    fprintf(out, "ISA level %s, features used: %s; libmoe %s\n\n", isa, features,
+            moe_version_string());
     fprintf(out, "machine floors (this run; the fastest of a few passes):\n");
     fprintf(out, "  read bandwidth        1 thread %7.2f GB/s   ", f->read_gbs[0]);
     if (f->threads > 1) fprintf(out, "  %d threads %7.2f GB/s", f->threads, f->read_gbs[1]);
@@ -96,6 +119,28 @@ static json_t *trace_json(const moe_trace *tr)
     return a;
 }
 
+/* What the figures belong to: the CPU, its cores and L2, the ISA level and features the
+ * kernels were chosen under, the library's version. */
+static json_t *machine_json(const bench_floors *f)
+{
+    json_t *o = json_object(), *features = json_array();
+    const uint32_t mask = moe_cpu_caps_mask(&f->cpu.allowed);
+    for (uint32_t bit = 1; bit & MOE_FEAT_ALL_; bit <<= 1)
+        if (mask & bit) json_array_append_new(features, json_string(moe_cpu_feature_name(bit)));
+    json_object_set_new(o, "cpu", json_string(f->cpu.brand));
+    json_object_set_new(o, "cores", json_integer(f->cores));
+    json_object_set_new(o, "l2_bytes",
+                        f->l2_bytes ? json_integer((json_int_t)f->l2_bytes) : json_null());
+    json_object_set_new(o, "isa_level",
+                        json_string(moe_isa_level_name(cli_isa_level(&f->cpu.allowed))));
+    json_object_set_new(o, "features", features);
+    json_object_set_new(o, "moe_isa",
+                        f->cpu.cap_from_env ? json_string(moe_isa_level_name(f->cpu.cap))
+                                            : json_null());
+    json_object_set_new(o, "libmoe_version", json_string(moe_version_string()));
+    return o;
+}
+
 static json_t *floors_json(const bench_floors *f)
 {
     json_t *o = json_object(), *peaks = json_object();
@@ -162,6 +207,7 @@ bool bench_report_json(FILE *out, const bench_floors *f, const bench_result *r, 
         json_decref(cases);
         return false;
     }
+    json_object_set_new(doc, "machine", machine_json(f));
     json_object_set_new(doc, "floors", floors_json(f));
     for (size_t i = 0; i < n; i++)
         json_array_append_new(cases, result_json(&r[i]));

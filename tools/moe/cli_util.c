@@ -158,3 +158,11 @@ bool cli_recipe(cli_args *a, const char *text, moe_experts_recipe *out)
     cli_usage_error(a, "--recipe '%s' is not f32 or bf16", text);
     return false;
 }
+
+moe_isa_level cli_isa_level(const moe_cpu_caps *c)
+{
+    if (c->avx512_bf16) return MOE_ISA_AVX512BF16;
+    if (c->avx512) return MOE_ISA_AVX512;
+    if (c->avx2) return MOE_ISA_AVX2;
+    return MOE_ISA_SCALAR;
+}

@@ -41,6 +41,10 @@ bool cli_u64(cli_args *a, const char *opt, const char *text, uint64_t *out);
  * naming the option and the text, a->bad set, false. */
 bool cli_recipe(cli_args *a, const char *text, moe_experts_recipe *out);
 
+/* The highest ISA level (moe.h) whose defining feature caps has: what `moe caps` prints as
+ * "level" for the allowed features. */
+moe_isa_level cli_isa_level(const moe_cpu_caps *caps);
+
 /* Prints "PROG: MESSAGE" on stderr as exactly one line: control characters in MESSAGE (a
  * file or tensor name can hold a newline) are written as \n, \t or \xHH. */
 void cli_print_error(const char *prog, const char *message);

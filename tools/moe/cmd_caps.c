@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "cpu/cpu.h"
 #include "select/select.h"
@@ -41,15 +42,6 @@ static void print_mask(const char *label, const moe_cpu_caps *caps)
     printf("%-10s %s\n", label, buf);
 }
 
-/* The highest level whose defining feature is allowed. */
-static moe_isa_level level_of(const moe_cpu_caps *c)
-{
-    if (c->avx512_bf16) return MOE_ISA_AVX512BF16;
-    if (c->avx512) return MOE_ISA_AVX512;
-    if (c->avx2) return MOE_ISA_AVX2;
-    return MOE_ISA_SCALAR;
-}
-
 static void print_summary(const moe_cpu_info *info)
 {
     printf("%-10s %s\n", "cpu", info->brand[0] ? info->brand : "(no brand string)");
@@ -60,7 +52,7 @@ static void print_summary(const moe_cpu_info *info)
     else
         printf("%-10s unset (no cap)\n", "MOE_ISA");
     print_mask("allowed", &info->allowed);
-    printf("%-10s %s\n", "level", moe_isa_level_name(level_of(&info->allowed)));
+    printf("%-10s %s\n", "level", moe_isa_level_name(cli_isa_level(&info->allowed)));
 
     printf("\nfeatures\n");
     for (size_t i = 0; i < NFEATURES; i++) {
