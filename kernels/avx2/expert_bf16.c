@@ -79,6 +79,15 @@ INLINE void fp8_bf16_32(const unsigned char *codes, __m256i v[2])
     v[1] = _mm256_unpackhi_epi8(lo, hi);
 }
 
+/* Where projection p's pair q lies among np projections from w: the FP8 pairs order (the
+ * projections' 32 codes side by side per pair), or the bf16 pair streams. */
+INLINE const unsigned char *pair_line(const int fp8, const int np, const unsigned char *w, size_t k,
+                                      int p, size_t q)
+{
+    return fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
+               : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
+}
+
 /* The weight pair vectors (rows 0-7, 8-15) of a pair at l: 32 FP8 codes, or 16 bf16 pairs. */
 INLINE void pair_w(const int fp8, const unsigned char *l, __m256i v[2])
 {
@@ -101,6 +110,22 @@ INLINE void fence_chains(const size_t M, __m256 acc[][4])
     }
 }
 
+/* A run of pair steps on acc's chains in DP's FP environment: chains_enter before the first,
+ * chains_leave after the last, each fencing the chains on both sides of the switch. */
+INLINE dp_state chains_enter(const size_t M, __m256 acc[][4])
+{
+    const dp_state st = dp_enter();
+    fence_chains(M, acc);
+    return st;
+}
+
+INLINE void chains_leave(const size_t M, __m256 acc[][4], dp_state st)
+{
+    fence_chains(M, acc);
+    dp_leave(st);
+    fence_chains(M, acc);
+}
+
 /* Pair q into acc: gate/up into acc[i][0..1] (gate) and [2..3] (up); down into the chain
  * `chain`, acc[i][0..1] (A) or [2..3] (B). */
 INLINE void pair_direct(const size_t M, const int fp8, const int np, const int chain,
@@ -110,8 +135,7 @@ INLINE void pair_direct(const size_t M, const int fp8, const int np, const int c
     __m256i v[2][2];
     UNROLL
     for (int p = 0; p < np; p++) {
-        const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
-                                     : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
+        const unsigned char *l = pair_line(fp8, np, w, k, p, q);
         prefetch(l + PF_BYTES);
         pair_w(fp8, l, v[p]);
     }
@@ -132,22 +156,37 @@ INLINE void pair_direct(const size_t M, const int fp8, const int np, const int c
 INLINE void pairs_dp(const size_t M, const int fp8, const int np, const uint16_t *const *x,
                      size_t q0, size_t q1, size_t k, const unsigned char *w, __m256 acc[][4])
 {
-    const dp_state st = dp_enter();
-    fence_chains(M, acc);
+    const dp_state st = chains_enter(M, acc);
     size_t q = q0;
     for (; q + 2 <= q1; q += 2) {
         pair_direct(M, fp8, np, 0, x, q, k, w, acc);
         pair_direct(M, fp8, np, 1, x, q + 1, k, w, acc);
     }
     if (q < q1) pair_direct(M, fp8, np, 0, x, q, k, w, acc);
-    fence_chains(M, acc);
-    dp_leave(st);
-    fence_chains(M, acc);
+    chains_leave(M, acc, st);
 }
 
-/* The sums over K into acc (down: the total in [0..1]). bf16 weights: one chain per element
- * (down: A + B). FP8: per 128-K block the block's chains, then acc = fma(block sum, scale,
- * acc) (down: A + B before the scale). */
+/* One token's FP8 block into its totals: acc = fma(block sum, the block's scale, acc), per
+ * projection (slots 0-1 gate, 2-3 up), or for down (np 1) the sum of the chains A (slots 0-1)
+ * and B (2-3) into slots 0-1. */
+INLINE void block_scale(const int np, const __m256 b[4], const unsigned char *sc, __m256 acc[4])
+{
+    if (np == 1) {
+        const __m256 s = _mm256_set1_ps(load_f32(sc));
+        acc[0] = _mm256_fmadd_ps(_mm256_add_ps(b[0], b[2]), s, acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_add_ps(b[1], b[3]), s, acc[1]);
+        return;
+    }
+    const __m256 sg = _mm256_set1_ps(load_f32(sc)), su = _mm256_set1_ps(load_f32(sc + 4));
+    acc[0] = _mm256_fmadd_ps(b[0], sg, acc[0]);
+    acc[1] = _mm256_fmadd_ps(b[1], sg, acc[1]);
+    acc[2] = _mm256_fmadd_ps(b[2], su, acc[2]);
+    acc[3] = _mm256_fmadd_ps(b[3], su, acc[3]);
+}
+
+/* The sums over K into acc. bf16 weights: one chain per element (down: chains A in slots 0-1
+ * and B in 2-3, summed by down_row). FP8: per 128-K block the block's chains, then
+ * block_scale (down: A + B before the scale, the total in slots 0-1, 2-3 zero). */
 INLINE void dot(const size_t M, const int fp8, const int np, size_t k, const uint16_t *const *x,
                 const unsigned char *tile, __m256 acc[][4])
 {
@@ -158,13 +197,6 @@ INLINE void dot(const size_t M, const int fp8, const int np, size_t k, const uin
             acc[i][j] = _mm256_setzero_ps();
     if (!fp8) {
         pairs_dp(M, 0, np, x, 0, pairs, k, tile + moe_xl_bf16_weights(np), acc);
-        if (np == 1) {
-            UNROLL
-            for (size_t i = 0; i < M; i++) {
-                acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][2]);
-                acc[i][1] = _mm256_add_ps(acc[i][1], acc[i][3]);
-            }
-        }
         return;
     }
     const unsigned char *sc = tile + moe_xl_bias_bytes(np);
@@ -178,20 +210,8 @@ INLINE void dot(const size_t M, const int fp8, const int np, size_t k, const uin
                 b[i][j] = _mm256_setzero_ps();
         pairs_dp(M, 1, np, x, q0, q1, k, codes, b);
         UNROLL
-        for (size_t i = 0; i < M; i++) {
-            if (np == 1) {
-                const __m256 s = _mm256_set1_ps(load_f32(sc));
-                acc[i][0] = _mm256_fmadd_ps(_mm256_add_ps(b[i][0], b[i][2]), s, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(_mm256_add_ps(b[i][1], b[i][3]), s, acc[i][1]);
-            } else {
-                const __m256 sg = _mm256_set1_ps(load_f32(sc)),
-                             su = _mm256_set1_ps(load_f32(sc + 4));
-                acc[i][0] = _mm256_fmadd_ps(b[i][0], sg, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(b[i][1], sg, acc[i][1]);
-                acc[i][2] = _mm256_fmadd_ps(b[i][2], su, acc[i][2]);
-                acc[i][3] = _mm256_fmadd_ps(b[i][3], su, acc[i][3]);
-            }
-        }
+        for (size_t i = 0; i < M; i++)
+            block_scale(np, b[i], sc, acc[i]);
     }
 }
 
@@ -223,10 +243,17 @@ INLINE void gateup_row(__m256 g0, __m256 g1, __m256 u0, __m256 u1, const unsigne
     memcpy(h, row, n_valid * sizeof row[0]);
 }
 
-/* One token's down outputs from its sums (rows 0-7, 8-15): bias, y; n_valid rows stored. */
-INLINE void down_row(__m256 lo, __m256 hi, const unsigned char *tile, float *y, size_t n_valid)
+/* One token's down outputs from its sums (rows 0-7, 8-15 in slots 0-1; bf16 weights: chain A
+ * there and B in 2-3, summed first): bias, y; n_valid rows stored. */
+INLINE void down_row(const int fp8, const __m256 s[4], const unsigned char *tile, float *y,
+                     size_t n_valid)
 {
     const float *bias = (const float *)tile;
+    __m256 lo = s[0], hi = s[1];
+    if (!fp8) {
+        lo = _mm256_add_ps(lo, s[2]);
+        hi = _mm256_add_ps(hi, s[3]);
+    }
     store16(y, _mm256_add_ps(lo, _mm256_loadu_ps(bias)),
             _mm256_add_ps(hi, _mm256_loadu_ps(bias + 8)), n_valid);
 }
@@ -257,7 +284,7 @@ INLINE void down_m(const size_t M, const int fp8, size_t k, const void *const *h
     dot(M, fp8, 1, k, x, tile, acc);
     UNROLL
     for (size_t i = 0; i < M; i++)
-        down_row(acc[i][0], acc[i][1], tile, y + i * ys, n_valid);
+        down_row(fp8, acc[i], tile, y + i * ys, n_valid);
 }
 
 #define DISPATCH2(body, m, ...)                                                                    \
@@ -286,9 +313,7 @@ INLINE void widen_block(const int fp8, const int np, const unsigned char *w, siz
     const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     for (size_t j = 0; j < n; j++)
         for (int p = 0; p < np; p++) {
-            const size_t q = q0 + j;
-            const unsigned char *l = fp8 ? w + (q * (size_t)np + (size_t)p) * 2 * NR
-                                         : w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q);
+            const unsigned char *l = pair_line(fp8, np, w, k, p, q0 + j);
             prefetch(l + PF_BYTES);
             __m256i v[2];
             pair_w(fp8, l, v);
@@ -352,37 +377,24 @@ INLINE void pass_block(const size_t P, const int fp8, const int np, const __m256
         for (int s = 0; s < 4; s++)
             acc[t][s] = fp8 ? _mm256_setzero_ps() : _mm256_load_ps(tot[t][s]);
     }
-    const dp_state st = dp_enter();
-    fence_chains(P, acc);
+    const dp_state st = chains_enter(P, acc);
     size_t j = 0;
     for (; j + 2 <= n; j += 2) {
         pair_step(P, np, 0, buf, j, xw, acc);
         pair_step(P, np, 1, buf, j + 1, xw, acc);
     }
     if (j < n) pair_step(P, np, 0, buf, j, xw, acc);
-    fence_chains(P, acc);
-    dp_leave(st);
-    fence_chains(P, acc);
+    chains_leave(P, acc, st);
     UNROLL
     for (size_t t = 0; t < P; t++) {
-        if (!fp8) {
-            UNROLL
-            for (int s = 0; s < 4; s++)
-                _mm256_store_ps(tot[t][s], acc[t][s]);
-        } else if (np == 1) {
-            const __m256 sd = _mm256_set1_ps(load_f32(sc));
-            UNROLL
-            for (int h = 0; h < 2; h++)
-                _mm256_store_ps(tot[t][h], _mm256_fmadd_ps(_mm256_add_ps(acc[t][h], acc[t][2 + h]),
-                                                           sd, _mm256_load_ps(tot[t][h])));
-        } else {
-            UNROLL
-            for (int s = 0; s < 4; s++)
-                _mm256_store_ps(tot[t][s],
-                                _mm256_fmadd_ps(acc[t][s],
-                                                _mm256_set1_ps(load_f32(sc + 4 * (s / 2))),
-                                                _mm256_load_ps(tot[t][s])));
-        }
+        __m256 out[4];
+        UNROLL
+        for (int s = 0; s < 4; s++)
+            out[s] = fp8 ? _mm256_load_ps(tot[t][s]) : acc[t][s];
+        if (fp8) block_scale(np, acc[t], sc, out);
+        UNROLL
+        for (int s = 0; s < 4; s++)
+            _mm256_store_ps(tot[t][s], out[s]);
     }
 }
 
@@ -432,12 +444,9 @@ INLINE void down_buffered(const int fp8, size_t m, size_t k, const void *const *
     float tot[MR_BUF][4][8] __attribute__((aligned(32)));
     buffered(fp8, 1, m, k, (const uint16_t *const *)hv, tile, tot);
     for (size_t i = 0; i < m; i++) {
-        __m256 lo = _mm256_load_ps(tot[i][0]), hi = _mm256_load_ps(tot[i][1]);
-        if (!fp8) { /* bf16 weights: the two chains, A + B */
-            lo = _mm256_add_ps(lo, _mm256_load_ps(tot[i][2]));
-            hi = _mm256_add_ps(hi, _mm256_load_ps(tot[i][3]));
-        }
-        down_row(lo, hi, tile, y + i * ys, n_valid);
+        const __m256 s[4] = {_mm256_load_ps(tot[i][0]), _mm256_load_ps(tot[i][1]),
+                             _mm256_load_ps(tot[i][2]), _mm256_load_ps(tot[i][3])};
+        down_row(fp8, s, tile, y + i * ys, n_valid);
     }
 }
 
