@@ -88,6 +88,46 @@ bool cli_option(cli_args *a, const char *name, const char **value)
     return true;
 }
 
+/* Takes the current argument if it is one of the flags or value options (*matched). */
+static int take_option(cli_args *a, const cli_flag_option *flags, size_t n_flags,
+                       const cli_value_option *values, size_t n_values, bool *matched)
+{
+    *matched = true;
+    for (size_t i = 0; i < n_flags; i++) {
+        if (!cli_flag(a, flags[i].name)) continue;
+        if (*flags[i].slot) return cli_usage_error(a, "option %s given twice", flags[i].name);
+        *flags[i].slot = true;
+        return 0;
+    }
+    for (size_t i = 0; i < n_values; i++) {
+        const char *v = NULL;
+        if (!cli_option(a, values[i].name, &v)) continue;
+        if (!v) return 2;
+        if (*values[i].slot) return cli_usage_error(a, "option %s given twice", values[i].name);
+        if (!*v) return cli_usage_error(a, "option %s has an empty value", values[i].name);
+        *values[i].slot = v;
+        return 0;
+    }
+    *matched = false;
+    return 0;
+}
+
+int cli_take_options(cli_args *a, const cli_flag_option *flags, size_t n_flags,
+                     const cli_value_option *values, size_t n_values)
+{
+    for (const char *arg; (arg = cli_peek(a));) {
+        bool matched;
+        if (cli_flag(a, "--help") || cli_flag(a, "-h")) return -1;
+        int rc = take_option(a, flags, n_flags, values, n_values, &matched);
+        if (rc) return rc;
+        if (matched) continue;
+        if (arg[0] == '-' && arg[1] != '\0')
+            return cli_usage_error(a, "unknown option '%s' (%s --help)", arg, a->prog);
+        return cli_usage_error(a, "unexpected argument '%s' (%s --help)", arg, a->prog);
+    }
+    return 0;
+}
+
 static bool all_digits(const char *s)
 {
     return s[0] != '\0' && strspn(s, "0123456789") == strlen(s);

@@ -30,6 +30,22 @@ bool cli_flag(cli_args *a, const char *name);
  * true with *value = NULL, so the caller's option loop stops. */
 bool cli_option(cli_args *a, const char *name, const char **value);
 
+/* A flag and a value option, each taken at most once: *slot false / NULL until given. */
+typedef struct cli_flag_option {
+    const char *name;
+    bool *slot;
+} cli_flag_option;
+typedef struct cli_value_option {
+    const char *name;
+    const char **slot;
+} cli_value_option;
+
+/* Walks every argument: each must be one of the N_FLAGS flags or the N_VALUES value options,
+ * or --help / -h. Returns 0 when all are taken, -1 at --help, or 2 after a one-line usage
+ * error naming the argument (unknown, unexpected, given twice, a value missing or empty). */
+int cli_take_options(cli_args *a, const cli_flag_option *flags, size_t n_flags,
+                     const cli_value_option *values, size_t n_values);
+
 /* Strict decimal integers: optional sign only where MIN < 0, digits only, no spaces, no
  * trailing characters, within [MIN, MAX]. On error prints one line naming OPT and the text,
  * sets a->bad and returns false. */

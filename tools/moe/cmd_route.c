@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "cli_npy.h"
 #include "cli_util.h"
 #include "core/alloc.h"
 #include "io/npy.h"
@@ -56,28 +57,6 @@ typedef struct route_args {
     bool explain;
 } route_args;
 
-/* The value options, each at most once. */
-typedef struct value_option {
-    const char *name;
-    const char **slot;
-} value_option;
-
-static int take_value(cli_args *a, const value_option *opts, size_t n, bool *matched)
-{
-    *matched = false;
-    for (size_t i = 0; i < n; i++) {
-        const char *v = NULL;
-        if (!cli_option(a, opts[i].name, &v)) continue;
-        *matched = true;
-        if (!v) return 2;
-        if (*opts[i].slot) return cli_usage_error(a, "option %s given twice", opts[i].name);
-        if (!*v) return cli_usage_error(a, "option %s has an empty value", opts[i].name);
-        *opts[i].slot = v;
-        return 0;
-    }
-    return 0;
-}
-
 static int check_required(cli_args *a, const route_args *o)
 {
     const struct {
@@ -102,26 +81,15 @@ static int parse_args(route_args *o, int argc, char **argv)
     memset(o, 0, sizeof *o);
     o->layer = -1;
     const char *layer = NULL;
-    const value_option opts[] = {
+    const cli_value_option values[] = {
         {"--config", &o->config},   {"--logits", &o->logits},           {"--bias", &o->bias},
         {"--tid2eid", &o->tid2eid}, {"--input-ids", &o->input_ids},     {"--layer", &layer},
         {"--ids-out", &o->ids_out}, {"--weights-out", &o->weights_out},
     };
-    for (const char *arg; (arg = cli_peek(&a));) {
-        bool matched;
-        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) return -1;
-        if (cli_flag(&a, "--explain")) {
-            if (o->explain) return cli_usage_error(&a, "option --explain given twice");
-            o->explain = true;
-            continue;
-        }
-        int rc = take_value(&a, opts, sizeof opts / sizeof opts[0], &matched);
-        if (rc) return rc;
-        if (matched) continue;
-        if (arg[0] == '-' && arg[1] != '\0')
-            return cli_usage_error(&a, "unknown option '%s' (moe route --help)", arg);
-        return cli_usage_error(&a, "unexpected argument '%s' (moe route --help)", arg);
-    }
+    const cli_flag_option flags[] = {{"--explain", &o->explain}};
+    int rc = cli_take_options(&a, flags, sizeof flags / sizeof flags[0], values,
+                              sizeof values / sizeof values[0]);
+    if (rc) return rc;
     if (layer && !cli_int(&a, "--layer", layer, 0, INT32_MAX, &o->layer)) return 2;
     return check_required(&a, o);
 }
@@ -208,41 +176,6 @@ static int check_options(const route_args *o, const moe_model_desc *d, int layer
 
 /* ---- Input arrays -------------------------------------------------------------------- */
 
-/* The shape as "[a, b]" in BUF. */
-static const char *shape_str(const moe_npy *a, char *buf, size_t cap)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < a->ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", a->shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-    return buf;
-}
-
-/* Reads OPT's file PATH and checks its dtype (WANT, or WANT2 if not INVALID) and rank. */
-static int read_array(const char *opt, const char *path, moe_dtype want, moe_dtype want2, int ndim,
-                      const char *layout, moe_npy *out)
-{
-    if (moe_npy_read(path, out) != MOE_OK)
-        return cli_fail(PROG, 1, "%s: %s", opt, moe_last_error());
-    char shape[128];
-    if (out->dtype != want && out->dtype != want2) {
-        cli_fail(PROG, 1, "%s %s: dtype %s, want %s%s%s", opt, path, moe_dtype_name(out->dtype),
-                 moe_dtype_name(want), want2 != MOE_DTYPE_INVALID ? " or " : "",
-                 want2 != MOE_DTYPE_INVALID ? moe_dtype_name(want2) : "");
-        goto fail;
-    }
-    if (out->ndim != ndim) {
-        cli_fail(PROG, 1, "%s %s: shape %s has %d dimension%s, want %d: %s", opt, path,
-                 shape_str(out, shape, sizeof shape), out->ndim, out->ndim == 1 ? "" : "s", ndim,
-                 layout);
-        goto fail;
-    }
-    return 0;
-fail:
-    moe_npy_free(out);
-    return 1;
-}
-
 /* Fails unless dimension DIM of OPT's array is WANT; WHAT says where WANT comes from. */
 static int check_dim(const char *opt, const char *path, const moe_npy *a, int dim, int64_t want,
                      const char *what)
@@ -250,7 +183,8 @@ static int check_dim(const char *opt, const char *path, const moe_npy *a, int di
     if (a->shape[dim] == want) return 0;
     char shape[128];
     return cli_fail(PROG, 1, "%s %s: shape %s: dimension %d is %" PRId64 ", but %s is %" PRId64,
-                    opt, path, shape_str(a, shape, sizeof shape), dim, a->shape[dim], what, want);
+                    opt, path, cli_shape_str(a, shape, sizeof shape), dim, a->shape[dim], what,
+                    want);
 }
 
 typedef struct route_inputs {
@@ -269,8 +203,8 @@ static void inputs_free(route_inputs *in)
 static int read_logits(const route_args *o, const moe_model_desc *d, int layer, moe_npy *out)
 {
     const moe_routing_desc *r = &d->layers[layer].routing;
-    if (read_array("--logits", o->logits, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2, "[tokens, experts]",
-                   out))
+    if (cli_read_npy(PROG, "--logits", o->logits, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2,
+                     "[tokens, experts]", out))
         return 1;
     char what[96];
     snprintf(what, sizeof what, "the config's expert count (%s)", experts_field(d->family));
@@ -284,7 +218,8 @@ static int read_logits(const route_args *o, const moe_model_desc *d, int layer, 
 static int read_bias(const route_args *o, const moe_model_desc *d, int layer, route_inputs *in)
 {
     if (!o->bias) return 0;
-    if (read_array("--bias", o->bias, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 1, "[experts]", &in->bias))
+    if (cli_read_npy(PROG, "--bias", o->bias, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 1, "[experts]",
+                     &in->bias))
         return 1;
     in->has_bias = true;
     char what[96];
@@ -298,8 +233,8 @@ static int read_hash_inputs(const route_args *o, const moe_model_desc *d, int la
                             route_inputs *in)
 {
     if (!o->tid2eid) return 0;
-    if (read_array("--tid2eid", o->tid2eid, MOE_DTYPE_I32, MOE_DTYPE_I64, 2, "[vocab_size, K]",
-                   &in->tid2eid))
+    if (cli_read_npy(PROG, "--tid2eid", o->tid2eid, MOE_DTYPE_I32, MOE_DTYPE_I64, 2,
+                     "[vocab_size, K]", &in->tid2eid))
         return 1;
     in->has_tid2eid = true;
     if (check_dim("--tid2eid", o->tid2eid, &in->tid2eid, 0, d->vocab_size,
@@ -307,8 +242,8 @@ static int read_hash_inputs(const route_args *o, const moe_model_desc *d, int la
         check_dim("--tid2eid", o->tid2eid, &in->tid2eid, 1, d->layers[layer].routing.top_k,
                   "the config's top-k (num_experts_per_tok)"))
         return 1;
-    if (read_array("--input-ids", o->input_ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 1, "[tokens]",
-                   &in->ids))
+    if (cli_read_npy(PROG, "--input-ids", o->input_ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 1, "[tokens]",
+                     &in->ids))
         return 1;
     in->has_ids = true;
     char what[128];

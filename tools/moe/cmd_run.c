@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "cli_npy.h"
 #include "cli_util.h"
 #include "core/alloc.h"
 #include "io/npy.h"
@@ -82,46 +83,6 @@ typedef struct run_args {
 
 /* ---- Arguments ----------------------------------------------------------------------- */
 
-typedef struct value_option {
-    const char *name;
-    const char **slot;
-} value_option;
-
-/* The value options, each at most once. */
-static int take_value(cli_args *a, const value_option *opts, size_t n, bool *matched)
-{
-    *matched = false;
-    for (size_t i = 0; i < n; i++) {
-        const char *v = NULL;
-        if (!cli_option(a, opts[i].name, &v)) continue;
-        *matched = true;
-        if (!v) return 2;
-        if (*opts[i].slot) return cli_usage_error(a, "option %s given twice", opts[i].name);
-        if (!*v) return cli_usage_error(a, "option %s has an empty value", opts[i].name);
-        *opts[i].slot = v;
-        return 0;
-    }
-    return 0;
-}
-
-typedef struct flag_option {
-    const char *name;
-    bool *slot;
-} flag_option;
-
-static int take_flag(cli_args *a, const flag_option *flags, size_t n, bool *matched)
-{
-    *matched = false;
-    for (size_t i = 0; i < n; i++) {
-        if (!cli_flag(a, flags[i].name)) continue;
-        *matched = true;
-        if (*flags[i].slot) return cli_usage_error(a, "option %s given twice", flags[i].name);
-        *flags[i].slot = true;
-        return 0;
-    }
-    return 0;
-}
-
 /* Every output path is distinct: two outputs in one file would leave only the last. */
 static int check_outputs(cli_args *a, const run_args *o)
 {
@@ -179,7 +140,7 @@ static int parse_args(run_args *o, int argc, char **argv)
     o->layer = -1;
     o->repeat = 1;
     const char *layer = NULL, *threads = NULL, *repeat = NULL, *dtype = NULL, *recipe = NULL;
-    const value_option opts[] = {
+    const cli_value_option values[] = {
         {"--model", &o->model},     {"--layer", &layer},
         {"--hidden", &o->hidden},   {"--input-ids", &o->input_ids},
         {"--out", &o->out},         {"--logits-out", &o->logits_out},
@@ -187,20 +148,12 @@ static int parse_args(run_args *o, int argc, char **argv)
         {"--threads", &threads},    {"--logits-dtype", &dtype},
         {"--repeat", &repeat},      {"--recipe", &recipe},
     };
-    const flag_option flags[] = {
+    const cli_flag_option flags[] = {
         {"--trace", &o->trace}, {"--explain", &o->explain}, {"--no-mmap", &o->no_mmap}};
-    for (const char *arg; (arg = cli_peek(&a));) {
-        bool matched;
-        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) return -1;
-        int rc = take_flag(&a, flags, sizeof flags / sizeof flags[0], &matched);
-        if (!rc && !matched) rc = take_value(&a, opts, sizeof opts / sizeof opts[0], &matched);
-        if (rc) return rc;
-        if (matched) continue;
-        if (arg[0] == '-' && arg[1] != '\0')
-            return cli_usage_error(&a, "unknown option '%s' (moe run --help)", arg);
-        return cli_usage_error(&a, "unexpected argument '%s' (moe run --help)", arg);
-    }
-    int rc = parse_values(&a, o, layer, threads, repeat, dtype, recipe);
+    int rc = cli_take_options(&a, flags, sizeof flags / sizeof flags[0], values,
+                              sizeof values / sizeof values[0]);
+    if (rc) return rc;
+    rc = parse_values(&a, o, layer, threads, repeat, dtype, recipe);
     return rc ? rc : check_required(&a, o);
 }
 
@@ -272,41 +225,6 @@ static int check_options(const run_args *o, const moe_model_desc *d, int layer)
 
 /* ---- Input arrays -------------------------------------------------------------------- */
 
-/* The shape as "[a, b]" in BUF. */
-static const char *shape_str(const moe_npy *a, char *buf, size_t cap)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < a->ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", a->shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-    return buf;
-}
-
-/* Reads OPT's file PATH and checks its dtype (WANT, or WANT2 if not INVALID) and rank. */
-static int read_array(const char *opt, const char *path, moe_dtype want, moe_dtype want2, int ndim,
-                      const char *layout, moe_npy *out)
-{
-    if (moe_npy_read(path, out) != MOE_OK)
-        return cli_fail(PROG, 1, "%s: %s", opt, moe_last_error());
-    char shape[128];
-    if (out->dtype != want && out->dtype != want2) {
-        cli_fail(PROG, 1, "%s %s: dtype %s, want %s%s%s", opt, path, moe_dtype_name(out->dtype),
-                 moe_dtype_name(want), want2 != MOE_DTYPE_INVALID ? " or " : "",
-                 want2 != MOE_DTYPE_INVALID ? moe_dtype_name(want2) : "");
-        goto fail;
-    }
-    if (out->ndim != ndim) {
-        cli_fail(PROG, 1, "%s %s: shape %s has %d dimension%s, want %d: %s", opt, path,
-                 shape_str(out, shape, sizeof shape), out->ndim, out->ndim == 1 ? "" : "s", ndim,
-                 layout);
-        goto fail;
-    }
-    return 0;
-fail:
-    moe_npy_free(out);
-    return 1;
-}
-
 typedef struct run_inputs {
     moe_npy hidden, ids;
     bool has_ids;
@@ -322,26 +240,26 @@ static int read_inputs(const run_args *o, const moe_model_desc *d, run_inputs *i
 {
     char shape[128];
     memset(in, 0, sizeof *in);
-    if (read_array("--hidden", o->hidden, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2, "[tokens, hidden]",
-                   &in->hidden))
+    if (cli_read_npy(PROG, "--hidden", o->hidden, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2,
+                     "[tokens, hidden]", &in->hidden))
         return 1;
     if (in->hidden.shape[1] != d->hidden) {
         cli_fail(PROG, 1,
                  "--hidden %s: shape %s: hidden size %" PRId64
                  ", but the model's hidden_size is %" PRId64,
-                 o->hidden, shape_str(&in->hidden, shape, sizeof shape), in->hidden.shape[1],
+                 o->hidden, cli_shape_str(&in->hidden, shape, sizeof shape), in->hidden.shape[1],
                  d->hidden);
         goto fail;
     }
     if (!o->input_ids) return 0;
-    if (read_array("--input-ids", o->input_ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 1, "[tokens]",
-                   &in->ids))
+    if (cli_read_npy(PROG, "--input-ids", o->input_ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 1, "[tokens]",
+                     &in->ids))
         goto fail;
     in->has_ids = true;
     if (in->ids.shape[0] != in->hidden.shape[0]) {
         cli_fail(PROG, 1,
                  "--input-ids %s: shape %s: %" PRId64 " ids, but --hidden %s has %" PRId64 " rows",
-                 o->input_ids, shape_str(&in->ids, shape, sizeof shape), in->ids.shape[0],
+                 o->input_ids, cli_shape_str(&in->ids, shape, sizeof shape), in->ids.shape[0],
                  o->hidden, in->hidden.shape[0]);
         goto fail;
     }

@@ -1,0 +1,18 @@
+/* cli_npy.h — the .npy arrays the subcommands read: dtype and rank checked, errors named. */
+#ifndef MOE_TOOLS_CLI_NPY_H
+#define MOE_TOOLS_CLI_NPY_H
+
+#include <stddef.h>
+
+#include "io/npy.h"
+
+/* The shape as "[a, b]" in BUF. */
+const char *cli_shape_str(const moe_npy *a, char *buf, size_t cap);
+
+/* Reads OPT's file PATH into OUT and checks its dtype (WANT, or WANT2 if not
+ * MOE_DTYPE_INVALID) and its rank (NDIM, laid out as LAYOUT says). Returns 0, or 1 after a
+ * one-line message prefixed PROG, with OUT freed. */
+int cli_read_npy(const char *prog, const char *opt, const char *path, moe_dtype want,
+                 moe_dtype want2, int ndim, const char *layout, moe_npy *out);
+
+#endif
