@@ -67,47 +67,6 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
 
 /* ---- Tensors ---------------------------------------------------------------------------- */
 
-static void shape_text(const int64_t *shape, int ndim, char *buf, size_t cap)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < ndim && len < cap; i++) {
-        int n = snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
-        if (n < 0) break;
-        len += (size_t)n;
-    }
-}
-
-/* The checkpoint tensor of spec S, checked as verification would (the handle may have been
- * opened without it); NULL with MOE_OK for an absent optional tensor. */
-static moe_status find_checked(const moe_layer_plan *p, const moe_tensor_spec *s,
-                               const moe_tensor **out)
-{
-    const moe_tensor *t = moe_model_find_tensor(p->desc, moe_model_ckpt_of(p->model), s);
-    *out = NULL;
-    if (!t) {
-        if (s->optional) return MOE_OK;
-        return moe_error(MOE_EMISSING, "layer %d: tensor '%s' (%s %s) is missing", s->layer,
-                         s->name, moe_tensor_group_name(s->group), moe_tensor_role_name(s->role));
-    }
-    if ((unsigned)t->dtype >= 32u || !(s->dtype_mask & (1u << (unsigned)t->dtype)))
-        return moe_error(MOE_EDTYPE, "layer %d: tensor '%s' has dtype %s, not one %s takes",
-                         s->layer, t->name, moe_dtype_name(t->dtype),
-                         moe_tensor_role_name(s->role));
-    bool same = t->ndim == s->ndim;
-    for (int i = 0; same && i < s->ndim; i++)
-        same = t->shape[i] == s->shape[i];
-    if (!same) {
-        char got[128], want[128];
-        shape_text(t->shape, t->ndim < MOE_MAX_DIMS ? t->ndim : MOE_MAX_DIMS, got, sizeof got);
-        shape_text(s->shape, s->ndim, want, sizeof want);
-        return moe_error(MOE_ESHAPE, "layer %d: tensor '%s' has shape [%s], expected [%s]",
-                         s->layer, t->name, got, want);
-    }
-    *out = t;
-    return MOE_OK;
-}
-
 /* Files tensor T of spec S in the plan's tables. */
 static void file_tensor(moe_layer_plan *p, const moe_tensor_spec *s, const moe_tensor *t)
 {
@@ -134,7 +93,7 @@ static moe_status find_tensors(moe_layer_plan *p)
     if (st) return st;
     for (size_t i = 0; i < n && !st; i++) {
         const moe_tensor *t;
-        st = find_checked(p, &specs[i], &t);
+        st = moe_model_find_checked(p->desc, moe_model_ckpt_of(p->model), &specs[i], &t);
         if (!st && t) file_tensor(p, &specs[i], t);
     }
     moe_free(specs);

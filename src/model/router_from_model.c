@@ -26,51 +26,6 @@ moe_router_params moe_router_params_of(const moe_model_desc *d, const moe_routin
     return p;
 }
 
-static bool same_shape(const moe_tensor *t, const moe_tensor_spec *s)
-{
-    if (t->ndim != s->ndim) return false;
-    for (int i = 0; i < s->ndim; i++)
-        if (t->shape[i] != s->shape[i]) return false;
-    return true;
-}
-
-/* "[a, b]" into BUF (always terminated). */
-static void format_shape(const int64_t *shape, int ndim, char *buf, size_t cap)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < ndim && len < cap; i++) {
-        int n = snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
-        if (n < 0) break;
-        len += (size_t)n;
-    }
-}
-
-/* The checkpoint tensor of SPEC, checked as verification would (the handle may have been
- * opened without it): present, an accepted dtype, the expected shape. */
-static moe_status find_checked(const moe_model *model, const moe_tensor_spec *s,
-                               const moe_tensor **out)
-{
-    const moe_model_desc *d = moe_model_desc_of(model);
-    const moe_tensor *t = moe_model_find_tensor(d, moe_model_ckpt_of(model), s);
-    if (!t)
-        return moe_error(MOE_EMISSING, WHO ": layer %d: tensor '%s' (%s) is missing", s->layer,
-                         s->name, moe_tensor_role_name(s->role));
-    if (!(s->dtype_mask & (1u << (unsigned)t->dtype)))
-        return moe_error(MOE_EDTYPE, WHO ": layer %d: tensor '%s' has dtype %s, not one %s takes",
-                         s->layer, t->name, moe_dtype_name(t->dtype),
-                         moe_tensor_role_name(s->role));
-    if (!same_shape(t, s)) {
-        char got[96], want[96];
-        format_shape(t->shape, t->ndim, got, sizeof got);
-        format_shape(s->shape, s->ndim, want, sizeof want);
-        return moe_error(MOE_ESHAPE, WHO ": layer %d: tensor '%s' has shape [%s], expected [%s]",
-                         s->layer, t->name, got, want);
-    }
-    *out = t;
-    return MOE_OK;
-}
-
 /* Points P at the layer's correction bias and tid2eid tensors, in their checkpoint dtype and
  * place: the router converts and copies them once. */
 static moe_status attach_tensors(const moe_model *model, int layer, moe_router_params *p)
@@ -85,7 +40,8 @@ static moe_status attach_tensors(const moe_model *model, int layer, moe_router_p
         if (s->group != MOE_GROUP_ROUTER) continue;
         if (s->role != MOE_ROLE_CORRECTION_BIAS && s->role != MOE_ROLE_TID2EID) continue;
         const moe_tensor *t = NULL;
-        st = find_checked(model, s, &t);
+        st = moe_model_find_checked(moe_model_desc_of(model), ckpt, s, &t);
+        if (st) st = moe_error_context(st, WHO ": ");
         /* The router reads the bytes now, long after open: the file may have shrunk since. */
         if (!st) st = moe_ckpt_check_files(ckpt, &t, 1);
         if (st || !t) continue;

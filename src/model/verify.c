@@ -94,6 +94,17 @@ static moe_status status_of(moe_verify_kind k)
     }
 }
 
+moe_status moe_model_find_checked(const moe_model_desc *desc, const moe_ckpt *ckpt,
+                                  const moe_tensor_spec *spec, const moe_tensor **out)
+{
+    const moe_tensor *t = moe_model_find_tensor(desc, ckpt, spec);
+    char msg[MSG_CAP];
+    const moe_verify_kind k = classify(spec, t, msg);
+    *out = k == MOE_VERIFY_FOUND ? t : NULL;
+    const moe_status st = status_of(k);
+    return st ? moe_error(st, "%s", msg) : MOE_OK;
+}
+
 static void count(moe_verify_summary *s, moe_verify_kind k)
 {
     switch (k) {

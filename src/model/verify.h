@@ -55,4 +55,10 @@ moe_status moe_model_verify_each(const moe_model_desc *desc, const moe_ckpt *ckp
 const moe_tensor *moe_model_find_tensor(const moe_model_desc *desc, const moe_ckpt *ckpt,
                                         const moe_tensor_spec *spec);
 
+/* SPEC's tensor checked as moe_model_verify checks it, for a handle that may have been opened
+ * without verification: *OUT the tensor (NULL for an absent optional one) and MOE_OK, or
+ * MOE_EMISSING / MOE_EDTYPE / MOE_ESHAPE with verification's message and *OUT NULL. */
+moe_status moe_model_find_checked(const moe_model_desc *desc, const moe_ckpt *ckpt,
+                                  const moe_tensor_spec *spec, const moe_tensor **out);
+
 #endif
