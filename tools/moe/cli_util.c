@@ -1,9 +1,12 @@
-/* cli_util.c — argument parsing shared by the moe subcommands: options and strict numbers. */
+/* cli_util.c — what the moe subcommands share: options, strict numbers, messages, output paths. */
 #include "cli_util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void cli_args_init(cli_args *a, const char *prog, int argc, char **argv)
 {
@@ -126,6 +129,28 @@ int cli_take_options(cli_args *a, const cli_flag_option *flags, size_t n_flags,
         return cli_usage_error(a, "unexpected argument '%s' (%s --help)", arg, a->prog);
     }
     return 0;
+}
+
+bool cli_path_writable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return access(path, W_OK) == 0;
+        errno = EISDIR;
+        return false;
+    }
+    if (errno != ENOENT) return false;
+    const char *slash = strrchr(path, '/');
+    if (!slash) return access(".", W_OK | X_OK) == 0;
+    char dir[4096];
+    const size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return access(dir, W_OK | X_OK) == 0;
 }
 
 static bool all_digits(const char *s)

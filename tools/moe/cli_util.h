@@ -1,4 +1,4 @@
-/* cli_util.h — argument parsing shared by the moe subcommands: options and strict numbers. */
+/* cli_util.h — what the moe subcommands share: options, strict numbers, messages, output paths. */
 #ifndef MOE_TOOLS_CLI_UTIL_H
 #define MOE_TOOLS_CLI_UTIL_H
 
@@ -56,6 +56,11 @@ bool cli_u64(cli_args *a, const char *opt, const char *text, uint64_t *out);
 /* --recipe's value: "f32" or "bf16" (moe_layer_options.experts_recipe); otherwise one line
  * naming the option and the text, a->bad set, false. */
 bool cli_recipe(cli_args *a, const char *text, moe_experts_recipe *out);
+
+/* Whether PATH can be written as a file: it is one already and writable, or its folder exists
+ * and is writable; errno says why not (EISDIR for a folder). For outputs written at the end of
+ * a long run, checked before it. */
+bool cli_path_writable(const char *path);
 
 /* The highest ISA level (moe.h) whose defining feature caps has: what `moe caps` prints as
  * "level" for the allowed features. */

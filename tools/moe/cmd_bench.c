@@ -805,6 +805,8 @@ int moe_cmd_bench(int argc, char **argv)
         list_presets();
         return 0;
     }
+    if (o.plot && !cli_path_writable(o.plot))
+        return cli_fail(PROG, 1, "--plot %s: cannot write there: %s", o.plot, strerror(errno));
     int max_threads = 1;
     for (int i = 0; i < o.n_threads; i++)
         if (o.threads[i] > max_threads) max_threads = o.threads[i];
