@@ -1,4 +1,5 @@
 /* cmd_run.c — `moe run`: one layer's MoE block (or dense MLP) on hidden states from .npy. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,21 +84,42 @@ typedef struct run_args {
 
 /* ---- Arguments ----------------------------------------------------------------------- */
 
+/* The output options and their paths (NULL where not given). */
+typedef struct output_path {
+    const char *name, *path;
+} output_path;
+#define N_OUTPUTS 4
+
+static void outputs_of(const run_args *o, output_path outs[N_OUTPUTS])
+{
+    outs[0] = (output_path){"--out", o->out};
+    outs[1] = (output_path){"--logits-out", o->logits_out};
+    outs[2] = (output_path){"--ids-out", o->ids_out};
+    outs[3] = (output_path){"--weights-out", o->weights_out};
+}
+
 /* Every output path is distinct: two outputs in one file would leave only the last. */
 static int check_outputs(cli_args *a, const run_args *o)
 {
-    const struct {
-        const char *name, *path;
-    } outs[] = {{"--out", o->out},
-                {"--logits-out", o->logits_out},
-                {"--ids-out", o->ids_out},
-                {"--weights-out", o->weights_out}};
-    const size_t n = sizeof outs / sizeof outs[0];
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = i + 1; j < n; j++)
+    output_path outs[N_OUTPUTS];
+    outputs_of(o, outs);
+    for (size_t i = 0; i < N_OUTPUTS; i++)
+        for (size_t j = i + 1; j < N_OUTPUTS; j++)
             if (outs[i].path && outs[j].path && !strcmp(outs[i].path, outs[j].path))
                 return cli_usage_error(a, "%s and %s are the same file '%s'", outs[i].name,
                                        outs[j].name, outs[i].path);
+    return 0;
+}
+
+/* Every output can be written: checked before the layer is built and run, not after. */
+static int check_writable(const run_args *o)
+{
+    output_path outs[N_OUTPUTS];
+    outputs_of(o, outs);
+    for (size_t i = 0; i < N_OUTPUTS; i++)
+        if (outs[i].path && !cli_path_writable(outs[i].path))
+            return cli_fail(PROG, 1, "%s %s: cannot write there: %s", outs[i].name, outs[i].path,
+                            strerror(errno));
     return 0;
 }
 
@@ -490,6 +512,8 @@ int moe_cmd_run(int argc, char **argv)
         help();
         return 0;
     }
+    if (rc) return rc;
+    rc = check_writable(&o);
     if (rc) return rc;
     moe_open_options open_opt = {.size = sizeof open_opt, .no_mmap = o.no_mmap};
     moe_model *model = NULL;
