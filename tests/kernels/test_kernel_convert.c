@@ -4,12 +4,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "moe.h"
 #include "kernels/cvt.h"
 #include "select/kernel.h"
+#include "guarded.h"
 #include "test.h"
 
 /* ---- The kernels, generated from the enumerators ------------------------------------- */
@@ -102,39 +101,7 @@ static uint32_t expect_mxfp4(unsigned code, unsigned scale)
     return exact_f32(ldexp(v, (int)scale - 127));
 }
 
-/* ---- Buffers: inputs ending at an inaccessible page, outputs between guard zones -------- */
-
-typedef struct guarded {
-    uint8_t *map;
-    size_t len;
-    uint8_t *end; /* the first byte of the PROT_NONE page */
-} guarded;
-
-static void guarded_init(guarded *g, size_t capacity)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t data = (capacity + 256 + page - 1) / page * page;
-    g->len = data + page;
-    void *p = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(p != MAP_FAILED);
-    g->map = p;
-    g->end = g->map + data;
-    REQUIRE(mprotect(g->end, page, PROT_NONE) == 0);
-}
-
-static void guarded_free(guarded *g) { munmap(g->map, g->len); }
-
-/* Placements 0..3: 64-byte aligned plus that many elements, ending within a few dozen bytes
- * of the guard page; PLACE_END: the last byte right before the guard page, so any read past
- * the row faults. */
-enum { PLACE_END = 4, NPLACES = 5 };
-
-static uint8_t *guarded_place(const guarded *g, size_t bytes, size_t elsize, int place)
-{
-    if (place == PLACE_END) return g->end - bytes;
-    uintptr_t start = ((uintptr_t)(g->end - bytes - 3 * elsize)) & ~(uintptr_t)63;
-    return (uint8_t *)start + (size_t)place * elsize;
-}
+/* ---- Outputs between guard zones (inputs end at an inaccessible page: guarded.h) --------- */
 
 #define GUARD 64             /* floats of sentinel before and after every output */
 #define SENTINEL 0x7FBADBADu /* a signalling-NaN pattern no kernel produces */

@@ -4,13 +4,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "moe.h"
 #include "kernels/ref/math_ref.h"
 #include "kernels/route.h"
 #include "select/kernel.h"
+#include "guarded.h"
 #include "test.h"
 
 /* ---- The kernels, generated from the enumerators ----------------------------------------- */
@@ -89,36 +88,12 @@ static float rng_normal(double sd)
 
 /* ---- Inputs that end at an inaccessible page; outputs between guard zones ---------------- */
 
-typedef struct guarded {
-    uint8_t *map, *end; /* end: the first byte of the PROT_NONE page */
-    size_t len, data;
-} guarded;
-
-static void guarded_init(guarded *g, size_t bytes)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    g->data = (bytes + 256 + page - 1) / page * page;
-    g->len = g->data + page;
-    void *p = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(p != MAP_FAILED);
-    g->map = p;
-    g->end = g->map + g->data;
-    REQUIRE(mprotect(g->end, page, PROT_NONE) == 0);
-}
-
-static void guarded_free(guarded *g) { munmap(g->map, g->len); }
-
-/* Placement 0..3: 64-byte aligned plus that many 4-byte elements; 4: the last byte right
- * before the guard page, so any read past the array faults. The rest is filled with 0xA5 so
- * a stray write before the array shows (guarded_intact). */
-#define NPLACES 5
-
-static void *guarded_place(guarded *g, size_t bytes, int place)
+/* 4-byte elements at placement PLACE (guarded.h); the rest is filled with 0xA5 so a stray
+ * write before the array shows (guarded_intact). */
+static void *placed(guarded *g, size_t bytes, int place)
 {
     memset(g->map, 0xA5, g->data);
-    if (place == NPLACES - 1) return g->end - bytes;
-    uintptr_t start = ((uintptr_t)(g->end - bytes - 3 * 4)) & ~(uintptr_t)63;
-    return (uint8_t *)start + (size_t)place * 4;
+    return guarded_place(g, bytes, 4, place);
 }
 
 static bool guarded_intact(const guarded *g, const void *p, size_t bytes)
@@ -324,11 +299,11 @@ static void run_keys_case(key_family f, const test_kernel *ks, size_t nk, scratc
         size_t c = case_counter++;
         int place = (int)(c % NPLACES);
         size_t off = (c / NPLACES) % 4;
-        float *z = guarded_place(&sc->in_z, n * 4, place);
+        float *z = placed(&sc->in_z, n * 4, place);
         memcpy(z, sc->z, n * 4);
         float *b = NULL;
         if (bias) {
-            b = guarded_place(&sc->in_b, n * 4, (place + 2) % NPLACES);
+            b = placed(&sc->in_b, n * 4, (place + 2) % NPLACES);
             memcpy(b, sc->bias, n * 4);
         }
         float *s = outbuf_prepare(&sc->out_s, n, (off + 1) % 4);
@@ -465,7 +440,7 @@ static void run_topk_case(scratch *sc, size_t n, size_t k, const char *label, co
         size_t c = case_counter++;
         int place = (int)(c % NPLACES);
         size_t off = (c / NPLACES) % 4;
-        uint32_t *key = guarded_place(&sc->in_key, n * 4, place);
+        uint32_t *key = placed(&sc->in_key, n * 4, place);
         memcpy(key, before, n * 4);
         int32_t *ids = outbuf_prepare(&sc->out_ids, k, off);
         uint32_t *top = outbuf_prepare(&sc->out_top, k, 3 - off);
@@ -539,7 +514,7 @@ static void run_expsum_case(scratch *sc, size_t n, const char *label)
         const test_kernel *tk = &expsum_kernels[t];
         if ((tk->isa & ~allowed_mask) != 0) continue;
         size_t c = case_counter++;
-        float *z = guarded_place(&sc->in_z, n * 4, (int)(c % NPLACES));
+        float *z = placed(&sc->in_z, n * 4, (int)(c % NPLACES));
         memcpy(z, sc->z, n * 4);
         float got = tk->fn.route_expsum(n, z, m);
         CHECKF(f32_bits(got) == f32_bits(ref), "%s %s n=%zu: %a, reference %a", tk->name, label, n,
@@ -759,7 +734,7 @@ static void run_noaux_case(const noaux_shape *sh, noaux_bufs *nb, size_t rows, c
         const test_kernel *tk = &noaux_kernels[i];
         if ((tk->isa & ~allowed_mask) != 0) continue;
         size_t c = case_counter++;
-        float *z = guarded_place(&nb->in_z, zbytes, (int)(c % NPLACES));
+        float *z = placed(&nb->in_z, zbytes, (int)(c % NPLACES));
         memcpy(z, nb->z, zbytes);
         size_t off = (c / NPLACES) % 4;
         int32_t *ids = outbuf_prepare(&nb->out_ids, rows * k, off);
