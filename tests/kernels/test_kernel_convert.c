@@ -7,17 +7,10 @@
 
 #include "moe.h"
 #include "kernels/cvt.h"
-#include "select/kernel.h"
 #include "guarded.h"
-#include "test.h"
+#include "kernel_table.h"
 
 /* ---- The kernels, generated from the enumerators ------------------------------------- */
-
-typedef struct test_kernel {
-    const char *name;
-    uint32_t isa;
-    moe_kernel_fn fn;
-} test_kernel;
 
 static const test_kernel bf16_kernels[] = {
 #define MOE_KERNEL(name, isa, ref) {#name, isa, {.cvt_bf16_f32 = name}},
@@ -39,7 +32,6 @@ static const test_kernel mxfp4_kernels[] = {
 #include "kernels/cvt_mxfp4_f32.inc"
 #undef MOE_KERNEL
 };
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- Independent expectations: the value from its fields with ldexp, in double ---------- */
 
@@ -327,29 +319,6 @@ static void test_mxfp4_kernel(const test_kernel *k, scratch *s)
 }
 
 /* ---- Driver ------------------------------------------------------------------------------- */
-
-/* The enumerator and the registry must agree: same kernels, same pointers, same needs. */
-static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
-{
-    switch (f) {
-    case MOE_KERNEL_FAMILY_CVT_BF16_F32: return a.cvt_bf16_f32 == b.cvt_bf16_f32;
-    case MOE_KERNEL_FAMILY_CVT_F16_F32: return a.cvt_f16_f32 == b.cvt_f16_f32;
-    case MOE_KERNEL_FAMILY_CVT_E4M3_F32: return a.cvt_e4m3_f32 == b.cvt_e4m3_f32;
-    case MOE_KERNEL_FAMILY_CVT_MXFP4_F32: return a.cvt_mxfp4_f32 == b.cvt_mxfp4_f32;
-    default: return false;
-    }
-}
-
-static void check_registered(moe_kernel_family f, const test_kernel *ks, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const moe_kernel *r = moe_kernel_find(ks[i].name);
-        CHECKF(r != NULL, "%s is in its .inc but not in the registry", ks[i].name);
-        if (!r) continue;
-        CHECK(r->family == f && r->isa == ks[i].isa && same_fn(f, r->fn, ks[i].fn));
-        CHECK(same_fn(f, r->ref, ks[0].fn));
-    }
-}
 
 /* Runs only what the allowed caps (this CPU, this build, MOE_ISA) permit; says what it skips. */
 static bool runnable(const test_kernel *k, const moe_cpu_info *info)

@@ -8,17 +8,10 @@
 #include "moe.h"
 #include "kernels/ref/math_ref.h"
 #include "kernels/route.h"
-#include "select/kernel.h"
 #include "guarded.h"
-#include "test.h"
+#include "kernel_table.h"
 
 /* ---- The kernels, generated from the enumerators ----------------------------------------- */
-
-typedef struct test_kernel {
-    const char *name;
-    uint32_t isa;
-    moe_kernel_fn fn;
-} test_kernel;
 
 static const test_kernel logit_kernels[] = {
 #define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_logit_keys = name}},
@@ -45,7 +38,6 @@ static const test_kernel expsum_kernels[] = {
 #include "kernels/route_expsum.inc"
 #undef MOE_KERNEL
 };
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static const size_t sizes[] = {1, 7, 8, 15, 16, 17, 60, 64, 128, 160, 256, 384, 512, 1000, 4096};
 #define MAX_N 4096
@@ -218,19 +210,6 @@ static bool runnable(const test_kernel *k)
     moe_cpu_mask_format(missing, need, sizeof need);
     fprintf(stderr, "skip %s: needs %s, not allowed here\n", k->name, need);
     return false;
-}
-
-/* The enumerator and the registry agree: same kernels, same needs, the family's reference. */
-static void check_registered(moe_kernel_family f, const test_kernel *ks, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const moe_kernel *r = moe_kernel_find(ks[i].name);
-        CHECKF(r != NULL, "%s is in its .inc but not in the registry", ks[i].name);
-        if (!r) continue;
-        CHECK(r->family == f && r->isa == ks[i].isa);
-        CHECK(memcmp(&r->fn, &ks[i].fn, sizeof r->fn) == 0);
-        CHECK(memcmp(&r->ref, &ks[0].fn, sizeof r->ref) == 0);
-    }
 }
 
 /* ---- Shared scratch ---------------------------------------------------------------------- */
