@@ -1719,11 +1719,7 @@ static const char cfg_mxfp4[] =
 static moe_layer *make_layer(const moe_model *m, int layer)
 {
     const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
-    moe_layer *l = NULL;
-    moe_status st = moe_layer_create(m, layer, &o, &l);
-    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
-    REQUIRE(st == MOE_OK);
-    return l;
+    return fx_layer(m, layer, &o, NULL);
 }
 
 static void setup(void)

@@ -11,11 +11,7 @@ static bool has(const char *needle) { return strstr(moe_last_error(), needle) !=
 static moe_layer *make(const moe_model *m, int layer, int threads, moe_dtype logits)
 {
     const moe_layer_options o = {.size = sizeof o, .threads = threads, .logits_dtype = logits};
-    moe_layer *l = NULL;
-    moe_status st = moe_layer_create(m, layer, &o, &l);
-    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
-    REQUIRE(st == MOE_OK);
-    return l;
+    return fx_layer(m, layer, &o, NULL);
 }
 
 /* ---- Forward: every output poisoned, checked untouched after each error --------------------- */
