@@ -11,6 +11,7 @@
 #include "kernels/gate.h"
 #include "guarded.h"
 #include "test.h"
+#include "xorshift.h"
 
 /* ---- The kernels, generated from the enumerators ------------------------------------- */
 
@@ -76,13 +77,7 @@ static bool bit_exact(const test_kernel *k) { return strstr(k->name, "avx512bf16
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return xorshift64(&rng_state); }
 
 static double uniform(void) { return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53; }
 

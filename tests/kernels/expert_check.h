@@ -12,6 +12,7 @@
 #include "kernels/expert.h"
 #include "select/kernel.h"
 #include "test.h"
+#include "xorshift.h"
 
 #define NR MOE_EXPERT_NR
 #define MAX_TOKENS 66 /* the most token rows a check takes: the largest mr (64) + 2 */
@@ -50,13 +51,7 @@ static inline bool set_registered(const xset *xs)
 
 static uint64_t rng_state; /* each test's main() seeds it (xorshift64 stays at 0 from 0) */
 
-static inline uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static inline uint64_t rnd(void) { return xorshift64(&rng_state); }
 
 static inline double unit(void) { return (double)(rnd() >> 11) * 0x1p-53; }
 static inline double gauss(void)

@@ -9,6 +9,7 @@
 #include "kernels/cvt.h"
 #include "guarded.h"
 #include "kernel_table.h"
+#include "xorshift.h"
 
 /* ---- The kernels, generated from the enumerators ------------------------------------- */
 
@@ -153,13 +154,7 @@ static void compare(const char *kernel, const char *what, size_t n, const float 
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return xorshift64(&rng_state); }
 
 static const size_t edge_sizes[] = {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000};
 #define MAX_EDGE 1000

@@ -7,37 +7,11 @@
 
 #include "moe.h"
 #include "kernels/ref/math_ref.h"
-#include "kernels/route.h"
 #include "guarded.h"
-#include "kernel_table.h"
+#include "route_kernels.h"
+#include "xorshift.h"
 
-/* ---- The kernels, generated from the enumerators ----------------------------------------- */
-
-static const test_kernel logit_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_logit_keys = name}},
-#include "kernels/route_logit_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel sigmoid_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sigmoid_keys = name}},
-#include "kernels/route_sigmoid_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel ssp_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sqrtsoftplus_keys = name}},
-#include "kernels/route_sqrtsoftplus_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel topk_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_topk = name}},
-#include "kernels/route_topk.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel expsum_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_expsum = name}},
-#include "kernels/route_expsum.inc"
-#undef MOE_KERNEL
-};
+/* ---- Sizes (the kernels: route_kernels.h) ------------------------------------------------ */
 
 static const size_t sizes[] = {1, 7, 8, 15, 16, 17, 60, 64, 128, 160, 256, 384, 512, 1000, 4096};
 #define MAX_N 4096
@@ -60,13 +34,7 @@ static float f32_from(uint32_t u)
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Du;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return xorshift64(&rng_state); }
 
 /* Uniform in [0, 1). */
 static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1p-53; }
@@ -558,12 +526,6 @@ static void test_expsum_order(void)
 }
 
 /* ---- noaux_tc rows ----------------------------------------------------------------------- */
-
-static const test_kernel noaux_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_noaux_tc = name}},
-#include "kernels/route_noaux_tc.inc"
-#undef MOE_KERNEL
-};
 
 #define NOAUX_MAX_E 512
 #define NOAUX_MAX_K 16

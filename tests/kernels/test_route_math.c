@@ -6,8 +6,7 @@
 
 #include "moe.h"
 #include "kernels/ref/math_ref.h"
-#include "kernels/route.h"
-#include "kernel_table.h"
+#include "route_kernels.h"
 
 /* ---- Error in units in the last place ------------------------------------------------- */
 
@@ -249,27 +248,6 @@ static void test_sqrtsoftplus(void)
 }
 
 /* ---- Every SIMD variant equals the scalar math, bit for bit ---------------------------- */
-
-static const test_kernel sigmoid_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sigmoid_keys = name}},
-#include "kernels/route_sigmoid_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel ssp_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sqrtsoftplus_keys = name}},
-#include "kernels/route_sqrtsoftplus_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel expsum_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_expsum = name}},
-#include "kernels/route_expsum.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel noaux_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_noaux_tc = name}},
-#include "kernels/route_noaux_tc.inc"
-#undef MOE_KERNEL
-};
 
 static bool runnable(const test_kernel *k, uint32_t allowed)
 {
