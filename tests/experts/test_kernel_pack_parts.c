@@ -9,6 +9,7 @@
 #include "experts/experts.h"
 #include "moe.h"
 #include "test.h"
+#include "xorshift.h"
 
 /* Rows that are no multiple of the part (256) nor of the FP8 scale block (128), so the last
  * part and the last scale block are partial; K a multiple of 32 for MXFP4. */
@@ -75,13 +76,7 @@ static bool all_true(const bool *map, size_t n)
 /* ---- Random sources -------------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
+static uint32_t rnd(void) { return (uint32_t)(xorshift64(&rng_state) >> 11); }
 
 static void *fill(size_t bytes, int kind) /* 0 bf16 in [-2, 2), 1 E4M3 not NaN, 2 any byte,
                                              3 E8M0 in 120..135, 4 f32 scales in [0.5, 1.5) */

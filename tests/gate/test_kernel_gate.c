@@ -4,14 +4,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "moe.h"
 #include "dtype/dtype.h"
 #include "gate/gate.h"
 #include "kernels/gate.h"
+#include "guarded.h"
 #include "test.h"
+#include "xorshift.h"
 
 /* ---- The kernels, generated from the enumerators ------------------------------------- */
 
@@ -77,13 +77,7 @@ static bool bit_exact(const test_kernel *k) { return strstr(k->name, "avx512bf16
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return xorshift64(&rng_state); }
 
 static double uniform(void) { return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53; }
 
@@ -127,33 +121,7 @@ static double get(const void *p, moe_dtype d)
     return d == MOE_DTYPE_BF16 ? moe_bf16_to_f32(c) : moe_f16_to_f32(c);
 }
 
-/* ---- Guarded buffers: reads past the end fault, writes outside the rows are seen -------- */
-
-typedef struct guarded {
-    uint8_t *map;
-    size_t len;
-    uint8_t *end; /* the first byte of the PROT_NONE page */
-} guarded;
-
-static void guarded_init(guarded *g, size_t capacity)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t data = (capacity + 128 + page - 1) / page * page;
-    g->len = data + page;
-    void *p = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(p != MAP_FAILED);
-    g->map = p;
-    g->end = g->map + data;
-    REQUIRE(mprotect(g->end, page, PROT_NONE) == 0);
-}
-
-static void guarded_free(guarded *g) { munmap(g->map, g->len); }
-
-/* bytes ending right at the guard page, the start rounded down to `align`. */
-static void *guarded_tail(const guarded *g, size_t bytes, size_t align)
-{
-    return (void *)((uintptr_t)(g->end - bytes) & ~(uintptr_t)(align - 1));
-}
+/* ---- Writes outside the rows are seen (reads past the end fault: guarded.h) -------------- */
 
 #define GUARD 32
 #define SENTINEL 0x7FBADBADu /* a signalling-NaN pattern no kernel produces */

@@ -3,6 +3,7 @@
 #define MOE_IO_TEST_UTIL_H
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,23 @@ static inline io_case *load_manifest(const char *prefix, size_t *n)
     fclose(f);
     *n = count;
     return cases;
+}
+
+/* The checks on opening manifest case C (NO_MMAP: how) that returned ST: the case's status;
+ * on failure a message that holds the case's text and names its path (a WHAT: "file",
+ * "folder"), and the output left as it was (UNTOUCHED). True when the open succeeded. */
+static inline bool check_case_open(const io_case *c, int no_mmap, moe_status st, bool untouched,
+                                   const char *what)
+{
+    const char *msg = moe_last_error();
+    CHECKF(st == c->status, "%s (no_mmap=%d): got %s, want %s: %s", c->rel, no_mmap,
+           moe_status_string(st), moe_status_string(c->status), msg);
+    if (st == MOE_OK) return true;
+    CHECKF(strstr(msg, c->needle) != NULL, "%s: message '%s' lacks '%s'", c->rel, msg, c->needle);
+    CHECKF(strstr(msg, c->path) != NULL, "%s: message '%s' does not name the %s", c->rel, msg,
+           what);
+    CHECKF(untouched, "%s: output changed on failure", c->rel);
+    return false;
 }
 
 /* Reads a whole file into a malloc'd buffer (NULL if it cannot). */

@@ -30,16 +30,7 @@ static void test_manifest(void)
             moe_st_options opt = {.no_mmap = no_mmap};
             moe_st_file *f = SENTINEL;
             moe_status st = moe_st_open(c->path, &opt, &f);
-            const char *msg = moe_last_error();
-            CHECKF(st == c->status, "%s (no_mmap=%d): got %s, want %s: %s", c->rel, no_mmap,
-                   moe_status_string(st), moe_status_string(c->status), msg);
-            if (st != MOE_OK) {
-                CHECKF(strstr(msg, c->needle) != NULL, "%s: message '%s' lacks '%s'", c->rel, msg,
-                       c->needle);
-                CHECKF(strstr(msg, c->path) != NULL, "%s: message '%s' does not name the file",
-                       c->rel, msg);
-                CHECKF(f == SENTINEL, "%s: output changed on failure", c->rel);
-            } else {
+            if (check_case_open(c, no_mmap, st, f == SENTINEL, "file")) {
                 CHECKF(f != SENTINEL && f != NULL, "%s: no handle", c->rel);
                 if (f != SENTINEL) moe_st_close(f);
             }

@@ -4,21 +4,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "moe.h"
 #include "kernels/cvt.h"
-#include "select/kernel.h"
-#include "test.h"
+#include "guarded.h"
+#include "kernel_table.h"
+#include "xorshift.h"
 
 /* ---- The kernels, generated from the enumerators ------------------------------------- */
-
-typedef struct test_kernel {
-    const char *name;
-    uint32_t isa;
-    moe_kernel_fn fn;
-} test_kernel;
 
 static const test_kernel bf16_kernels[] = {
 #define MOE_KERNEL(name, isa, ref) {#name, isa, {.cvt_bf16_f32 = name}},
@@ -40,7 +33,6 @@ static const test_kernel mxfp4_kernels[] = {
 #include "kernels/cvt_mxfp4_f32.inc"
 #undef MOE_KERNEL
 };
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- Independent expectations: the value from its fields with ldexp, in double ---------- */
 
@@ -102,39 +94,7 @@ static uint32_t expect_mxfp4(unsigned code, unsigned scale)
     return exact_f32(ldexp(v, (int)scale - 127));
 }
 
-/* ---- Buffers: inputs ending at an inaccessible page, outputs between guard zones -------- */
-
-typedef struct guarded {
-    uint8_t *map;
-    size_t len;
-    uint8_t *end; /* the first byte of the PROT_NONE page */
-} guarded;
-
-static void guarded_init(guarded *g, size_t capacity)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t data = (capacity + 256 + page - 1) / page * page;
-    g->len = data + page;
-    void *p = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(p != MAP_FAILED);
-    g->map = p;
-    g->end = g->map + data;
-    REQUIRE(mprotect(g->end, page, PROT_NONE) == 0);
-}
-
-static void guarded_free(guarded *g) { munmap(g->map, g->len); }
-
-/* Placements 0..3: 64-byte aligned plus that many elements, ending within a few dozen bytes
- * of the guard page; PLACE_END: the last byte right before the guard page, so any read past
- * the row faults. */
-enum { PLACE_END = 4, NPLACES = 5 };
-
-static uint8_t *guarded_place(const guarded *g, size_t bytes, size_t elsize, int place)
-{
-    if (place == PLACE_END) return g->end - bytes;
-    uintptr_t start = ((uintptr_t)(g->end - bytes - 3 * elsize)) & ~(uintptr_t)63;
-    return (uint8_t *)start + (size_t)place * elsize;
-}
+/* ---- Outputs between guard zones (inputs end at an inaccessible page: guarded.h) --------- */
 
 #define GUARD 64             /* floats of sentinel before and after every output */
 #define SENTINEL 0x7FBADBADu /* a signalling-NaN pattern no kernel produces */
@@ -194,13 +154,7 @@ static void compare(const char *kernel, const char *what, size_t n, const float 
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return xorshift64(&rng_state); }
 
 static const size_t edge_sizes[] = {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000};
 #define MAX_EDGE 1000
@@ -360,29 +314,6 @@ static void test_mxfp4_kernel(const test_kernel *k, scratch *s)
 }
 
 /* ---- Driver ------------------------------------------------------------------------------- */
-
-/* The enumerator and the registry must agree: same kernels, same pointers, same needs. */
-static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
-{
-    switch (f) {
-    case MOE_KERNEL_FAMILY_CVT_BF16_F32: return a.cvt_bf16_f32 == b.cvt_bf16_f32;
-    case MOE_KERNEL_FAMILY_CVT_F16_F32: return a.cvt_f16_f32 == b.cvt_f16_f32;
-    case MOE_KERNEL_FAMILY_CVT_E4M3_F32: return a.cvt_e4m3_f32 == b.cvt_e4m3_f32;
-    case MOE_KERNEL_FAMILY_CVT_MXFP4_F32: return a.cvt_mxfp4_f32 == b.cvt_mxfp4_f32;
-    default: return false;
-    }
-}
-
-static void check_registered(moe_kernel_family f, const test_kernel *ks, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const moe_kernel *r = moe_kernel_find(ks[i].name);
-        CHECKF(r != NULL, "%s is in its .inc but not in the registry", ks[i].name);
-        if (!r) continue;
-        CHECK(r->family == f && r->isa == ks[i].isa && same_fn(f, r->fn, ks[i].fn));
-        CHECK(same_fn(f, r->ref, ks[0].fn));
-    }
-}
 
 /* Runs only what the allowed caps (this CPU, this build, MOE_ISA) permit; says what it skips. */
 static bool runnable(const test_kernel *k, const moe_cpu_info *info)

@@ -4,49 +4,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "moe.h"
 #include "kernels/ref/math_ref.h"
-#include "kernels/route.h"
-#include "select/kernel.h"
-#include "test.h"
+#include "guarded.h"
+#include "route_kernels.h"
+#include "xorshift.h"
 
-/* ---- The kernels, generated from the enumerators ----------------------------------------- */
-
-typedef struct test_kernel {
-    const char *name;
-    uint32_t isa;
-    moe_kernel_fn fn;
-} test_kernel;
-
-static const test_kernel logit_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_logit_keys = name}},
-#include "kernels/route_logit_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel sigmoid_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sigmoid_keys = name}},
-#include "kernels/route_sigmoid_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel ssp_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sqrtsoftplus_keys = name}},
-#include "kernels/route_sqrtsoftplus_keys.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel topk_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_topk = name}},
-#include "kernels/route_topk.inc"
-#undef MOE_KERNEL
-};
-static const test_kernel expsum_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_expsum = name}},
-#include "kernels/route_expsum.inc"
-#undef MOE_KERNEL
-};
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+/* ---- Sizes (the kernels: route_kernels.h) ------------------------------------------------ */
 
 static const size_t sizes[] = {1, 7, 8, 15, 16, 17, 60, 64, 128, 160, 256, 384, 512, 1000, 4096};
 #define MAX_N 4096
@@ -69,13 +34,7 @@ static float f32_from(uint32_t u)
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Du;
 
-static uint64_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng_next(void) { return xorshift64(&rng_state); }
 
 /* Uniform in [0, 1). */
 static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1p-53; }
@@ -89,36 +48,12 @@ static float rng_normal(double sd)
 
 /* ---- Inputs that end at an inaccessible page; outputs between guard zones ---------------- */
 
-typedef struct guarded {
-    uint8_t *map, *end; /* end: the first byte of the PROT_NONE page */
-    size_t len, data;
-} guarded;
-
-static void guarded_init(guarded *g, size_t bytes)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    g->data = (bytes + 256 + page - 1) / page * page;
-    g->len = g->data + page;
-    void *p = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(p != MAP_FAILED);
-    g->map = p;
-    g->end = g->map + g->data;
-    REQUIRE(mprotect(g->end, page, PROT_NONE) == 0);
-}
-
-static void guarded_free(guarded *g) { munmap(g->map, g->len); }
-
-/* Placement 0..3: 64-byte aligned plus that many 4-byte elements; 4: the last byte right
- * before the guard page, so any read past the array faults. The rest is filled with 0xA5 so
- * a stray write before the array shows (guarded_intact). */
-#define NPLACES 5
-
-static void *guarded_place(guarded *g, size_t bytes, int place)
+/* 4-byte elements at placement PLACE (guarded.h); the rest is filled with 0xA5 so a stray
+ * write before the array shows (guarded_intact). */
+static void *placed(guarded *g, size_t bytes, int place)
 {
     memset(g->map, 0xA5, g->data);
-    if (place == NPLACES - 1) return g->end - bytes;
-    uintptr_t start = ((uintptr_t)(g->end - bytes - 3 * 4)) & ~(uintptr_t)63;
-    return (uint8_t *)start + (size_t)place * 4;
+    return guarded_place(g, bytes, 4, place);
 }
 
 static bool guarded_intact(const guarded *g, const void *p, size_t bytes)
@@ -245,19 +180,6 @@ static bool runnable(const test_kernel *k)
     return false;
 }
 
-/* The enumerator and the registry agree: same kernels, same needs, the family's reference. */
-static void check_registered(moe_kernel_family f, const test_kernel *ks, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const moe_kernel *r = moe_kernel_find(ks[i].name);
-        CHECKF(r != NULL, "%s is in its .inc but not in the registry", ks[i].name);
-        if (!r) continue;
-        CHECK(r->family == f && r->isa == ks[i].isa);
-        CHECK(memcmp(&r->fn, &ks[i].fn, sizeof r->fn) == 0);
-        CHECK(memcmp(&r->ref, &ks[0].fn, sizeof r->ref) == 0);
-    }
-}
-
 /* ---- Shared scratch ---------------------------------------------------------------------- */
 
 typedef struct scratch {
@@ -324,11 +246,11 @@ static void run_keys_case(key_family f, const test_kernel *ks, size_t nk, scratc
         size_t c = case_counter++;
         int place = (int)(c % NPLACES);
         size_t off = (c / NPLACES) % 4;
-        float *z = guarded_place(&sc->in_z, n * 4, place);
+        float *z = placed(&sc->in_z, n * 4, place);
         memcpy(z, sc->z, n * 4);
         float *b = NULL;
         if (bias) {
-            b = guarded_place(&sc->in_b, n * 4, (place + 2) % NPLACES);
+            b = placed(&sc->in_b, n * 4, (place + 2) % NPLACES);
             memcpy(b, sc->bias, n * 4);
         }
         float *s = outbuf_prepare(&sc->out_s, n, (off + 1) % 4);
@@ -465,7 +387,7 @@ static void run_topk_case(scratch *sc, size_t n, size_t k, const char *label, co
         size_t c = case_counter++;
         int place = (int)(c % NPLACES);
         size_t off = (c / NPLACES) % 4;
-        uint32_t *key = guarded_place(&sc->in_key, n * 4, place);
+        uint32_t *key = placed(&sc->in_key, n * 4, place);
         memcpy(key, before, n * 4);
         int32_t *ids = outbuf_prepare(&sc->out_ids, k, off);
         uint32_t *top = outbuf_prepare(&sc->out_top, k, 3 - off);
@@ -539,7 +461,7 @@ static void run_expsum_case(scratch *sc, size_t n, const char *label)
         const test_kernel *tk = &expsum_kernels[t];
         if ((tk->isa & ~allowed_mask) != 0) continue;
         size_t c = case_counter++;
-        float *z = guarded_place(&sc->in_z, n * 4, (int)(c % NPLACES));
+        float *z = placed(&sc->in_z, n * 4, (int)(c % NPLACES));
         memcpy(z, sc->z, n * 4);
         float got = tk->fn.route_expsum(n, z, m);
         CHECKF(f32_bits(got) == f32_bits(ref), "%s %s n=%zu: %a, reference %a", tk->name, label, n,
@@ -604,12 +526,6 @@ static void test_expsum_order(void)
 }
 
 /* ---- noaux_tc rows ----------------------------------------------------------------------- */
-
-static const test_kernel noaux_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_noaux_tc = name}},
-#include "kernels/route_noaux_tc.inc"
-#undef MOE_KERNEL
-};
 
 #define NOAUX_MAX_E 512
 #define NOAUX_MAX_K 16
@@ -759,7 +675,7 @@ static void run_noaux_case(const noaux_shape *sh, noaux_bufs *nb, size_t rows, c
         const test_kernel *tk = &noaux_kernels[i];
         if ((tk->isa & ~allowed_mask) != 0) continue;
         size_t c = case_counter++;
-        float *z = guarded_place(&nb->in_z, zbytes, (int)(c % NPLACES));
+        float *z = placed(&nb->in_z, zbytes, (int)(c % NPLACES));
         memcpy(z, nb->z, zbytes);
         size_t off = (c / NPLACES) % 4;
         int32_t *ids = outbuf_prepare(&nb->out_ids, rows * k, off);

@@ -6,9 +6,7 @@
 
 #include "moe.h"
 #include "kernels/ref/math_ref.h"
-#include "kernels/route.h"
-#include "select/kernel.h"
-#include "test.h"
+#include "route_kernels.h"
 
 /* ---- Error in units in the last place ------------------------------------------------- */
 
@@ -251,35 +249,7 @@ static void test_sqrtsoftplus(void)
 
 /* ---- Every SIMD variant equals the scalar math, bit for bit ---------------------------- */
 
-typedef struct score_kernel {
-    const char *name;
-    uint32_t isa;
-    moe_kernel_fn fn;
-} score_kernel;
-
-static const score_kernel sigmoid_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sigmoid_keys = name}},
-#include "kernels/route_sigmoid_keys.inc"
-#undef MOE_KERNEL
-};
-static const score_kernel ssp_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_sqrtsoftplus_keys = name}},
-#include "kernels/route_sqrtsoftplus_keys.inc"
-#undef MOE_KERNEL
-};
-static const score_kernel expsum_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_expsum = name}},
-#include "kernels/route_expsum.inc"
-#undef MOE_KERNEL
-};
-static const score_kernel noaux_kernels[] = {
-#define MOE_KERNEL(name, isa, ref) {#name, isa, {.route_noaux_tc = name}},
-#include "kernels/route_noaux_tc.inc"
-#undef MOE_KERNEL
-};
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool runnable(const score_kernel *k, uint32_t allowed)
+static bool runnable(const test_kernel *k, uint32_t allowed)
 {
     if ((k->isa & ~allowed) == 0) return true;
     fprintf(stderr, "skip %s: needs features not allowed here\n", k->name);

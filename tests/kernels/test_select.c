@@ -5,7 +5,7 @@
 #include "moe.h"
 #include "gate/gate.h" /* moe_select_gate, for the gate families */
 #include "select/select.h"
-#include "test.h"
+#include "kernel_table.h"
 
 static const moe_kernel_family families[] = {MOE_KERNEL_FAMILY_CVT_BF16_F32,
                                              MOE_KERNEL_FAMILY_CVT_F16_F32,
@@ -137,37 +137,6 @@ static const char *best_compiled(bool avx2, bool avx512)
     (void)avx2;
     (void)avx512;
     return "ref";
-}
-
-/* Function pointers compared through the member the family makes live. */
-static bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b)
-{
-    switch (f) {
-    case MOE_KERNEL_FAMILY_CVT_BF16_F32: return a.cvt_bf16_f32 == b.cvt_bf16_f32;
-    case MOE_KERNEL_FAMILY_CVT_F16_F32: return a.cvt_f16_f32 == b.cvt_f16_f32;
-    case MOE_KERNEL_FAMILY_CVT_E4M3_F32: return a.cvt_e4m3_f32 == b.cvt_e4m3_f32;
-    case MOE_KERNEL_FAMILY_CVT_MXFP4_F32: return a.cvt_mxfp4_f32 == b.cvt_mxfp4_f32;
-    case MOE_KERNEL_FAMILY_ROUTE_LOGIT_KEYS: return a.route_logit_keys == b.route_logit_keys;
-    case MOE_KERNEL_FAMILY_ROUTE_SIGMOID_KEYS: return a.route_sigmoid_keys == b.route_sigmoid_keys;
-    case MOE_KERNEL_FAMILY_ROUTE_SQRTSOFTPLUS_KEYS:
-        return a.route_sqrtsoftplus_keys == b.route_sqrtsoftplus_keys;
-    case MOE_KERNEL_FAMILY_ROUTE_TOPK: return a.route_topk == b.route_topk;
-    case MOE_KERNEL_FAMILY_ROUTE_EXPSUM: return a.route_expsum == b.route_expsum;
-    case MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC: return a.route_noaux_tc == b.route_noaux_tc;
-    case MOE_KERNEL_FAMILY_EXPERT_BF16_F32:
-    case MOE_KERNEL_FAMILY_EXPERT_BF16_BF16:
-    case MOE_KERNEL_FAMILY_EXPERT_FP8_F32:
-    case MOE_KERNEL_FAMILY_EXPERT_FP8_BF16:
-    case MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8: return a.expert_set == b.expert_set;
-    case MOE_KERNEL_FAMILY_GATE_XF32_WF32:
-    case MOE_KERNEL_FAMILY_GATE_XF32_WBF16:
-    case MOE_KERNEL_FAMILY_GATE_XF32_WF16:
-    case MOE_KERNEL_FAMILY_GATE_XBF16_WF32:
-    case MOE_KERNEL_FAMILY_GATE_XBF16_WBF16:
-    case MOE_KERNEL_FAMILY_GATE_XBF16_WF16: return a.gate == b.gate;
-    case MOE_KERNEL_FAMILY_COUNT_: break;
-    }
-    return false;
 }
 
 typedef struct caps_case {

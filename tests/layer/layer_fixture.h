@@ -124,6 +124,18 @@ static inline moe_layer_options fx_options(int threads, int recipe)
     return o;
 }
 
+/* LAYER of M, created with options O and TUNING (NULL: none, as moe_layer_create does); a
+ * failure stops the test. */
+static inline moe_layer *fx_layer(const moe_model *m, int layer, const moe_layer_options *o,
+                                  const moe_layer_tuning *tuning)
+{
+    moe_layer *l = NULL;
+    moe_status st = moe_layer_create_tuned(m, layer, o, tuning, &l);
+    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
+    REQUIRE(st == MOE_OK);
+    return l;
+}
+
 /* ---- Deterministic values ----------------------------------------------------------------- */
 
 static inline uint64_t fx_hash(uint64_t a, uint64_t b)

@@ -110,22 +110,6 @@ static void ref_free(ref_layer *r)
     free(r->done);
 }
 
-/* The oracle cannot order two keys within its tolerance: any order there is right. */
-static bool near_tie(const ref_layer *r, const oracle_row *o)
-{
-    if (o->ambiguous) return true;
-    for (int j = 0; j + 1 < r->k; j++)
-        if (o_near(o->key[o->ids[j]], o->key[o->ids[j + 1]], o->floor)) return true;
-    double best = -INFINITY;
-    for (int i = 0; i < r->e; i++) {
-        bool taken = false;
-        for (int j = 0; j < r->k; j++)
-            taken |= o->ids[j] == i;
-        if (!taken && o->key[i] > best) best = o->key[i];
-    }
-    return r->k < r->e && o_near(o->key[o->ids[r->k - 1]], best, o->floor);
-}
-
 /* One forward's outputs. */
 typedef struct fwd {
     size_t n;
@@ -216,7 +200,7 @@ static void check_rows(ref_layer *r, const float *x, const fwd *f, size_t from, 
         bool same = true;
         for (size_t j = 0; j < k; j++)
             same &= f->ids[t * k + j] == r->o->ids[j];
-        const bool tie = !same && near_tie(r, r->o);
+        const bool tie = !same && o_near_tie(r->k, r->e, r->o);
         CHECKF(same || tie, "%s: token %zu: ids differ from the oracle's", what, t);
         s->ties += tie;
         for (size_t j = 0; j < k; j++) {
@@ -378,13 +362,12 @@ static void test_router_denormals(void)
         int32_t ids[T * K];
         float w[T * K];
         CHECK_STATUS(moe_router_forward(r, T, z, NULL, MOE_DTYPE_INVALID, ids, w), MOE_OK);
-        const ref_layer shape = {.e = E, .k = K};
         for (int t = 0; t < T; t++) {
             oracle_route(&cfgs[c], z + t * E, bias, NULL, o);
             bool same = true;
             for (int j = 0; j < K; j++)
                 same &= ids[t * K + j] == o->ids[j];
-            CHECKF(same || near_tie(&shape, o), "%s: denormal row %d: ids differ", cfgs[c].name, t);
+            CHECKF(same || o_near_tie(K, E, o), "%s: denormal row %d: ids differ", cfgs[c].name, t);
             for (int j = 0; j < K && same; j++)
                 CHECKF(fabs(w[t * K + j] - o->w[j]) <= 1e-5 * max_d(fabs(o->w[j]), 1e-3),
                        "%s: denormal row %d weight %d = %.9g, oracle %.9g", cfgs[c].name, t, j,
@@ -422,7 +405,6 @@ static void test_router_big(void)
     REQUIRE(moe_router_create(&p, &r) == MOE_OK);
     CHECK_STATUS(moe_router_forward(r, BIG_T, z, NULL, MOE_DTYPE_INVALID, ids, w), MOE_OK);
     moe_router_destroy(r);
-    const ref_layer shape = {.e = E, .k = K};
     int bad = 0, ties = 0;
     for (size_t t = 0; t < BIG_T; t++) {
         oracle_route(&noaux, z + t * E, bias, NULL, o);
@@ -430,7 +412,7 @@ static void test_router_big(void)
         for (int j = 0; j < K; j++)
             same &= ids[t * K + j] == o->ids[j] &&
                     fabs(w[t * K + j] - o->w[j]) <= 1e-5 * max_d(fabs(o->w[j]), 1e-3);
-        const bool tie = !same && near_tie(&shape, o);
+        const bool tie = !same && o_near_tie(K, E, o);
         ties += tie;
         if (!same && !tie && bad++ < 5)
             CHECKF(false, "noaux_tc, %d tokens: row %zu differs", BIG_T, t);

@@ -8,7 +8,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "layer_fixture.h"
+#include "ckpt_patch.h"
+#include "fwd_io.h"
 #include "core/error.h"
 #include "io/npy.h"
 
@@ -29,17 +30,7 @@ extern char **environ;
 
 /* ---- The context every case works in ------------------------------------------------------ */
 
-#define POISON 0xA5u
 #define NO_MESSAGE "(no message was set)"
-
-typedef struct fwd_io {
-    size_t n, h, e, k;
-    float *x, *out, *logits, *w;
-    int32_t *ids, *tokens;
-    void *ws;
-    size_t ws_size;
-    moe_trace trace;
-} fwd_io;
 
 typedef struct context {
     char root[64];
@@ -167,19 +158,6 @@ typedef struct patch {
     size_t len;
 } patch;
 
-/* The file offset of byte BYTE of tensor T: after the 8-byte length and the header. */
-static uint64_t file_offset(const moe_tensor *t, uint64_t byte)
-{
-    unsigned char len[8];
-    int fd = open(t->file, O_RDONLY);
-    REQUIRE(fd >= 0 && pread(fd, len, 8, 0) == 8);
-    close(fd);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | len[i];
-    return 8 + n + t->begin + byte;
-}
-
 /* Writes LEN bytes over byte BYTE of the tensor of (layer, group, expert, role) of M,
  * remembering what was there. */
 static void patch_apply(patch *p, const moe_model *m, int layer, moe_tensor_group g, int expert,
@@ -188,7 +166,7 @@ static void patch_apply(patch *p, const moe_model *m, int layer, moe_tensor_grou
     const moe_tensor *t = fx_find(m, layer, g, expert, role);
     REQUIRE(t && byte + len <= t->nbytes && len <= sizeof p->saved);
     snprintf(p->file, sizeof p->file, "%s", t->file);
-    p->offset = file_offset(t, byte);
+    p->offset = ckpt_file_offset(t, byte);
     p->len = len;
     int fd = open(p->file, O_RDWR);
     REQUIRE(fd >= 0);
@@ -217,82 +195,6 @@ static int patched_create(const char *dir, const moe_model *m, int layer, moe_te
 }
 
 /* ---- Forward with every output poisoned --------------------------------------------------- */
-
-static void io_make(fwd_io *b, const moe_layer *l, size_t n)
-{
-    const moe_layer_plan *p = &l->plan;
-    b->n = n;
-    b->h = (size_t)p->desc->hidden;
-    b->e = p->moe ? (size_t)p->ld->routing.n_experts : 1;
-    b->k = p->moe ? (size_t)p->ld->routing.top_k : 1;
-    b->x = malloc(n * b->h * 4);
-    b->out = malloc(n * b->h * 4);
-    b->logits = malloc(n * b->e * 4);
-    b->w = malloc(n * b->k * 4);
-    b->ids = malloc(n * b->k * 4);
-    b->tokens = malloc(n * 4);
-    REQUIRE(b->x && b->out && b->logits && b->w && b->ids && b->tokens);
-    fx_hidden(3, n * b->h, b->x);
-    for (size_t t = 0; t < n; t++)
-        b->tokens[t] = (int32_t)(t * 7 % 1000);
-    b->ws = fx_workspace(l, n, &b->ws_size);
-}
-
-static void io_free(fwd_io *b)
-{
-    free(b->x);
-    free(b->out);
-    free(b->logits);
-    free(b->w);
-    free(b->ids);
-    free(b->tokens);
-    free(b->ws);
-}
-
-static void poison(fwd_io *b)
-{
-    memset(b->out, POISON, b->n * b->h * 4);
-    memset(b->logits, POISON, b->n * b->e * 4);
-    memset(b->w, POISON, b->n * b->k * 4);
-    memset(b->ids, POISON, b->n * b->k * 4);
-    memset(&b->trace, POISON, sizeof b->trace);
-}
-
-static bool all_poison(const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++)
-        if (c[i] != POISON) return false;
-    return true;
-}
-
-static bool io_untouched(const fwd_io *b)
-{
-    return all_poison(b->out, b->n * b->h * 4) && all_poison(b->logits, b->n * b->e * 4) &&
-           all_poison(b->w, b->n * b->k * 4) && all_poison(b->ids, b->n * b->k * 4) &&
-           all_poison(&b->trace, sizeof b->trace);
-}
-
-static moe_forward_args args_of(fwd_io *b)
-{
-    moe_forward_args a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.n_tokens = b->n;
-    a.hidden_size = b->h;
-    a.hidden = b->x;
-    a.hidden_dtype = MOE_DTYPE_F32;
-    a.token_ids = b->tokens;
-    a.token_id_dtype = MOE_DTYPE_I32;
-    a.out = b->out;
-    a.logits_out = b->logits;
-    a.ids_out = b->ids;
-    a.weights_out = b->w;
-    a.workspace = b->ws;
-    a.workspace_size = b->ws_size;
-    a.trace = &b->trace;
-    return a;
-}
 
 static int forward(const moe_layer *l, fwd_io *b, const moe_forward_args *a)
 {
@@ -1817,11 +1719,7 @@ static const char cfg_mxfp4[] =
 static moe_layer *make_layer(const moe_model *m, int layer)
 {
     const moe_layer_options o = {.size = sizeof o, .threads = 1, .logits_dtype = MOE_DTYPE_INVALID};
-    moe_layer *l = NULL;
-    moe_status st = moe_layer_create(m, layer, &o, &l);
-    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
-    REQUIRE(st == MOE_OK);
-    return l;
+    return fx_layer(m, layer, &o, NULL);
 }
 
 static void setup(void)

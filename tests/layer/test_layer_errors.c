@@ -4,124 +4,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layer_fixture.h"
-
-#define POISON 0xA5u
+#include "fwd_io.h"
 
 static bool has(const char *needle) { return strstr(moe_last_error(), needle) != NULL; }
 
 static moe_layer *make(const moe_model *m, int layer, int threads, moe_dtype logits)
 {
     const moe_layer_options o = {.size = sizeof o, .threads = threads, .logits_dtype = logits};
-    moe_layer *l = NULL;
-    moe_status st = moe_layer_create(m, layer, &o, &l);
-    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
-    REQUIRE(st == MOE_OK);
-    return l;
+    return fx_layer(m, layer, &o, NULL);
 }
 
 /* ---- Forward: every output poisoned, checked untouched after each error --------------------- */
 
-typedef struct io {
-    size_t n, h, e, k;
-    float *x, *out, *logits, *w;
-    int32_t *ids, *tokens;
-    void *ws;
-    size_t ws_size;
-    moe_trace trace;
-} io;
-
-static void io_make(io *b, const moe_layer *l, size_t n)
-{
-    const moe_layer_plan *p = &l->plan;
-    b->n = n;
-    b->h = (size_t)p->desc->hidden;
-    b->e = p->moe ? (size_t)p->ld->routing.n_experts : 1;
-    b->k = p->moe ? (size_t)p->ld->routing.top_k : 1;
-    b->x = malloc(n * b->h * 4);
-    b->out = malloc(n * b->h * 4);
-    b->logits = malloc(n * b->e * 4);
-    b->w = malloc(n * b->k * 4);
-    b->ids = malloc(n * b->k * 4);
-    b->tokens = malloc(n * 4);
-    REQUIRE(b->x && b->out && b->logits && b->w && b->ids && b->tokens);
-    fx_hidden(3, n * b->h, b->x);
-    for (size_t t = 0; t < n; t++)
-        b->tokens[t] = (int32_t)(t * 7 % 1000);
-    b->ws = fx_workspace(l, n, &b->ws_size);
-}
-
-static void io_free(io *b)
-{
-    free(b->x);
-    free(b->out);
-    free(b->logits);
-    free(b->w);
-    free(b->ids);
-    free(b->tokens);
-    free(b->ws);
-}
-
-static void poison(io *b)
-{
-    memset(b->out, POISON, b->n * b->h * 4);
-    memset(b->logits, POISON, b->n * b->e * 4);
-    memset(b->w, POISON, b->n * b->k * 4);
-    memset(b->ids, POISON, b->n * b->k * 4);
-    memset(&b->trace, POISON, sizeof b->trace);
-}
-
-static bool all_poison(const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++)
-        if (c[i] != POISON) return false;
-    return true;
-}
-
-static bool untouched(const io *b)
-{
-    return all_poison(b->out, b->n * b->h * 4) && all_poison(b->logits, b->n * b->e * 4) &&
-           all_poison(b->w, b->n * b->k * 4) && all_poison(b->ids, b->n * b->k * 4) &&
-           all_poison(&b->trace, sizeof b->trace);
-}
-
-static moe_forward_args args_of(io *b)
-{
-    moe_forward_args a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.n_tokens = b->n;
-    a.hidden_size = b->h;
-    a.hidden = b->x;
-    a.hidden_dtype = MOE_DTYPE_F32;
-    a.token_ids = b->tokens;
-    a.token_id_dtype = MOE_DTYPE_I32;
-    a.out = b->out;
-    a.logits_out = b->logits;
-    a.ids_out = b->ids;
-    a.weights_out = b->w;
-    a.workspace = b->ws;
-    a.workspace_size = b->ws_size;
-    a.trace = &b->trace;
-    return a;
-}
-
 /* Runs A, expects WANT with NEEDLE in the message and every output untouched. */
-static void expect_fail(const moe_layer *l, io *b, moe_forward_args a, moe_status want,
+static void expect_fail(const moe_layer *l, fwd_io *b, moe_forward_args a, moe_status want,
                         const char *needle, const char *what)
 {
     poison(b);
     const moe_status st = moe_layer_forward(l, &a);
     CHECKF(st == want, "%s: status %d (%s), want %d", what, (int)st, moe_last_error(), (int)want);
     CHECKF(!needle || has(needle), "%s: message '%s' lacks '%s'", what, moe_last_error(), needle);
-    CHECKF(untouched(b), "%s: an output was written", what);
+    CHECKF(io_untouched(b), "%s: an output was written", what);
 }
 
 static void test_forward_errors(const moe_model *m, int layer, bool hash)
 {
     moe_layer *l = make(m, layer, 2, MOE_DTYPE_INVALID);
-    io b;
+    fwd_io b;
     io_make(&b, l, 7);
     moe_forward_args a = args_of(&b);
     char buf[64];
@@ -174,7 +83,7 @@ static void test_forward_errors(const moe_model *m, int layer, bool hash)
     poison(&b);
     CHECK_STATUS(moe_layer_forward(NULL, &a), MOE_EINVAL);
     CHECK_STATUS(moe_layer_forward(l, NULL), MOE_EINVAL);
-    CHECK(untouched(&b));
+    CHECK(io_untouched(&b));
 
     /* T = 0 is a no-op whatever the pointers; the trace is emptied. */
     moe_forward_args z;
@@ -198,7 +107,7 @@ static void test_forward_errors(const moe_model *m, int layer, bool hash)
 static void test_nonfinite(const moe_model *m, int layer)
 {
     moe_layer *l = make(m, layer, 2, MOE_DTYPE_INVALID);
-    io b, c;
+    fwd_io b, c;
     io_make(&b, l, 6);
     io_make(&c, l, 6);
     for (size_t i = 0; i < b.h; i++) {
@@ -245,7 +154,7 @@ static void test_logits_dtype(const moe_model *m, int moe_index, int dense_index
     CHECK(has("already decided"));
 
     /* bf16 logits are the rounded f32 logits, in the same epilogue: bit for bit. */
-    io a, b;
+    fwd_io a, b;
     io_make(&a, f32, 9);
     io_make(&b, late, 9);
     moe_forward_args fa = args_of(&a), fb = args_of(&b);
@@ -282,7 +191,7 @@ static void test_logits_dtype(const moe_model *m, int moe_index, int dense_index
 static void test_dense_outputs(const moe_model *m, int layer)
 {
     moe_layer *l = make(m, layer, 2, MOE_DTYPE_INVALID);
-    io b;
+    fwd_io b;
     io_make(&b, l, 4);
     poison(&b);
     moe_forward_args a = args_of(&b);
@@ -434,7 +343,7 @@ static void test_outlives_model(const char *dir)
     fx_write_model(dir, fam_cases[0].config, 31);
     moe_model *m = fx_open(dir, false);
     moe_layer *l = make(m, 1, 2, MOE_DTYPE_INVALID);
-    io before, after;
+    fwd_io before, after;
     io_make(&before, l, 5);
     io_make(&after, l, 5);
     moe_forward_args a = args_of(&before);

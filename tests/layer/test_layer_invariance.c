@@ -89,11 +89,7 @@ static moe_layer *make(const moe_model *m, int layer, int threads, const moe_cpu
 {
     const moe_layer_options o = fx_options(threads, recipe);
     const moe_layer_tuning tune = {caps, 0};
-    moe_layer *l = NULL;
-    moe_status st = moe_layer_create_tuned(m, layer, &o, &tune, &l);
-    if (st) fprintf(stderr, "create layer %d: %s\n", layer, moe_last_error());
-    REQUIRE(st == MOE_OK);
-    return l;
+    return fx_layer(m, layer, &o, &tune);
 }
 
 static void run_layer(const moe_model *m, int layer, const moe_cpu_caps *caps, int recipe,

@@ -103,22 +103,6 @@ static void ref_free(ref_layer *r)
     if (r->ld->kind == MOE_LAYER_DENSE) fx_mlp_free(&r->dense);
 }
 
-/* The oracle cannot order two keys within its tolerance: any id order there is right. */
-static bool near_tie(int k, int e, const oracle_row *o)
-{
-    if (o->ambiguous) return true;
-    for (int j = 0; j + 1 < k; j++)
-        if (o_near(o->key[o->ids[j]], o->key[o->ids[j + 1]], o->floor)) return true;
-    double best = -INFINITY;
-    for (int i = 0; i < e; i++) {
-        bool taken = false;
-        for (int j = 0; j < k; j++)
-            taken |= o->ids[j] == i;
-        if (!taken && o->key[i] > best) best = o->key[i];
-    }
-    return k < e && o_near(o->key[o->ids[k - 1]], best, o->floor);
-}
-
 typedef struct stats {
     double logit_err;  /* max |Δ| / Σ|x·w| */
     double weight_err; /* max |Δ| / |w| */
@@ -154,7 +138,7 @@ static void check_routing(const ref_layer *r, size_t t, const double *x, const f
     bool same = true;
     for (int j = 0; j < r->k; j++)
         same &= ids[j] == o->ids[j];
-    const bool tie = !same && near_tie(r->k, r->e, o);
+    const bool tie = !same && o_near_tie(r->k, r->e, o);
     CHECKF(same || tie, "%s: token %zu ids differ from the oracle's (slot 0: %d vs %d)", what, t,
            ids[0], o->ids[0]);
     s->ties += tie;

@@ -2,9 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "test.h"
+#include "config_fixture.h"
 #include "core/alloc.h"
-#include "model/model.h"
 
 #define BIT(d) (1u << (unsigned)(d))
 
@@ -24,17 +23,9 @@ typedef struct table {
     size_t n;
 } table;
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("MOE_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
 static void load(const char *file, moe_model_desc *d)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/configs/%s", data_dir(), file);
-    moe_status st = moe_model_desc_load(path, d);
+    moe_status st = load_fixture(file, d);
     if (st) fprintf(stderr, "%s: %s\n", file, moe_last_error());
     REQUIRE(st == MOE_OK);
 }

@@ -88,6 +88,18 @@ static inline moe_router_params route_params(const route_cfg *c, const float *bi
     return p;
 }
 
+/* The sweeps' groups for E experts: the largest of 8, 6, 4, 2 that divides E with at least 2
+ * experts per group, else 1. */
+static inline int groups_for(int e)
+{
+    static const int cand[] = {8, 6, 4, 2};
+    for (int i = 0; i < 4; i++)
+        if (e % cand[i] == 0 && e / cand[i] >= 2) return cand[i];
+    return 1;
+}
+
+static inline int min_int(int a, int b) { return a < b ? a : b; }
+
 /* ---- The float64 oracle ----------------------------------------------------------------- */
 
 #define ORACLE_MAX_E 4096
@@ -150,6 +162,23 @@ typedef struct oracle_row {
     double floor;             /* o_near's absolute floor for these keys */
     bool ambiguous;           /* the kept groups hinge on a near-tie: compare nothing */
 } oracle_row;
+
+/* The oracle cannot order the K ids it chose of E within its tolerance (two chosen keys, or
+ * the last chosen and the best left out, are near): any id order there is right. */
+static inline bool o_near_tie(int k, int e, const oracle_row *o)
+{
+    if (o->ambiguous) return true;
+    for (int j = 0; j + 1 < k; j++)
+        if (o_near(o->key[o->ids[j]], o->key[o->ids[j + 1]], o->floor)) return true;
+    double best = -INFINITY;
+    for (int i = 0; i < e; i++) {
+        bool taken = false;
+        for (int j = 0; j < k; j++)
+            taken |= o->ids[j] == i;
+        if (!taken && o->key[i] > best) best = o->key[i];
+    }
+    return k < e && o_near(o->key[o->ids[k - 1]], best, o->floor);
+}
 
 /* Keeps the tg groups with the largest score (lower index on ties) and masks the others'
  * keys with -inf. Flags a near-tie at the boundary. */

@@ -155,16 +155,6 @@ static void run_cfg(const route_cfg *c, const moe_cpu_caps *allowed, uint64_t se
 
 static const int sweep_e[] = {8, 16, 60, 64, 128, 160, 256, 384, 512};
 
-static int groups_for(int e)
-{
-    static const int cand[] = {8, 6, 4, 2};
-    for (int i = 0; i < 4; i++)
-        if (e % cand[i] == 0 && e / cand[i] >= 2) return cand[i];
-    return 1;
-}
-
-static int min_int(int a, int b) { return a < b ? a : b; }
-
 /* Prints which kernels each level chose, so a log shows what was compared. */
 static void show_kernels(const moe_cpu_caps *allowed)
 {

@@ -129,17 +129,6 @@ done:
     free(table);
 }
 
-/* The largest of 8, 6, 4, 2 that divides E with at least 2 experts per group, else 1. */
-static int groups_for(int e)
-{
-    static const int cand[] = {8, 6, 4, 2};
-    for (int i = 0; i < 4; i++)
-        if (e % cand[i] == 0 && e / cand[i] >= 2) return cand[i];
-    return 1;
-}
-
-static int min_int(int a, int b) { return a < b ? a : b; }
-
 /* Every method at every E of the sweep, both norm settings where the method has a choice. */
 static void sweep(stats *st)
 {
