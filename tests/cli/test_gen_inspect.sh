@@ -2,22 +2,8 @@
 # test_gen_inspect.sh — `moe gen` then `moe inspect` for every family and dtype; determinism; usage errors.
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_gen_inspect.sh path/to/moe}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-gen.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 
 # ---- gen -> inspect for every family x dtype, one file and 3 shards -----------------------
 
@@ -372,5 +358,4 @@ out=$("$moe" inspect "$tmp/oss/model-00001-of-00002.safetensors")
 check "inspect FILE: metadata" grep -q '^metadata  *format = pt$' <<<"$out"
 check "inspect FILE: tensors" grep -qE '^  model\.layers\.0\.mlp\.router\.weight +bf16 +\[8, 256\]$' <<<"$out"
 
-echo "$checks checks, $failures failed" >&2
-[ "$failures" -eq 0 ]
+finish

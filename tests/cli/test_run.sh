@@ -2,34 +2,11 @@
 # test_run.sh — `moe run` end to end: each family × dtype vs `moe route` and float64; errors.
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_run.sh path/to/moe}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-run.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 # Python starts slowly, so each call does many things (run_ref.py batch).
 py() { python3 "$here/run_ref.py" "$@"; }
-has() { [[ $1 == *"$2"* ]]; }
 differ() { ! cmp -s "$1" "$2"; }
-# first_line FILE: sets line (the first line of FILE) and nlines (its number of lines).
-first_line() {
-  local lines=()
-  mapfile -t lines <"$1"
-  nlines=${#lines[@]}
-  line=${lines[0]-}
-}
 # run_ok WHAT ARGS...: moe run exits 0 with nothing on stderr; its stdout in $tmp/stdout.
 run_ok() {
   local what=$1 rc=0
@@ -392,5 +369,4 @@ for opt in --model --layer --hidden --input-ids --out --logits-out --ids-out --w
   check "moe run --help lists $opt" grep -qe "^  $opt " "$tmp/h"
 done
 
-echo "$checks checks, $failures failed" >&2
-[ "$failures" -eq 0 ]
+finish
