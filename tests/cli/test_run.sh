@@ -216,13 +216,9 @@ mkdir -p "$e"
 v3=$tmp/v3-bf16/ckpt
 py batch hidden "$e/h100.npy" 2 100 1 \; ids "$e/xi.npy" i32 512 100 1 \; ids "$e/ids2.npy" i64 2 100 1 \
   \; hidden "$e/x2.npy" 2 256 1 \; ids "$e/ids3.npy" i32 3 2048 1
-# A 3-D array: the x.npy of qwen3 reshaped by hand is not possible without numpy, so write one.
-python3 - "$e/x3d.npy" <<'PY'
-import sys
-h = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 256), }"
-h += " " * ((64 - (10 + len(h) + 1) % 64) % 64) + "\n"
-open(sys.argv[1], "wb").write(b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h.encode() + bytes(2048))
-PY
+# A 3-D array of zeros, which no run_ref.py command writes.
+PYTHONPATH=$here python3 -c 'import sys; from ref_lib import npy_write
+npy_write(sys.argv[1], "<f4", (1, 2, 256), [0.0] * 512)' "$e/x3d.npy"
 outs_e=(--out "$e/y.npy" --logits-out "$e/l.npy" --ids-out "$e/i.npy" --weights-out "$e/w.npy")
 no_outputs() { [ ! -e "$e/y.npy" ] && [ ! -e "$e/l.npy" ] && [ ! -e "$e/i.npy" ] && [ ! -e "$e/w.npy" ]; }
 # expect_error WHAT CODE SUBSTRING ARGS...
