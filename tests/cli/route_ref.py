@@ -18,60 +18,17 @@ the routing methods, then compares with what `moe route` wrote:
 Tolerances (DESIGN.md): ids exact except where two of the reference's keys that decide the
 selection are within 1e-5 (relative) without being equal; weights within 1e-5 relative.
 """
-import array
-import ast
 import json
 import math
 import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ref_lib import DESCR, main, npy_read, npy_write  # noqa: E402
+
 TIE = 1e-5
 WTOL = 1e-5
-
-# ---- .npy ---------------------------------------------------------------------------------
-
-CODES = {"<f4": "f", "<i4": "i", "<i8": "q"}
-
-
-def npy_write(path, descr, shape, values):
-    if len(shape) == 1:
-        shape_txt = "(%d,)" % shape[0]
-    else:
-        shape_txt = "(" + ", ".join("%d" % d for d in shape) + ")"
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape_txt)
-    pad = (64 - (10 + len(header) + 1) % 64) % 64
-    header = header + " " * pad + "\n"
-    data = array.array(CODES[descr], values)
-    assert data.itemsize * 8 in (32, 64) and sys.byteorder == "little"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1"))
-        f.write(data.tobytes())
-
-
-def npy_read(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:6] != b"\x93NUMPY":
-        raise SystemExit("%s: not a .npy file" % path)
-    major = raw[6]
-    if major == 1:
-        hlen, off = int.from_bytes(raw[8:10], "little"), 10
-    else:
-        hlen, off = int.from_bytes(raw[8:12], "little"), 12
-    header = ast.literal_eval(raw[off:off + hlen].decode("latin1"))
-    descr, shape = header["descr"], tuple(header["shape"])
-    if header["fortran_order"] or descr not in CODES:
-        raise SystemExit("%s: unexpected header %r" % (path, header))
-    data = array.array(CODES[descr])
-    data.frombytes(raw[off + hlen:])
-    count = 1
-    for d in shape:
-        count *= d
-    if len(data) != count:
-        raise SystemExit("%s: %d elements for shape %r" % (path, len(data), shape))
-    return descr, shape, data
-
 
 # ---- The config, read independently -------------------------------------------------------
 
@@ -403,7 +360,7 @@ def make_npy(argv):
     count = 1
     for n in shape:
         count *= n
-    descr = {"f32": "<f4", "i32": "<i4", "i64": "<i8"}[dtype]
+    descr = DESCR[dtype]
     if "--fill" in argv:
         v = argv[argv.index("--fill") + 1]
         values = [float(v) if dtype == "f32" else int(v)] * count
@@ -439,20 +396,5 @@ def head(argv):
 CMDS = {"make-many": make_many, "check-many": check_many, "npy": make_npy, "set": set_value,
         "dup": dup, "head": head}
 
-
-def batch(argv):
-    """Several commands in one process, separated by ";" arguments."""
-    cmd = []
-    for a in argv + [";"]:
-        if a != ";":
-            cmd.append(a)
-        elif cmd:
-            CMDS[cmd[0]](cmd[1:])
-            cmd = []
-
-
 if __name__ == "__main__":
-    CMDS["batch"] = batch
-    if len(sys.argv) < 2 or sys.argv[1] not in CMDS:
-        raise SystemExit(__doc__)
-    CMDS[sys.argv[1]](sys.argv[2:])
+    main(CMDS, __doc__)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # run_ref.py — inputs, checkpoint tensors and a float64 MoE block reference, for test_run.sh.
-"""Standard library only (the .npy reader and writer are route_ref.py's). Commands:
+"""Standard library only (the .npy and safetensors readers are ref_lib.py's). Commands:
 
   hidden PATH T H SEED [--special]  f32 [T, H] hidden states, N(0, 1); --special puts a NaN
                                     in row 0, +Inf and -Inf in row 1 and 1e30 in row 2
@@ -33,7 +33,6 @@
 Every failed check prints one line on stderr and exits 1.
 """
 import array
-import glob
 import json
 import math
 import os
@@ -42,9 +41,8 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from route_ref import npy_read, npy_write  # noqa: E402
+from ref_lib import DESCR, main, npy_read, npy_write, st_tensors  # noqa: E402
 
-DESCR = {"f32": "<f4", "i32": "<i4", "i64": "<i8"}
 LOGIT_TOL = 1e-5
 OUT_TOL = 1e-2
 OUT_TOL_Q8 = 2e-2
@@ -60,21 +58,6 @@ def fail(msg):
 
 
 # ---- Checkpoint tensors --------------------------------------------------------------------
-
-
-def st_tensors(d):
-    """name -> (dtype, shape, bytes) over every .safetensors file of folder D."""
-    out = {}
-    for f in sorted(glob.glob(os.path.join(d, "*.safetensors"))):
-        with open(f, "rb") as fh:
-            raw = fh.read()
-        n = struct.unpack("<Q", raw[:8])[0]
-        hdr = json.loads(raw[8:8 + n])
-        for name, t in hdr.items():
-            if name != "__metadata__":
-                b, e = t["data_offsets"]
-                out[name] = (t["dtype"], t["shape"], raw[8 + n + b:8 + n + e])
-    return out
 
 
 def e4m3(c):
@@ -428,19 +411,5 @@ CMDS = {"hidden": hidden, "ids": ids, "extract": extract, "rows": rows, "expect"
         "same-rows": same_rows, "ids-valid": ids_valid, "bf16-valued": bf16_valued,
         "block": block}
 
-
-def batch(argv):
-    cmd = []
-    for a in argv + [";"]:
-        if a != ";":
-            cmd.append(a)
-        elif cmd:
-            CMDS[cmd[0]](cmd[1:])
-            cmd = []
-
-
 if __name__ == "__main__":
-    CMDS["batch"] = batch
-    if len(sys.argv) < 2 or sys.argv[1] not in CMDS:
-        raise SystemExit(__doc__)
-    CMDS[sys.argv[1]](sys.argv[2:])
+    main(CMDS, __doc__)

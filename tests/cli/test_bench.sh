@@ -2,21 +2,8 @@
 # test_bench.sh — `moe bench`: usage errors, --list, and the JSON and SVG of a tiny run (no timing checked).
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_bench.sh path/to/moe}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 
 # Usage errors: exit 2, one line on stderr naming the option, nothing on stdout.
 usage() { # usage WHAT NEEDLE ARGS...
@@ -314,5 +301,4 @@ else
   check "preset table: no note on copies beyond the cache" bash -c "! grep -qF 'note: the resident' '$tmp/p.txt'"
 fi
 
-echo "test_bench: $checks checks, $failures failed"
-[ "$failures" -eq 0 ]
+finish

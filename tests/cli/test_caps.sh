@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# test_caps.sh — `moe caps`: the report, the MOE_ISA cap and its errors (test_caps.sh MOE).
+# test_caps.sh — `moe caps`: the report, the MOE_ISA cap and its errors (test_caps.sh path/to/moe).
 set -u
-MOE=${1:?usage: test_caps.sh path/to/moe}
-fail=0
-check() { # check DESCRIPTION CONDITION...
-    local what=$1; shift
-    if ! "$@"; then echo "FAIL: $what" >&2; fail=1; fi
-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 
 # Plain run: every section is there and every family has a selection with a reason.
-env -u MOE_ISA "$MOE" caps >"$tmp/out" 2>"$tmp/err"
+env -u MOE_ISA "$moe" caps >"$tmp/out" 2>"$tmp/err"
 check "moe caps exits 0" test $? -eq 0
 check "no stderr" test ! -s "$tmp/err"
 for label in cpu detected compiled MOE_ISA allowed level features selected; do
@@ -26,7 +20,7 @@ for fam in cvt_bf16_f32 cvt_f16_f32 cvt_e4m3_f32 cvt_mxfp4_f32; do
 done
 
 # MOE_ISA=scalar: every family falls back to its reference, and the cap is named as the cause.
-MOE_ISA=scalar "$MOE" caps >"$tmp/out" 2>"$tmp/err"
+MOE_ISA=scalar "$moe" caps >"$tmp/out" 2>"$tmp/err"
 check "MOE_ISA=scalar exits 0" test $? -eq 0
 check "MOE_ISA=scalar is reported" grep -q "^MOE_ISA *scalar (from the environment)" "$tmp/out"
 check "allowed is none" grep -q "^allowed *none" "$tmp/out"
@@ -37,23 +31,23 @@ if grep -q "^compiled.*avx2" "$tmp/out"; then
 fi
 
 # MOE_ISA=avx2 never selects an AVX-512 kernel.
-MOE_ISA=avx2 "$MOE" caps >"$tmp/out" 2>&1
+MOE_ISA=avx2 "$moe" caps >"$tmp/out" 2>&1
 check "MOE_ISA=avx2 exits 0" test $? -eq 0
 check "no avx512 kernel under MOE_ISA=avx2" bash -c "! grep -q '__avx512:' '$tmp/out'"
 
 # An unknown MOE_ISA: exit 1, exactly one line on stderr naming the value, nothing on stdout.
-MOE_ISA=avx3 "$MOE" caps >"$tmp/out" 2>"$tmp/err"
+MOE_ISA=avx3 "$moe" caps >"$tmp/out" 2>"$tmp/err"
 check "unknown MOE_ISA exits 1" test $? -eq 1
 check "one stderr line" test "$(wc -l <"$tmp/err")" -eq 1
 check "the value is named" grep -q "avx3" "$tmp/err"
 check "nothing on stdout" test ! -s "$tmp/out"
 
 # --help and a stray argument.
-"$MOE" caps --help >"$tmp/out" 2>&1
+"$moe" caps --help >"$tmp/out" 2>&1
 check "--help exits 0" test $? -eq 0
 check "--help prints usage" grep -q "^usage: moe caps" "$tmp/out"
-"$MOE" caps extra >"$tmp/out" 2>"$tmp/err"
+"$moe" caps extra >"$tmp/out" 2>"$tmp/err"
 check "a stray argument exits 2" test $? -eq 2
 check "usage error on stderr" grep -q "extra" "$tmp/err"
 
-exit $fail
+finish

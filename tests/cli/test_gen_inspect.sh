@@ -2,22 +2,8 @@
 # test_gen_inspect.sh — `moe gen` then `moe inspect` for every family and dtype; determinism; usage errors.
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_gen_inspect.sh path/to/moe}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-gen.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 
 # ---- gen -> inspect for every family x dtype, one file and 3 shards -----------------------
 
@@ -150,20 +136,10 @@ if command -v python3 >/dev/null 2>&1; then
     --out "$tmp/py-4" >/dev/null
   "$moe" gen --family deepseek_v3 --layers 2 --seed 9 --out "$tmp/py-v3" >/dev/null
   "$moe" gen --family gpt_oss --layers 1 --seed 9 --out "$tmp/py-oss" >/dev/null
-  check "values: split-independent and realistic" python3 - "$tmp/py-1" "$tmp/py-4" "$tmp/py-v3" "$tmp/py-oss" <<'PY'
-import glob, json, math, struct, sys
-
-def load(d):
-    out = {}
-    for f in sorted(glob.glob(d + "/*.safetensors")):
-        data = open(f, "rb").read()
-        n = struct.unpack("<Q", data[:8])[0]
-        hdr = json.loads(data[8:8 + n])
-        for name, t in hdr.items():
-            if name != "__metadata__":
-                b, e = t["data_offsets"]
-                out[name] = (t["dtype"], t["shape"], data[8 + n + b:8 + n + e])
-    return out
+  check "values: split-independent and realistic" env PYTHONPATH="$here" python3 - \
+    "$tmp/py-1" "$tmp/py-4" "$tmp/py-v3" "$tmp/py-oss" <<'PY'
+import math, struct, sys
+from ref_lib import st_tensors
 
 def e4m3(c):  # independent decode from the fields
     e, m = (c >> 3) & 15, c & 7
@@ -174,7 +150,7 @@ def bf16(b):
     return struct.unpack("<f", b"\0\0" + b)[0]
 
 bad = []
-one, four, v3, oss = (load(d) for d in sys.argv[1:5])
+one, four, v3, oss = (st_tensors(d) for d in sys.argv[1:5])
 if one != four:
     bad.append("tensors differ between 1 file and 4 shards")
 for name, (dt, shape, b) in list(one.items()) + list(v3.items()) + list(oss.items()):
@@ -372,5 +348,4 @@ out=$("$moe" inspect "$tmp/oss/model-00001-of-00002.safetensors")
 check "inspect FILE: metadata" grep -q '^metadata  *format = pt$' <<<"$out"
 check "inspect FILE: tensors" grep -qE '^  model\.layers\.0\.mlp\.router\.weight +bf16 +\[8, 256\]$' <<<"$out"
 
-echo "$checks checks, $failures failed" >&2
-[ "$failures" -eq 0 ]
+finish

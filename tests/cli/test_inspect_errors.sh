@@ -2,23 +2,8 @@
 # test_inspect_errors.sh — `moe inspect` on broken checkpoints and on the malformed-file corpora.
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_inspect_errors.sh path/to/moe}
-data=${MOE_TEST_DATA:-$(pwd)/tests/data}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-inspect.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 
 # expect_error WHAT SUBSTRING PATH [inspect options]: exit 1 (no signal), exactly one line on
 # stderr, starting "moe inspect: " and containing SUBSTRING.
@@ -220,5 +205,4 @@ else
   echo "note: $data/corpus/config_manifest.tsv not found; config corpus skipped" >&2
 fi
 
-echo "$checks checks, $failures failed" >&2
-[ "$failures" -eq 0 ]
+finish

@@ -2,38 +2,13 @@
 # test_route.sh — `moe route` end to end: each family's routing vs a float64 reference, every error.
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_route.sh path/to/moe}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ref=$here/route_ref.py
-data=${MOE_TEST_DATA:-$(pwd)/tests/data}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 cfgs=$data/configs
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-route.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
 # Python starts slowly here, so route_ref.py does many things per call (make-many,
 # check-many, batch) and the hundreds of checks below use shell builtins only.
-py() { python3 "$ref" "$@"; }
-has() { [[ $1 == *"$2"* ]]; }
+py() { python3 "$here/route_ref.py" "$@"; }
 starts() { [[ $1 == "$2"* ]]; }
-# first_line FILE: sets line (the first line of FILE) and nlines (its number of lines).
-first_line() {
-  local lines=()
-  mapfile -t lines <"$1"
-  nlines=${#lines[@]}
-  line=${lines[0]-}
-}
 
 v3=$cfgs/deepseek-v3.json
 v4=$cfgs/deepseek-v4-flash.json
@@ -410,5 +385,4 @@ done
 "$moe" --help >"$tmp/help"
 check "moe --help lists route" grep -q '^  route ' "$tmp/help"
 
-echo "test_route: $checks checks, $failures failures"
-[[ $failures -eq 0 ]]
+finish

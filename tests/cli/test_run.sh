@@ -2,34 +2,11 @@
 # test_run.sh — `moe run` end to end: each family × dtype vs `moe route` and float64; errors.
 set -euo pipefail
 
-moe=${1:?usage: bash tests/cli/test_run.sh path/to/moe}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-test-run.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
+# shellcheck source=tests/cli/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh" "$@"
 # Python starts slowly, so each call does many things (run_ref.py batch).
 py() { python3 "$here/run_ref.py" "$@"; }
-has() { [[ $1 == *"$2"* ]]; }
 differ() { ! cmp -s "$1" "$2"; }
-# first_line FILE: sets line (the first line of FILE) and nlines (its number of lines).
-first_line() {
-  local lines=()
-  mapfile -t lines <"$1"
-  nlines=${#lines[@]}
-  line=${lines[0]-}
-}
 # run_ok WHAT ARGS...: moe run exits 0 with nothing on stderr; its stdout in $tmp/stdout.
 run_ok() {
   local what=$1 rc=0
@@ -239,13 +216,9 @@ mkdir -p "$e"
 v3=$tmp/v3-bf16/ckpt
 py batch hidden "$e/h100.npy" 2 100 1 \; ids "$e/xi.npy" i32 512 100 1 \; ids "$e/ids2.npy" i64 2 100 1 \
   \; hidden "$e/x2.npy" 2 256 1 \; ids "$e/ids3.npy" i32 3 2048 1
-# A 3-D array: the x.npy of qwen3 reshaped by hand is not possible without numpy, so write one.
-python3 - "$e/x3d.npy" <<'PY'
-import sys
-h = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 256), }"
-h += " " * ((64 - (10 + len(h) + 1) % 64) % 64) + "\n"
-open(sys.argv[1], "wb").write(b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h.encode() + bytes(2048))
-PY
+# A 3-D array of zeros, which no run_ref.py command writes.
+PYTHONPATH=$here python3 -c 'import sys; from ref_lib import npy_write
+npy_write(sys.argv[1], "<f4", (1, 2, 256), [0.0] * 512)' "$e/x3d.npy"
 outs_e=(--out "$e/y.npy" --logits-out "$e/l.npy" --ids-out "$e/i.npy" --weights-out "$e/w.npy")
 no_outputs() { [ ! -e "$e/y.npy" ] && [ ! -e "$e/l.npy" ] && [ ! -e "$e/i.npy" ] && [ ! -e "$e/w.npy" ]; }
 # expect_error WHAT CODE SUBSTRING ARGS...
@@ -392,5 +365,4 @@ for opt in --model --layer --hidden --input-ids --out --logits-out --ids-out --w
   check "moe run --help lists $opt" grep -qe "^  $opt " "$tmp/h"
 done
 
-echo "$checks checks, $failures failed" >&2
-[ "$failures" -eq 0 ]
+finish
