@@ -42,6 +42,18 @@ check "missing model: exit 1 (got $rc)" test "$rc" -eq 1
 check "missing model: names the folder" grep -qF "$tmp/none" "$tmp/err"
 check "missing model: fails before measuring anything (nothing on stdout)" test ! -s "$tmp/out"
 
+# A --plot that cannot be written is exit 1 before the run (nothing measured, nothing on stdout).
+for bad in "$tmp/no-folder/roof.svg" "$tmp"; do
+  rc=0
+  "$moe" bench --preset qwen3-30b-a3b --tokens 1 --threads 1 --plot "$bad" >"$tmp/out" \
+    2>"$tmp/err" || rc=$?
+  check "--plot $bad: exit 1 (got $rc)" test "$rc" -eq 1
+  check "--plot $bad: one line naming --plot and the path" \
+    test "$(wc -l <"$tmp/err")" -eq 1 -a "$(grep -cF -- "--plot $bad:" "$tmp/err")" -eq 1
+  check "--plot $bad: fails before measuring anything" test ! -s "$tmp/out"
+done
+check "--plot into a missing folder: nothing created" test ! -e "$tmp/no-folder"
+
 # A tiny run: the JSON has every field per case, values consistent with each other.
 "$moe" gen --family qwen3_moe --layers 1 --hidden 256 --experts 8 --topk 2 --intermediate 128 \
   --out "$tmp/q" >/dev/null

@@ -240,6 +240,8 @@ expect_error "no --out" 2 "--out" --model "$qk" --hidden "$q/x.npy" --ids-out "$
 expect_error "unknown option" 2 "--bogus" --model "$qk" --hidden "$q/x.npy" "${outs_e[@]}" --bogus
 expect_error "an option twice" 2 "--hidden" --model "$qk" --hidden "$q/x.npy" --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "a stray argument" 2 "stray" --model "$qk" --hidden "$q/x.npy" "${outs_e[@]}" stray
+expect_error "a flag twice" 2 "option --trace given twice" --model "$qk" --hidden "$q/x.npy" "${outs_e[@]}" --trace --trace
+expect_error "an empty value" 2 "option --hidden has an empty value" --model "$qk" --hidden= "${outs_e[@]}"
 expect_error "--layer not a number" 2 "--layer" --model "$qk" --layer x --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--layer negative" 2 "--layer" --model "$qk" --layer -1 --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--threads 0" 2 "--threads" --model "$qk" --threads 0 --hidden "$q/x.npy" "${outs_e[@]}"
@@ -264,9 +266,17 @@ for opt in --logits-out --ids-out --weights-out; do
 done
 expect_error "--logits-dtype on a dense layer" 1 "--logits-dtype: layer 0" \
   --model "$v3" --layer 0 --hidden "$e/x2.npy" --out "$e/y.npy" --logits-dtype bf16
-# An output that cannot be written: the ones written before it are removed.
-expect_error "an unwritable output" 1 "--weights-out" --model "$qk" --hidden "$q/x.npy" \
-  --out "$e/y.npy" --ids-out "$e/i.npy" --weights-out "$e/no/such/dir/w.npy"
+# An output in a missing folder, or a folder as the output: exit 1 before the layer is built.
+expect_error "an output in a missing folder" 1 "--weights-out $e/no/such/dir/w.npy: cannot write there" \
+  --model "$qk" --hidden "$q/x.npy" --out "$e/y.npy" --ids-out "$e/i.npy" \
+  --weights-out "$e/no/such/dir/w.npy"
+expect_error "a folder as the output" 1 "--out $e: cannot write there" --model "$qk" \
+  --hidden "$q/x.npy" --out "$e"
+# An output that fails as it is written (its name fits the file system, its temporary file's
+# does not): the ones written before it are removed.
+long=$e/$(printf 'w%.0s' {1..250}).npy
+expect_error "an output that fails as it is written" 1 "--weights-out: cannot create" \
+  --model "$qk" --hidden "$q/x.npy" --out "$e/y.npy" --ids-out "$e/i.npy" --weights-out "$long"
 # An error before the outputs leaves files already there untouched.
 echo old >"$e/keep.npy"
 rc=0
