@@ -15,6 +15,7 @@
 #include "core/alloc.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/shape_text.h"
 #include "dtype/dtype.h"
 #include "io/file.h"
 #include "io/json_util.h"
@@ -48,17 +49,6 @@ static uint64_t load_le64(const unsigned char *p)
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
-}
-
-/* "[2, 3]" into BUF (8 dimensions of at most 15 digits fit in 200 bytes). */
-static const char *shape_text(const int64_t *shape, int ndim, char *buf, size_t cap)
-{
-    size_t n = 0;
-    n += (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-    return buf;
 }
 
 /* Reads an exact JSON integer in [0, 2^48-1]. A non-integer is MOE_EJSON, a negative value
@@ -124,7 +114,7 @@ static moe_status parse_shape(const json_t *entry, const char *file, const char 
             char buf[200];
             return moe_error(MOE_EOVERFLOW,
                              "%s: tensor '%s': element count of shape %s overflows 64 bits", file,
-                             name, shape_text(t->shape, (int)i + 1, buf, sizeof buf));
+                             name, moe_shape_text(t->shape, (int)i + 1, buf, sizeof buf));
         }
     }
     t->ndim = (int)ndim;
@@ -178,7 +168,7 @@ static moe_status check_size(const char *file, const char *name, const moe_tenso
         return moe_error(MOE_ESHAPE,
                          "%s: tensor '%s': shape %s of %s needs %llu bytes, but data_offsets "
                          "[%llu, %llu] hold %llu",
-                         file, name, shape_text(t->shape, t->ndim, buf, sizeof buf), dt,
+                         file, name, moe_shape_text(t->shape, t->ndim, buf, sizeof buf), dt,
                          (unsigned long long)(total_bits / 8), (unsigned long long)t->begin,
                          (unsigned long long)(t->begin + t->nbytes), (unsigned long long)t->nbytes);
     return MOE_OK;

@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/shape_text.h"
 #include "model/verify.h"
 
 #define MSG_CAP 512
@@ -31,14 +32,6 @@ const moe_tensor *moe_model_find_tensor(const moe_model_desc *desc, const moe_ck
     return NULL;
 }
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-}
-
 static void mask_str(char *buf, size_t cap, uint32_t mask)
 {
     size_t n = 0;
@@ -61,7 +54,7 @@ static bool shape_matches(const moe_tensor_spec *s, const moe_tensor *t)
 static moe_verify_kind classify(const moe_tensor_spec *s, const moe_tensor *t, char *msg)
 {
     char want[96], got[96], dts[160];
-    shape_str(want, sizeof want, s->ndim, s->shape);
+    moe_shape_text(s->shape, s->ndim, want, sizeof want);
     msg[0] = '\0';
     if (!t) {
         if (s->optional) return MOE_VERIFY_ABSENT;
@@ -76,7 +69,7 @@ static moe_verify_kind classify(const moe_tensor_spec *s, const moe_tensor *t, c
         return MOE_VERIFY_BAD_DTYPE;
     }
     if (!shape_matches(s, t)) {
-        shape_str(got, sizeof got, t->ndim < MOE_MAX_DIMS ? t->ndim : MOE_MAX_DIMS, t->shape);
+        moe_shape_text(t->shape, t->ndim < MOE_MAX_DIMS ? t->ndim : MOE_MAX_DIMS, got, sizeof got);
         snprintf(msg, MSG_CAP, "layer %d: tensor '%s' (%s) has shape %s; expected %s", s->layer,
                  t->name, t->file ? t->file : "?", got, want);
         return MOE_VERIFY_BAD_SHAPE;
@@ -161,7 +154,7 @@ static moe_status unexpected_under(walker *w, int layer, const char *prefix,
         if (strncmp(t->name, prefix, plen) != 0) break;
         if (n_found && bsearch(&t, found, n_found, sizeof *found, cmp_ptr)) continue;
         char msg[MSG_CAP], got[96];
-        shape_str(got, sizeof got, t->ndim < MOE_MAX_DIMS ? t->ndim : MOE_MAX_DIMS, t->shape);
+        moe_shape_text(t->shape, t->ndim < MOE_MAX_DIMS ? t->ndim : MOE_MAX_DIMS, got, sizeof got);
         snprintf(msg, sizeof msg,
                  "layer %d: unexpected tensor '%s' (%s %s) matches no expected tensor", layer,
                  t->name, moe_dtype_name(t->dtype), got);

@@ -1,18 +1,9 @@
 /* cli_npy.c — the .npy arrays the subcommands read: dtype and rank checked, errors named. */
-#include <inttypes.h>
 #include <stdio.h>
 
 #include "cli_npy.h"
 #include "cli_util.h"
-
-const char *cli_shape_str(const moe_npy *a, char *buf, size_t cap)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < a->ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", a->shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-    return buf;
-}
+#include "core/shape_text.h"
 
 int cli_read_npy(const char *prog, const char *opt, const char *path, moe_dtype want,
                  moe_dtype want2, int ndim, const char *layout, moe_npy *out)
@@ -28,8 +19,8 @@ int cli_read_npy(const char *prog, const char *opt, const char *path, moe_dtype 
     }
     if (out->ndim != ndim) {
         cli_fail(prog, 1, "%s %s: shape %s has %d dimension%s, want %d: %s", opt, path,
-                 cli_shape_str(out, shape, sizeof shape), out->ndim, out->ndim == 1 ? "" : "s",
-                 ndim, layout);
+                 moe_shape_text(out->shape, out->ndim, shape, sizeof shape), out->ndim,
+                 out->ndim == 1 ? "" : "s", ndim, layout);
         goto fail;
     }
     return 0;

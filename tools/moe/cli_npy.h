@@ -6,9 +6,6 @@
 
 #include "io/npy.h"
 
-/* The shape as "[a, b]" in BUF. */
-const char *cli_shape_str(const moe_npy *a, char *buf, size_t cap);
-
 /* Reads OPT's file PATH into OUT and checks its dtype (WANT, or WANT2 if not
  * MOE_DTYPE_INVALID) and its rank (NDIM, laid out as LAYOUT says). Returns 0, or 1 after a
  * one-line message prefixed PROG, with OUT freed. */

@@ -8,6 +8,7 @@
 #include "cli_npy.h"
 #include "cli_util.h"
 #include "core/alloc.h"
+#include "core/shape_text.h"
 #include "io/npy.h"
 #include "model/model.h"
 
@@ -183,8 +184,8 @@ static int check_dim(const char *opt, const char *path, const moe_npy *a, int di
     if (a->shape[dim] == want) return 0;
     char shape[128];
     return cli_fail(PROG, 1, "%s %s: shape %s: dimension %d is %" PRId64 ", but %s is %" PRId64,
-                    opt, path, cli_shape_str(a, shape, sizeof shape), dim, a->shape[dim], what,
-                    want);
+                    opt, path, moe_shape_text(a->shape, a->ndim, shape, sizeof shape), dim,
+                    a->shape[dim], what, want);
 }
 
 typedef struct route_inputs {

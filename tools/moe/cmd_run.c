@@ -11,6 +11,7 @@
 #include "cli_npy.h"
 #include "cli_util.h"
 #include "core/alloc.h"
+#include "core/shape_text.h"
 #include "io/npy.h"
 #include "model/model.h"
 #include "model/model_handle.h"
@@ -269,8 +270,8 @@ static int read_inputs(const run_args *o, const moe_model_desc *d, run_inputs *i
         cli_fail(PROG, 1,
                  "--hidden %s: shape %s: hidden size %" PRId64
                  ", but the model's hidden_size is %" PRId64,
-                 o->hidden, cli_shape_str(&in->hidden, shape, sizeof shape), in->hidden.shape[1],
-                 d->hidden);
+                 o->hidden, moe_shape_text(in->hidden.shape, in->hidden.ndim, shape, sizeof shape),
+                 in->hidden.shape[1], d->hidden);
         goto fail;
     }
     if (!o->input_ids) return 0;
@@ -281,8 +282,8 @@ static int read_inputs(const run_args *o, const moe_model_desc *d, run_inputs *i
     if (in->ids.shape[0] != in->hidden.shape[0]) {
         cli_fail(PROG, 1,
                  "--input-ids %s: shape %s: %" PRId64 " ids, but --hidden %s has %" PRId64 " rows",
-                 o->input_ids, cli_shape_str(&in->ids, shape, sizeof shape), in->ids.shape[0],
-                 o->hidden, in->hidden.shape[0]);
+                 o->input_ids, moe_shape_text(in->ids.shape, in->ids.ndim, shape, sizeof shape),
+                 in->ids.shape[0], o->hidden, in->hidden.shape[0]);
         goto fail;
     }
     return 0;
