@@ -6,6 +6,7 @@
 #include "kernels/avx2/expert_shared.h"
 #include "kernels/mxcsr_daz_ftz.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "select/kernel.h"
 
 /*
@@ -24,7 +25,6 @@
 #define NR MOE_XL_NR
 #define MR 2
 #define PF_BYTES 8192
-#define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }

@@ -5,6 +5,7 @@
 
 #include "kernels/avx2/expert_shared.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "select/kernel.h"
 
 /*
@@ -31,7 +32,6 @@
 #define MR_BF16 32 /* bf16 weights: 3..32 tokens take the buffered path */
 #define KB_BF16 64 /* k per widened bf16 block */
 #define PF_BYTES 8192
-#define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }

@@ -10,6 +10,7 @@
 #include "kernels/avx2/q8_prepare.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
+#include "kernels/inline.h"
 #include "select/kernel.h"
 
 /*
@@ -56,7 +57,6 @@
 #define GROUP 4
 #define PF_BYTES 8192
 #define PF_L1_BYTES 2048
-#define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
 /* The line PF_BYTES past p into L2 (for a tile ending at end, one of a pair when skip is the

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "kernels/gate_blocking.h"
+#include "kernels/inline.h"
 
 /*
  * Tile: mr rows × nt tiles of 16 experts, two ymm accumulators per (row, tile). The
@@ -13,8 +14,6 @@
  * The order per logit is kernels/gate.h's: these are the reference's bits. Edge tiles use
  * vmaskmovps, so nothing outside the logits rows is touched.
  */
-
-#define INLINE static inline __attribute__((always_inline))
 
 enum { W_F32, W_BF16, W_F16 };
 

@@ -3,8 +3,7 @@
 
 #include "kernels/avx2/math_avx2.h"
 #include "kernels/route.h"
-
-#define INLINE static inline __attribute__((always_inline))
+#include "kernels/inline.h"
 
 /*
  * 8 logits per step through moe_sigmoid_avx2, or moe_sqrtsoftplus_avx2 when SQRTSOFTPLUS (the

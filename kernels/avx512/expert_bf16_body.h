@@ -8,6 +8,7 @@
 
 #include "kernels/avx512/expert_shared.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "select/kernel.h"
 
 /*
@@ -44,7 +45,6 @@
 #define NR MOE_XL_NR
 #define MR 8
 #define PF_BYTES 8192
-#define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
 INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }

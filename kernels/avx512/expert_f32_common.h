@@ -4,6 +4,7 @@
 
 #include "kernels/avx512/expert_shared.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 
 /*
  * Register tile: up to 12 tokens (bf16 weights; FP8 weights 8, on the direct path) by the
@@ -29,7 +30,6 @@
 #define MR_BF16 12 /* bf16 weights: 12 tokens, 24 accumulators */
 #define PF_BYTES 8192
 #define PF_L1_BYTES 2048
-#define INLINE static inline __attribute__((always_inline))
 /* Every loop over the tokens of a tile unrolls, so its accumulators are registers. */
 #define UNROLL _Pragma("GCC unroll 16")
 

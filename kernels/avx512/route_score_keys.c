@@ -3,8 +3,7 @@
 
 #include "kernels/avx512/math_avx512.h"
 #include "kernels/route.h"
-
-#define INLINE static inline __attribute__((always_inline))
+#include "kernels/inline.h"
 
 /*
  * 16 logits per step through moe_sigmoid_avx512, or moe_sqrtsoftplus_avx512 when SQRTSOFTPLUS
