@@ -236,6 +236,64 @@ moe_status moe_router_forward(const moe_router *router, size_t n_tokens, const f
  * string lives as long as the router. */
 const char *moe_router_explain(const moe_router *router);
 
+/* ---- Describing a model and its layers: the sizes a caller's buffers need --------------- */
+
+/* What a layer's MLP is. The values are stable. */
+typedef enum moe_layer_kind {
+    MOE_LAYER_DENSE = 0, /* one always-on MLP (DeepSeek's first_k_dense_replace, Qwen3's
+                            mlp_only_layers) */
+    MOE_LAYER_MOE = 1,   /* routed experts chosen by router scores */
+    MOE_LAYER_HASH = 2,  /* routed experts chosen by tid2eid[token id] (DeepSeek-V4) */
+} moe_layer_kind;
+
+/* How a group of expert (or shared, or dense MLP) weights is stored in the checkpoint. The
+ * values are stable. */
+typedef enum moe_weight_format {
+    MOE_WFMT_BF16 = 0,      /* plain bf16 [out, in] */
+    MOE_WFMT_FP8_BLOCK = 1, /* E4M3 [out, in] + a scale per 128 × 128 block (f32 or E8M0) */
+    MOE_WFMT_MXFP4 = 2,     /* E2M1 codes, two per byte, + an E8M0 scale per 32 along K */
+} moe_weight_format;
+
+/* "dense", "moe", "hash"; "bf16", "fp8_block", "mxfp4"; "unknown" outside the enums. */
+const char *moe_layer_kind_name(moe_layer_kind kind);
+const char *moe_weight_format_name(moe_weight_format format);
+
+/* A model, as its config.json describes it. Set size to sizeof(moe_model_info) before the
+ * call; fields may be added at the end in later versions. */
+typedef struct moe_model_info {
+    size_t size;
+    const char *family;  /* the model_type ("deepseek_v3", "gpt_oss", ...): lives as long as
+                            the model */
+    int n_layers;        /* decoder layers (moe_model_layer_count) */
+    int64_t hidden_size; /* H: every forward's rows are H wide */
+    int64_t vocab_size;
+    int n_moe_layers;    /* layers of kind MOE or HASH */
+    int n_experts;       /* routed experts of the MoE layers (0 when there are none) */
+    int top_k;           /* experts per token of the MoE layers (0 when there are none) */
+} moe_model_info;
+
+/* One layer, as creation would build it. Set size to sizeof(moe_layer_info) before the call. */
+typedef struct moe_layer_info {
+    size_t size;
+    int index;
+    moe_layer_kind kind;
+    int64_t hidden_size;              /* H */
+    int n_experts;                    /* E: routed experts; 0 for a dense layer */
+    int top_k;                        /* K: the width of ids and weights; 0 for a dense layer */
+    int64_t intermediate_size;        /* each routed expert's (a dense layer: its MLP's) */
+    moe_weight_format expert_format;  /* of the routed experts (a dense layer: its MLP) */
+    int n_shared_experts;             /* 0 when the layer has none */
+    int64_t shared_intermediate_size; /* the shared experts' width, all of them together */
+    moe_weight_format shared_format;  /* of the shared experts, when there are some */
+    moe_route_method route_method;    /* MOE and HASH layers */
+    moe_score_func score_func;        /* MOE and HASH layers */
+} moe_layer_info;
+
+/* Fill INFO (whose size field the caller set; MOE_EINVAL for a size smaller than this
+ * version's first release of the struct). Nothing is packed or read beyond config.json. */
+moe_status moe_model_get_info(const moe_model *model, moe_model_info *info);
+moe_status moe_model_get_layer_info(const moe_model *model, int layer, moe_layer_info *info);
+
 /* ---- The MoE layer ------------------------------------------------------------------- */
 
 /* One MoE block (or dense MLP) of a model: router gate -> routing -> experts -> shared
@@ -319,6 +377,39 @@ typedef struct moe_forward_args {
  * token ids); on error nothing is written to any output. The output for a token does not
  * depend on the other tokens of the batch, on the batch size or on the thread count. */
 moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args);
+
+/* The layer's description (moe_model_get_layer_info of the layer it was created from). */
+moe_status moe_layer_get_info(const moe_layer *layer, moe_layer_info *info);
+
+/* ---- Experts only: the caller routes --------------------------------------------------- */
+
+/* The arguments of moe_layer_forward_experts: a hybrid engine routes elsewhere (on its GPU)
+ * and hands libmoe the ids and weights. Optional outputs may be NULL. */
+typedef struct moe_experts_args {
+    size_t size;            /* sizeof(moe_experts_args) */
+    size_t n_tokens;        /* T; 0 is a valid no-op */
+    size_t hidden_size;     /* must equal the model's hidden size */
+    const void *hidden;     /* [T, hidden] hidden states entering the block */
+    moe_dtype hidden_dtype; /* MOE_DTYPE_F32 or MOE_DTYPE_BF16 */
+    size_t top_k;           /* K, the width of ids and weights: must equal the layer's top_k */
+    const void *ids;        /* [T, K] expert ids, I32 or I64, each in [0, E), distinct within
+                               a row; read in place */
+    moe_dtype ids_dtype;
+    const float *weights;   /* [T, K] combine weights, finite; used as given (no scaling) */
+    bool shared;            /* also add the shared experts' output, as the full forward does */
+    float *out;             /* [T, hidden]: sum over k of weights[t,k] · expert(ids[t,k]) (in
+                               slot order), + the shared experts when asked */
+    void *workspace;        /* moe_layer_workspace_size(layer, T) bytes, 64-byte aligned */
+    size_t workspace_size;
+    moe_trace *trace;       /* optional: one entry per step */
+} moe_experts_args;
+
+/* Runs the routed experts of an MoE (or hash) layer for the caller's ids and weights, and the
+ * combine. Given the ids and weights moe_layer_forward produced, the output is bit for bit
+ * moe_layer_forward's (with shared = true). Validates every argument first (an id outside
+ * [0, E) or repeated in its row is MOE_ERANGE naming the token and slot, a non-finite weight
+ * MOE_EVALUE); a dense layer is MOE_EINVAL. On error nothing is written to out. */
+moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_args *args);
 
 /* A multi-line description: every kernel chosen and why, the recipe (activation rounding),
  * packed bytes, and every default resolved at creation. Lives as long as the layer. */

@@ -292,6 +292,16 @@ const char *moe_layer_explain(const moe_layer *layer)
     return layer && layer->explain ? layer->explain : "";
 }
 
+moe_status moe_layer_get_info(const moe_layer *layer, moe_layer_info *info)
+{
+    static const char fn[] = "moe_layer_get_info";
+    if (!layer) return moe_error(MOE_EINVAL, "%s: argument 'layer' is NULL", fn);
+    moe_status st = moe_layer_info_check_size(fn, info);
+    if (st) return st;
+    moe_layer_info_of(&layer->desc, &layer->ld, info);
+    return MOE_OK;
+}
+
 moe_status moe_layer_describe_tuned(const moe_model *model, int layer,
                                     const moe_layer_options *options,
                                     const moe_layer_tuning *tuning, char **text)

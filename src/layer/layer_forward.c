@@ -48,47 +48,53 @@ static moe_status check_token_ids(const moe_layer *l, const moe_forward_args *a)
     return MOE_OK;
 }
 
-static moe_status check_workspace(const moe_layer *l, const moe_forward_args *a)
+static moe_status check_workspace(const char *fn, const moe_layer *l, const moe_forward_args *a)
 {
     const int index = l->plan.index;
     const size_t need = moe_layer_plan_workspace(&l->plan, a->n_tokens);
     if (need == 0)
         return moe_error(MOE_EOVERFLOW,
-                         FWD ": layer %d: n_tokens = %zu is too many: the workspace size "
+                         "%s: layer %d: n_tokens = %zu is too many: the workspace size "
                              "overflows; run fewer tokens per forward",
-                         index, a->n_tokens);
+                         fn, index, a->n_tokens);
     if (!a->workspace)
         return moe_error(MOE_EINVAL,
-                         FWD ": layer %d: args->workspace is NULL; %zu tokens need "
+                         "%s: layer %d: args->workspace is NULL; %zu tokens need "
                              "moe_layer_workspace_size = %zu bytes",
-                         index, a->n_tokens, need);
+                         fn, index, a->n_tokens, need);
     if ((uintptr_t)a->workspace % 64)
-        return moe_error(MOE_EINVAL, FWD ": layer %d: args->workspace %p is not 64-byte aligned",
-                         index, a->workspace);
+        return moe_error(MOE_EINVAL, "%s: layer %d: args->workspace %p is not 64-byte aligned",
+                         fn, index, a->workspace);
     if (a->workspace_size < need)
         return moe_error(MOE_ERANGE,
-                         FWD ": layer %d: too many tokens for the workspace: n_tokens = %zu needs "
+                         "%s: layer %d: too many tokens for the workspace: n_tokens = %zu needs "
                              "%zu bytes (moe_layer_workspace_size), args->workspace_size is %zu",
-                         index, a->n_tokens, need, a->workspace_size);
+                         fn, index, a->n_tokens, need, a->workspace_size);
     return MOE_OK;
 }
 
-static moe_status check_args(const moe_layer *l, const moe_forward_args *a)
+/* The rows in and out and the workspace, common to both forwards (FN names the caller). */
+static moe_status check_rows(const char *fn, const moe_layer *l, const moe_forward_args *a)
 {
     const int index = l->plan.index;
     const int64_t h = l->plan.desc->hidden;
     if (a->hidden_size != (size_t)h)
         return moe_error(MOE_EINVAL,
-                         FWD ": layer %d: args->hidden_size = %zu, but the model's hidden size is "
+                         "%s: layer %d: args->hidden_size = %zu, but the model's hidden size is "
                              "%lld",
-                         index, a->hidden_size, (long long)h);
+                         fn, index, a->hidden_size, (long long)h);
     if (a->hidden_dtype != MOE_DTYPE_F32 && a->hidden_dtype != MOE_DTYPE_BF16)
-        return moe_error(MOE_EDTYPE, FWD ": layer %d: args->hidden_dtype %s is not f32 or bf16",
+        return moe_error(MOE_EDTYPE, "%s: layer %d: args->hidden_dtype %s is not f32 or bf16", fn,
                          index, moe_dtype_name(a->hidden_dtype));
     if (!a->hidden || !a->out)
-        return moe_error(MOE_EINVAL, FWD ": layer %d: args->%s is NULL with n_tokens = %zu", index,
-                         a->hidden ? "out" : "hidden", a->n_tokens);
-    moe_status st = check_workspace(l, a);
+        return moe_error(MOE_EINVAL, "%s: layer %d: args->%s is NULL with n_tokens = %zu", fn,
+                         index, a->hidden ? "out" : "hidden", a->n_tokens);
+    return check_workspace(fn, l, a);
+}
+
+static moe_status check_args(const moe_layer *l, const moe_forward_args *a)
+{
+    moe_status st = check_rows(FWD, l, a);
     if (st) return st;
     if (l->plan.moe && l->plan.ld->routing.method == MOE_ROUTE_HASH) return check_token_ids(l, a);
     return MOE_OK;
@@ -109,6 +115,7 @@ typedef struct fwd {
     float *weights;
     moe_trace_rec trace;
     moe_experts_job job;
+    bool experts_only; /* moe_layer_forward_experts: the caller's ids and weights, no gate or route */
     _Atomic int route_status;
 } fwd;
 
@@ -229,7 +236,7 @@ static void team(fwd *f)
 #pragma omp master
     moe_trace_mark(&f->trace, "threads", "OpenMP team start", 0, 0);
     activations_step(f);
-    if (f->l->plan.moe) {
+    if (f->l->plan.moe && !f->experts_only) {
         gate_step(f);
         route_step(f);
         if (f->route_status != MOE_OK) return; /* read after the route loop's barrier */
@@ -297,5 +304,120 @@ moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *arg
     if (f.route_status != MOE_OK)
         return moe_error(f.route_status, FWD ": layer %d: the router failed after validation",
                          layer->plan.index);
+    return f.job.status;
+}
+
+/* ---- Experts only ------------------------------------------------------------------------- */
+
+#define FWX "moe_layer_forward_experts"
+#define XARGS_MIN_SIZE (offsetof(moe_experts_args, trace) + sizeof(moe_trace *))
+
+/* Ids in [0, E) and distinct within their row; weights finite. */
+static moe_status check_routing(const moe_layer *l, const moe_experts_args *a)
+{
+    const int index = l->plan.index, e = l->plan.ld->routing.n_experts;
+    const size_t k = a->top_k;
+    if (!a->ids || !a->weights)
+        return moe_error(MOE_EINVAL, FWX ": layer %d: args->%s is NULL with n_tokens = %zu", index,
+                         a->ids ? "weights" : "ids", a->n_tokens);
+    if (a->ids_dtype != MOE_DTYPE_I32 && a->ids_dtype != MOE_DTYPE_I64)
+        return moe_error(MOE_EDTYPE, FWX ": layer %d: args->ids_dtype %s is not i32 or i64", index,
+                         moe_dtype_name(a->ids_dtype));
+    const bool i64 = a->ids_dtype == MOE_DTYPE_I64;
+    for (size_t t = 0; t < a->n_tokens; t++) {
+        for (size_t j = 0; j < k; j++) {
+            const size_t at = t * k + j;
+            const int64_t id = i64 ? ((const int64_t *)a->ids)[at] : ((const int32_t *)a->ids)[at];
+            if (id < 0 || id >= e)
+                return moe_error(MOE_ERANGE,
+                                 FWX ": layer %d: ids[%zu][%zu] = %lld is outside [0, %d)", index,
+                                 t, j, (long long)id, e);
+            for (size_t q = 0; q < j; q++) {
+                const size_t bq = t * k + q;
+                const int64_t prev =
+                    i64 ? ((const int64_t *)a->ids)[bq] : ((const int32_t *)a->ids)[bq];
+                if (prev == id)
+                    return moe_error(MOE_ERANGE,
+                                     FWX ": layer %d: ids[%zu][%zu] = %lld repeats ids[%zu][%zu]: "
+                                         "a token visits each expert once",
+                                     index, t, j, (long long)id, t, q);
+            }
+            const float w = a->weights[at];
+            if (!(w - w == 0.0f))
+                return moe_error(MOE_EVALUE, FWX ": layer %d: weights[%zu][%zu] = %g is not finite",
+                                 index, t, j, (double)w);
+        }
+    }
+    return MOE_OK;
+}
+
+static moe_status check_experts_args(const moe_layer *l, const moe_experts_args *a,
+                                     const moe_forward_args *rows)
+{
+    const int index = l->plan.index;
+    if (!l->plan.moe)
+        return moe_error(MOE_EINVAL,
+                         FWX ": layer %d is a dense layer: it has no routed experts (run it with "
+                             "moe_layer_forward)",
+                         index);
+    const size_t k = (size_t)l->plan.ld->routing.top_k;
+    if (a->top_k != k)
+        return moe_error(MOE_EINVAL, FWX ": layer %d: args->top_k = %zu, but the layer's top_k is %zu",
+                         index, a->top_k, k);
+    moe_status st = check_rows(FWX, l, rows);
+    if (st) return st;
+    return check_routing(l, a);
+}
+
+moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_args *args)
+{
+    if (!layer) return moe_error(MOE_EINVAL, FWX ": argument 'layer' is NULL");
+    if (!args) return moe_error(MOE_EINVAL, FWX ": argument 'args' is NULL");
+    if (args->size < XARGS_MIN_SIZE)
+        return moe_error(MOE_EINVAL,
+                         FWX ": args->size = %zu is smaller than the %zu bytes this version reads "
+                             "(set it to sizeof(moe_experts_args))",
+                         args->size, (size_t)XARGS_MIN_SIZE);
+    /* The rows as a full forward's arguments: the same checks, workspace and steps. */
+    moe_forward_args rows;
+    memset(&rows, 0, sizeof rows);
+    rows.size = sizeof rows;
+    rows.n_tokens = args->n_tokens;
+    rows.hidden_size = args->hidden_size;
+    rows.hidden = args->hidden;
+    rows.hidden_dtype = args->hidden_dtype;
+    rows.out = args->out;
+    rows.workspace = args->workspace;
+    rows.workspace_size = args->workspace_size;
+    rows.trace = args->trace;
+    if (args->n_tokens > 0) {
+        moe_status st = check_experts_args(layer, args, &rows);
+        if (st) return st;
+    }
+    atomic_fetch_or(layer->state, MOE_LAYER_USED);
+    if (args->n_tokens == 0) {
+        if (args->trace) args->trace->count = 0;
+        return MOE_OK;
+    }
+    fwd f;
+    memset(&f, 0, sizeof f);
+    f.l = layer;
+    f.a = &rows;
+    f.experts_only = true;
+    moe_trace_start(&f.trace, args->trace);
+    bind(&f);
+    const size_t tk = args->n_tokens * args->top_k; /* fits: the workspace holds it */
+    if (args->ids_dtype == MOE_DTYPE_I64) {
+        const int64_t *ids = args->ids;
+        for (size_t i = 0; i < tk; i++)
+            f.b.ids[i] = (int32_t)ids[i]; /* checked in [0, E) */
+        f.job.ids = f.b.ids;
+    } else {
+        f.job.ids = args->ids;
+    }
+    f.job.weights = args->weights;
+    if (!args->shared && layer->routed) f.job.always = NULL;
+#pragma omp parallel num_threads(layer->plan.threads)
+    team(&f);
     return f.job.status;
 }

@@ -19,21 +19,11 @@ typedef enum moe_family {
     MOE_FAMILY_COUNT_
 } moe_family;
 
-typedef enum moe_layer_kind {
-    MOE_LAYER_DENSE =
-        0,          /* one always-on MLP (DeepSeek first_k_dense_replace, Qwen3 mlp_only_layers) */
-    MOE_LAYER_MOE,  /* routed experts chosen by scores */
-    MOE_LAYER_HASH, /* routed experts chosen by tid2eid[token id] (DeepSeek-V4 first layers) */
-} moe_layer_kind;
+/* moe_layer_kind is public: see include/moe.h. */
 
 /* moe_score_func and moe_route_method are public: see include/moe.h. */
 
-/* Number format of a group of expert (or dense/shared MLP) weights. */
-typedef enum moe_weight_format {
-    MOE_WFMT_BF16 = 0,  /* plain bf16 [out, in] */
-    MOE_WFMT_FP8_BLOCK, /* E4M3 [out, in] + scale [ceil(out/128), ceil(in/128)] (f32 or E8M0) */
-    MOE_WFMT_MXFP4,     /* E2M1 codes, two per byte, + E8M0 scale per 32 along K */
-} moe_weight_format;
+/* moe_weight_format is public: see include/moe.h. */
 
 typedef enum moe_activation {
     MOE_ACT_SILU_GLU = 0,   /* down(silu(gate x) * up x) */
@@ -103,9 +93,13 @@ void moe_model_desc_free(moe_model_desc *desc);
 const char *moe_family_name(moe_family family); /* the model_type string */
 /* The family whose model_type is NAME; false (and *out untouched) for an unknown name. */
 bool moe_family_from_name(const char *name, moe_family *out);
-const char *moe_layer_kind_name(moe_layer_kind kind);
-const char *moe_weight_format_name(moe_weight_format format);
 const char *moe_activation_name(moe_activation activation);
+
+/* The public description of layer LD of model D (model_info.c); keeps out->size. */
+void moe_layer_info_of(const moe_model_desc *d, const moe_layer_desc *ld, moe_layer_info *out);
+
+/* MOE_EINVAL naming FN when INFO is NULL or its size is smaller than this version writes. */
+moe_status moe_layer_info_check_size(const char *fn, const moe_layer_info *info);
 
 /* The router parameters of routing R of model D (no tensors attached: correction_bias and
  * tid2eid are NULL; vocab_size is set for hash routing). */
