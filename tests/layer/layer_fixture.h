@@ -115,12 +115,14 @@ static const fam_case fam_cases[] = {
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
 /* The public request for an internal recipe (MOE_RECIPE_F32 or MOE_RECIPE_BF16), and the
- * options of a layer with THREADS threads asking for it. */
+ * options of a layer with THREADS threads asking for it, every forward on all of them (a busy
+ * machine must not take the tests' many-thread paths away: layer_team.h). */
 static inline moe_layer_options fx_options(int threads, int recipe)
 {
     const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID,
                                  recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
-                                                           : MOE_EXPERTS_RECIPE_F32};
+                                                           : MOE_EXPERTS_RECIPE_F32,
+                                 true};
     return o;
 }
 
