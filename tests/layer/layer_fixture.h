@@ -111,6 +111,15 @@ static const fam_case fam_cases[] = {
      "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\","
      "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128]}}",
      1, 0},
+    /* As transformers 5 saves a DeepSeek-V4 model: mlp_layer_types instead of num_hash_layers
+     * (here a hash layer after a score-routed one), no quantization_config, so float experts;
+     * the rest from DeepseekV4Config's defaults (renormalised, scaling 1.5, limit 10). */
+    {"deepseek_v4_bf16",
+     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"moe_intermediate_size\":96,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+     "\"n_shared_experts\":1,\"mlp_layer_types\":[\"moe\",\"hash_moe\"],\"vocab_size\":1000,"
+     "\"scoring_func\":\"sqrtsoftplus\",\"hidden_act\":\"silu\",\"dtype\":\"bfloat16\"}",
+     0, 1},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
