@@ -892,6 +892,98 @@ static int fw_ids_negative(void)
     return forward(C.hash_l, &C.hash_b, &a);
 }
 
+/* ---- moe_layer_forward_experts ---- */
+
+/* The caller's routing for the MoE layer's 7 tokens: ids 0, 1, ... in each row, weights 0.5. */
+static int32_t xf_ids[7 * 16];
+static float xf_w[7 * 16];
+
+static moe_experts_args xf_args(void)
+{
+    fwd_io *b = &C.moe_b;
+    for (size_t i = 0; i < b->n * b->k; i++) {
+        xf_ids[i] = (int32_t)(i % b->k);
+        xf_w[i] = 0.5f;
+    }
+    moe_experts_args a = {.size = sizeof a,
+                          .n_tokens = b->n,
+                          .hidden_size = b->h,
+                          .hidden = b->x,
+                          .hidden_dtype = MOE_DTYPE_F32,
+                          .top_k = b->k,
+                          .ids = xf_ids,
+                          .ids_dtype = MOE_DTYPE_I32,
+                          .weights = xf_w,
+                          .shared = true,
+                          .out = b->out,
+                          .workspace = b->ws,
+                          .workspace_size = b->ws_size};
+    return a;
+}
+
+static int experts(const moe_layer *l, const moe_experts_args *a)
+{
+    poison(&C.moe_b);
+    const moe_status st = moe_layer_forward_experts(l, a);
+    if (!io_untouched(&C.moe_b)) C.untouched = false;
+    return st;
+}
+
+static int xf_dense(void)
+{
+    moe_experts_args a = xf_args();
+    return experts(C.dense_l, &a);
+}
+
+static int xf_size(void)
+{
+    moe_experts_args a = xf_args();
+    a.size = 8;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_top_k(void)
+{
+    moe_experts_args a = xf_args();
+    a.top_k = 2;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_id_range(void)
+{
+    moe_experts_args a = xf_args();
+    xf_ids[3 * C.moe_b.k + 1] = 16;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_id_repeat(void)
+{
+    moe_experts_args a = xf_args();
+    xf_ids[5 * C.moe_b.k + 2] = xf_ids[5 * C.moe_b.k];
+    return experts(C.moe_l, &a);
+}
+
+static int xf_ids_dtype(void)
+{
+    moe_experts_args a = xf_args();
+    a.ids_dtype = MOE_DTYPE_U8;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_weight_nan(void)
+{
+    moe_experts_args a = xf_args();
+    xf_w[6 * C.moe_b.k + 3] = NAN;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_weights_null(void)
+{
+    moe_experts_args a = xf_args();
+    a.weights = NULL;
+    return experts(C.moe_l, &a);
+}
+
 /* ---- call order ---- */
 
 static moe_layer *fresh_layer(moe_dtype logits)
@@ -1226,6 +1318,7 @@ typedef struct matrix_case {
 #define OPEN "moe_model_open(dir, NULL, &m)"
 #define CREATE "moe_layer_create(m, layer, NULL, &l)"
 #define FWD "moe_layer_forward(l, &args)"
+#define XFWD "moe_layer_forward_experts(l, &args)"
 #define SET "moe_layer_set_logits_dtype(l, dt)"
 #define RCREATE "moe_router_create(&p, &r)"
 #define RFWD "moe_router_forward(r, 5, logits, ids, dt, ...)"
@@ -1483,6 +1576,30 @@ static const matrix_case cases[] = {
      fw_ids_vocab},
     {"moe_layer_forward", "hash layer, token id -7 (i64)", FWD, false, MOE_ERANGE,
      "moe_layer_forward: layer 0: token_ids[6] = -7 is outside [0, 1000)", fw_ids_negative},
+    /* moe_layer_forward_experts: the rows are checked as moe_layer_forward checks them */
+    {"moe_layer_forward_experts", "a dense layer", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: layer 0 is a dense layer: it has no routed experts (run it with "
+     "moe_layer_forward)",
+     xf_dense},
+    {"moe_layer_forward_experts", "args.size 8", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: args->size = 8 is smaller than the * bytes this version reads "
+     "(set it to sizeof(moe_experts_args))",
+     xf_size},
+    {"moe_layer_forward_experts", "top_k 2 for a top-4 layer", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: layer 1: args->top_k = 2, but the layer's top_k is 4", xf_top_k},
+    {"moe_layer_forward_experts", "expert id 16 of 16", XFWD, false, MOE_ERANGE,
+     "moe_layer_forward_experts: layer 1: ids[3][1] = 16 is outside [0, 16)", xf_id_range},
+    {"moe_layer_forward_experts", "an expert twice in a row", XFWD, false, MOE_ERANGE,
+     "moe_layer_forward_experts: layer 1: ids[5][2] = 0 repeats ids[5][0]: a token visits each "
+     "expert once",
+     xf_id_repeat},
+    {"moe_layer_forward_experts", "ids_dtype u8", XFWD, false, MOE_EDTYPE,
+     "moe_layer_forward_experts: layer 1: args->ids_dtype u8 is not i32 or i64", xf_ids_dtype},
+    {"moe_layer_forward_experts", "a NaN weight", XFWD, false, MOE_EVALUE,
+     "moe_layer_forward_experts: layer 1: weights[6][3] = nan is not finite", xf_weight_nan},
+    {"moe_layer_forward_experts", "weights NULL", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: layer 1: args->weights is NULL with n_tokens = 7",
+     xf_weights_null},
     /* call order */
     {"call order", "set_logits_dtype twice", SET, false, MOE_ESTATE,
      "moe_layer_set_logits_dtype: layer 1: the logits dtype is already decided (bf16, an earlier "
