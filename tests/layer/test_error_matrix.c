@@ -1240,16 +1240,17 @@ static int cli_npy_truncated(void)
 static int cli_npy_dtype(void)
 {
     char x[256], out[256];
-    path_in(x, sizeof x, C.root, "x64.npy");
+    path_in(x, sizeof x, C.root, "xbf.npy");
     path_in(out, sizeof out, C.root, "y.npy");
-    /* A version 1.0 header for '<f8' [2, 320], padded to 128 bytes, and zero data. */
+    /* A version 1.0 header for '<V2' [2, 320] (what NumPy saves for a bf16 array: raw 2-byte
+     * voids), padded to 128 bytes, and zero data. f64 and f16 are read (converted to f32). */
     char head[128];
     memset(head, ' ', sizeof head);
     memcpy(head, "\x93NUMPY\x01\x00\x76\x00", 10);
-    const char dict[] = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 320), }";
+    const char dict[] = "{'descr': '<V2', 'fortran_order': False, 'shape': (2, 320), }";
     memcpy(head + 10, dict, sizeof dict - 1);
     head[127] = '\n';
-    const size_t data = 2 * 320 * 8;
+    const size_t data = 2 * 320 * 2;
     unsigned char *buf = calloc(1, sizeof head + data);
     REQUIRE(buf);
     memcpy(buf, head, sizeof head);
@@ -1676,15 +1677,18 @@ static const matrix_case cases[] = {
      cli_no_input_ids},
     {"moe run", "--input-ids with a token id past the vocabulary",
      "moe run ... --input-ids I.npy --out Y.npy --ids-out IDS.npy", true, 1,
-     "moe run: layer 0, --hidden */x256.npy: moe_layer_forward: layer 0: token_ids[1] = 1000 is "
+     "moe run: --input-ids */ids.npy: moe_layer_forward: layer 0: token_ids[1] = 1000 is "
      "outside [0, 1000)",
      cli_input_ids},
     {"moe run", "--hidden .npy truncated", "moe run --model DIR --hidden X.npy --out Y.npy", true,
      1,
      "moe run: --hidden: */xt.npy: truncated: the array needs 3840 data bytes, the file holds 872",
      cli_npy_truncated},
-    {"moe run", "--hidden .npy of f64", "moe run --model DIR --hidden X.npy --out Y.npy", true, 1,
-     "moe run: --hidden: */x64.npy: descr '<f8' is not supported (want '<f4', '<i4' or '<i8')",
+    {"moe run", "--hidden .npy of bf16 bits ('<V2')",
+     "moe run --model DIR --hidden X.npy --out Y.npy", true, 1,
+     "moe run: --hidden */xbf.npy: descr '<V2' is not supported: want f32 ('<f4'), or f64 ('<f8') "
+     "or f16 ('<f2'), converted to f32 once as read (.npy has no bf16 dtype: save bf16 arrays as "
+     "f32)",
      cli_npy_dtype},
     {"moe run", "a NaN FP8 block scale in the checkpoint",
      "moe run --model DIR --layer 1 --hidden X.npy --out Y.npy", true, 1,

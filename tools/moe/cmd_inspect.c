@@ -36,7 +36,8 @@ static void help(void)
            "moe_layer_create chooses for each layer on this machine (kernels and why, recipe,\n"
            "packed bytes, every resolved default; folded the same way), the conversion\n"
            "kernels libmoe selects for the formats present, and the problems found.\n"
-           "A FILE lists its tensors and metadata only.\n"
+           "A FILE lists its tensors and metadata only (--tensors, --pack and --recipe apply to\n"
+           "a DIR: with a FILE they are usage errors).\n"
            "\n"
            "options:\n"
            "  --tensors   also list every tensor of the checkpoint, one per line\n"
@@ -61,7 +62,7 @@ typedef struct inspect_args {
     bool tensors;
     bool pack;
     bool no_mmap;
-    int64_t threads; /* --pack's options->threads; 0: the library's default */
+    int64_t threads;           /* --pack's options->threads; 0: the library's default */
     moe_experts_recipe recipe; /* options->experts_recipe; DEFAULT when not given */
 } inspect_args;
 
@@ -176,8 +177,48 @@ static uint64_t total_bytes(const moe_ckpt *ck)
     return sum;
 }
 
+/* A file that is plainly something else (JSON such as config.json, a .npy array, text), whose
+ * first 8 bytes as a safetensors header length would claim more than the file holds: one line
+ * saying what it looks like and what is wanted, rather than the reader's "header length of
+ * 7e18 bytes". Anything else goes to the safetensors reader, which names what is wrong.
+ * Returns 0 to go on. */
+static int refuse_other_file(const char *path)
+{
+    unsigned char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0; /* the reader names the error */
+    const size_t got = fread(head, 1, sizeof head, f);
+    const long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | head[i];
+    if (got < 8 || size < 8 || n <= (uint64_t)size - 8) return 0;
+    size_t first = 0, text = 0;
+    while (first < got && head[first] && strchr(" \t\r\n", head[first]))
+        first++;
+    for (size_t i = 0; i < got; i++)
+        text += (head[i] >= 0x20 && head[i] < 0x7F) || (head[i] && strchr("\t\r\n", head[i]));
+    const char *base = strrchr(path, '/');
+    const int dir_len = base ? (int)(base - path) : 1;
+    const char *dir = base ? path : ".";
+    if (first < got && (head[first] == '{' || head[first] == '['))
+        return cli_fail(PROG, 1,
+                        "%s looks like JSON, not a safetensors file: give the model folder "
+                        "(moe inspect %.*s) or one of its .safetensors files",
+                        path, dir_len, dir);
+    const char *what = !memcmp(head, "\x93NUMPY", 6) ? "is a NumPy .npy array"
+                       : text == got                 ? "looks like text"
+                                                     : NULL;
+    if (!what) return 0;
+    return cli_fail(PROG, 1,
+                    "%s %s, not a safetensors file: give a model folder or a .safetensors file",
+                    path, what);
+}
+
 static int inspect_file(const inspect_args *o)
 {
+    if (refuse_other_file(o->path)) return 1;
     moe_st_options opt = {.no_mmap = o->no_mmap};
     moe_ckpt *ck = NULL;
     if (moe_ckpt_open_file(o->path, &opt, &ck) != MOE_OK) {
@@ -909,6 +950,16 @@ int moe_cmd_inspect(int argc, char **argv)
     }
     if (rc) return rc;
     struct stat sb;
-    if (stat(o.path, &sb) == 0 && S_ISREG(sb.st_mode)) return inspect_file(&o);
+    if (stat(o.path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        /* A file has no config, layers or packing: what only a folder has is a usage error. */
+        const char *folder_only = o.tensors ? "--tensors" : o.pack ? "--pack" : NULL;
+        if (!folder_only && o.recipe != MOE_EXPERTS_RECIPE_DEFAULT) folder_only = "--recipe";
+        if (folder_only)
+            return cli_fail(PROG, 2,
+                            "%s applies to a model folder; %s is a file (a file's tensors are "
+                            "listed without it)",
+                            folder_only, o.path);
+        return inspect_file(&o);
+    }
     return inspect_dir(&o);
 }
