@@ -3,7 +3,7 @@ BUILD ?= build
 MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3
+DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3 python3-venv
 # make fuzz: clang with libFuzzer and the sanitizer runtimes, clang's OpenMP, llvm-symbolizer.
 FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
 FUZZ_SECONDS ?= 60
@@ -22,8 +22,10 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512.
+# The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512. The
+# Python tests run in the venv scripts/ensure-venv.sh makes once (MOE_VENV, default .venv).
 test: build
+	@scripts/ensure-venv.sh
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 run: build
