@@ -9,7 +9,7 @@ FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
 
-.PHONY: all deps configure build test run bench bench-kernels fuzz clean
+.PHONY: all deps configure build test test-install run bench bench-kernels fuzz clean
 
 all: build
 
@@ -24,9 +24,14 @@ build: configure
 
 # The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512. The
 # Python tests run in the venv scripts/ensure-venv.sh makes once (MOE_VENV, default .venv).
+# `pip install .` compiles the library again (3-4 minutes on two cores): make test-install.
 test: build
 	@scripts/ensure-venv.sh
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE install
+
+test-install: build
+	@scripts/ensure-venv.sh
+	@cd $(BUILD) && ctest --output-on-failure -L install
 
 run: build
 	@scripts/demo.sh $(BUILD)/moe
