@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_add_subdirectory.sh — a scratch project that embeds the source tree with add_subdirectory: no tests of libmoe's built, libmoe::moe links and runs.
 set -uo pipefail
+# shellcheck source=tests/install/install_lib.sh
 source "$(dirname "$0")/install_lib.sh"
 moe_tool=${MOE_CLI:?MOE_CLI is not set} # the build's: this test installs nothing
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_exports.sh — libmoe.so exports exactly the functions include/moe.h declares: no internal symbol, none missing.
 set -uo pipefail
+# shellcheck source=tests/install/install_lib.sh
 source "$(dirname "$0")/install_lib.sh"
 lib=${MOE_SHARED_LIB:?MOE_SHARED_LIB is not set}
 nm_tool=${MOE_NM:-nm}
@@ -35,6 +36,6 @@ check "moe.h declares functions (found $declared)" test "$declared" -gt 20
 check "every declared function is a moe_ name" bash -c "! grep -v '^moe_' '$tmp/declared'"
 leaked=$(comm -13 "$tmp/declared" "$tmp/exported")
 missing=$(comm -23 "$tmp/declared" "$tmp/exported")
-check "libmoe.so exports nothing moe.h does not declare; it exports: $(echo $leaked)" test -z "$leaked"
-check "libmoe.so exports every function moe.h declares; missing: $(echo $missing)" test -z "$missing"
+check "libmoe.so exports nothing moe.h does not declare; it exports: ${leaked//$'\n'/ }" test -z "$leaked"
+check "libmoe.so exports every function moe.h declares; missing: ${missing//$'\n'/ }" test -z "$missing"
 finish

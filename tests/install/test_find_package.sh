@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_find_package.sh — examples/CMakeLists.txt (find_package(libmoe)) built against the installed package, both targets run on a generated model.
 set -uo pipefail
+# shellcheck source=tests/install/install_lib.sh
 source "$(dirname "$0")/install_lib.sh"
 
 configure() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_pkgconfig.sh — examples/run_model.c built with plain cc against the installed libmoe.pc, shared and static, run on a generated model.
 set -uo pipefail
+# shellcheck source=tests/install/install_lib.sh
 source "$(dirname "$0")/install_lib.sh"
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 example=$src/examples/run_model.c

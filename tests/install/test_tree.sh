@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_tree.sh — `cmake --install` into a scratch prefix (the other install tests' fixture), and what lands there.
 set -uo pipefail
+# shellcheck source=tests/install/install_lib.sh
 source "$(dirname "$0")/install_lib.sh"
 
 rm -rf "$prefix"
