@@ -17,14 +17,15 @@ else()
 endif()
 set(MOE_PYTHON ${_moe_venv}/bin/python CACHE FILEPATH "The Python that runs tests/python")
 
+enable_testing()
 set(_moe_py_env "LIBMOE_LIBRARY=$<TARGET_FILE:moe_shared>" "MOE_CLI=$<TARGET_FILE:moe_cli>"
                 "CC=${CMAKE_C_COMPILER}" "OMP_WAIT_POLICY=passive")
 # tests/python: the API against the library just built.
-add_test(NAME python COMMAND ${MOE_PYTHON} -m pytest -q -p no:cacheprovider -m "not install"
+add_test(NAME python COMMAND ${MOE_PYTHON} -m pytest -q -p no:cacheprovider -m "not pip"
                              ${PROJECT_SOURCE_DIR}/tests/python WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(python PROPERTIES LABELS python ENVIRONMENT "${_moe_py_env}")
 # `pip install .` into a scratch venv: compiles the library again (minutes), hence its own label.
-add_test(NAME python_install COMMAND ${MOE_PYTHON} -m pytest -q -p no:cacheprovider -m install
-                                     ${PROJECT_SOURCE_DIR}/tests/python WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-set_tests_properties(python_install PROPERTIES LABELS "python;install" TIMEOUT 1200
+add_test(NAME python_pip COMMAND ${MOE_PYTHON} -m pytest -q -p no:cacheprovider -m pip
+                              ${PROJECT_SOURCE_DIR}/tests/python WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(python_pip PROPERTIES LABELS "python;pip" TIMEOUT 1200
                      ENVIRONMENT "${_moe_py_env}")
