@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _buffers, _lib
-from ._buffers import NUMPY, TORCH, aligned_bytes, empty, kind_of, np_address, view
+from ._buffers import NUMPY, TORCH, aligned_bytes, kind_of, np_address, view
 from .errors import InvalidArgumentError, ShapeError, SizeOverflowError, StateError
 from .model import LayerInfo, layer_info_from_c
 
@@ -142,11 +142,9 @@ class Layer:
         """OUT (checked) or a new float32 [T, H] buffer of KIND, and its address."""
         H = self._hidden_size
         if out is None:
-            if kind == NUMPY:
-                out = np.empty((tokens, H), _NP_F32)
-                return out, np_address(out)
+            # torch.from_numpy shares the array's memory and costs less than torch.empty.
             a = np.empty((tokens, H), _NP_F32)
-            return sys.modules["torch"].from_numpy(a), np_address(a)
+            return (a if kind == NUMPY else sys.modules["torch"].from_numpy(a)), np_address(a)
         if kind_of(out, "out") != kind:
             _lib.fail(InvalidArgumentError, "out: must be the same kind of array as hidden "
                       "(numpy or torch)")
@@ -248,6 +246,7 @@ class Layer:
             _lib.lib.moe_layer_destroy(handle)
 
     def __enter__(self) -> "Layer":
+        """The layer itself; leaving the block destroys it."""
         return self
 
     def __exit__(self, *exc: object) -> None:
