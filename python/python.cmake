@@ -5,7 +5,10 @@ if(SKBUILD)
   install(PROGRAMS $<TARGET_FILE:moe_shared> DESTINATION libmoe RENAME libmoe.so COMPONENT python)
   return()
 endif()
-if((DEFINED MOE_BUILD_TESTS AND NOT MOE_BUILD_TESTS) OR NOT TARGET moe_shared OR NOT TARGET moe_cli)
+# Not in a sanitizer build: a sanitized libmoe.so cannot be loaded into an uninstrumented Python
+# (the runtime must come first); the C suite is what those builds check.
+if((DEFINED MOE_BUILD_TESTS AND NOT MOE_BUILD_TESTS) OR NOT TARGET moe_shared OR NOT TARGET moe_cli
+   OR CMAKE_C_FLAGS MATCHES "-fsanitize")
   return()
 endif()
 
