@@ -11,7 +11,8 @@ of each is reported:
   numpy    layer(x) with numpy x, out allocated per call (and with out= given)
   torch    layer(x) with a torch tensor
 
-overhead = API time − raw time. Run: LIBMOE_LIBRARY=build/libmoe.so python3
+overhead = API time − raw time. On the development machine (two cores of an AVX-512 Xeon,
+shared): raw 2.7 µs per call; numpy +2.1 µs, numpy with out= +2.6 µs, torch +3.7 µs. Run: LIBMOE_LIBRARY=build/libmoe.so python3
 bench/python_overhead.py [--moe build/moe] [--calls N]. Not a test: timings vary with the load.
 """
 from __future__ import annotations
