@@ -155,7 +155,7 @@ moe_status moe_cfg_check_act(const moe_cfg *c)
 
 moe_status moe_cfg_check_no_mlp_bias(const moe_cfg *c)
 {
-    bool bias;
+    bool bias = false;
     moe_status st = moe_cfg_bool(c, "mlp_bias", false, false, &bias);
     if (st) return st;
     if (bias)
