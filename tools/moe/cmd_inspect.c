@@ -873,6 +873,10 @@ static int inspect_dir(const inspect_args *o)
         goto done;
     }
     have_desc = true;
+    if (moe_model_resolve_formats(&d, ck) != MOE_OK) { /* as moe_model_open does */
+        rc = fail();
+        goto done;
+    }
     print_summary(o->path, ck, &d);
     if (print_plan(&d)) {
         rc = fail();
