@@ -182,6 +182,9 @@ typedef struct fx_tensor {
 typedef struct fx_damage {
     const char *drop;
     const char *nan;
+    /* Not damage: the MLP projections the table lists as bf16 written in this dtype instead
+     * (F32 or F16: what save_pretrained writes for a float32 or float16 model); 0: as listed. */
+    moe_dtype weights_as;
 } fx_damage;
 
 /* A tensor written with another shape (ndim dims of shape) than the table says. */
@@ -317,6 +320,11 @@ static inline void fx_write_model_rs(const char *dir, const char *config, uint64
             }
             fx_tensor *t = &plan.v[plan.n];
             memset(t, 0, sizeof *t);
+            const moe_tensor_role role = v[i].role;
+            if (dmg && dmg->weights_as && v[i].dtype == MOE_DTYPE_BF16 &&
+                (role == MOE_ROLE_GATE || role == MOE_ROLE_UP || role == MOE_ROLE_DOWN ||
+                 role == MOE_ROLE_GATE_UP))
+                v[i].dtype = dmg->weights_as;
             t->role = v[i].role;
             t->dtype = v[i].dtype;
             t->ndim = v[i].ndim;
