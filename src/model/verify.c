@@ -300,7 +300,8 @@ static moe_mlp_desc *group_mlp(moe_layer_desc *l, moe_tensor_group group)
 moe_status moe_model_resolve_formats(moe_model_desc *desc, const moe_ckpt *ckpt)
 {
     if (!desc || !ckpt)
-        return moe_error(MOE_EINVAL, "moe_model_resolve_formats: argument 'desc' or 'ckpt' is NULL");
+        return moe_error(MOE_EINVAL,
+                         "moe_model_resolve_formats: argument 'desc' or 'ckpt' is NULL");
     for (int layer = 0; layer < desc->n_layers; layer++) {
         moe_tensor_spec *specs = NULL;
         size_t n = 0;

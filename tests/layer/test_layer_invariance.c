@@ -235,8 +235,7 @@ int main(void)
     for (int pi = 0; pi < 2; pi++) {
         const fam_case *fc = &fam_cases[1];
         REQUIRE(!strcmp(fc->name, "deepseek_v3"));
-        const fx_damage as = {NULL, NULL, plain[pi]};
-        fx_write_model_ex(dir, fc->config, 900 + (uint64_t)pi, &as);
+        fx_write_model_full(dir, fc->config, 900 + (uint64_t)pi, NULL, NULL, plain[pi]);
         moe_model *m = fx_open(dir, false);
         for (size_t lv = 0; lv < n_levels; lv++)
             for (int recipe = 0; recipe < 2; recipe++)

@@ -467,18 +467,17 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
 static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool every_level,
                      moe_dtype weights_as)
 {
-    const fx_damage as = {NULL, NULL, weights_as};
-    fx_write_model_ex(dir, fc->config, seed, &as);
+    fx_write_model_full(dir, fc->config, seed, NULL, NULL, weights_as);
     moe_model *m = fx_open(dir, false);
     if (weights_as) { /* the format follows the stored dtype, in every group */
         const moe_model_desc *d = moe_model_desc_of(m);
         const moe_weight_format want = weights_as == MOE_DTYPE_F32 ? MOE_WFMT_F32 : MOE_WFMT_F16;
         for (int i = 0; i < d->n_layers; i++) {
             const moe_layer_desc *ld = &d->layers[i];
-            CHECK(ld->kind == MOE_LAYER_DENSE ? ld->dense.format == want
-                                              : ld->experts.format == want &&
-                                                    (ld->n_shared == 0 ||
-                                                     ld->shared.format == want));
+            CHECK(ld->kind == MOE_LAYER_DENSE
+                      ? ld->dense.format == want
+                      : ld->experts.format == want &&
+                            (ld->n_shared == 0 || ld->shared.format == want));
         }
     }
     moe_cpu_caps caps[8];
