@@ -300,9 +300,12 @@ static inline moe_status fx_fill(void *ctx, size_t index, uint64_t offset, void 
 }
 
 /* Writes DIR/config.json and DIR/model.safetensors for CONFIG with values seeded by SEED, the
- * damage DMG and the shape change RS (NULL: none). */
-static inline void fx_write_model_rs(const char *dir, const char *config, uint64_t seed,
-                                     const fx_damage *dmg, const fx_reshape *rs)
+ * damage DMG and the shape change RS (NULL: none); the MLP projections the table lists as bf16
+ * in WEIGHTS_AS instead when it is not 0 (F32 or F16: what save_pretrained writes for a
+ * float32 or float16 model). */
+static inline void fx_write_model_full(const char *dir, const char *config, uint64_t seed,
+                                       const fx_damage *dmg, const fx_reshape *rs,
+                                       moe_dtype weights_as)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -328,6 +331,11 @@ static inline void fx_write_model_rs(const char *dir, const char *config, uint64
             }
             fx_tensor *t = &plan.v[plan.n];
             memset(t, 0, sizeof *t);
+            const moe_tensor_role role = v[i].role;
+            if (weights_as && v[i].dtype == MOE_DTYPE_BF16 &&
+                (role == MOE_ROLE_GATE || role == MOE_ROLE_UP || role == MOE_ROLE_DOWN ||
+                 role == MOE_ROLE_GATE_UP))
+                v[i].dtype = weights_as;
             t->role = v[i].role;
             t->dtype = v[i].dtype;
             t->ndim = v[i].ndim;
@@ -360,6 +368,12 @@ static inline void fx_write_model_rs(const char *dir, const char *config, uint64
     moe_st_writer_destroy(w);
     free(plan.v);
     moe_model_desc_free(&d);
+}
+
+static inline void fx_write_model_rs(const char *dir, const char *config, uint64_t seed,
+                                     const fx_damage *dmg, const fx_reshape *rs)
+{
+    fx_write_model_full(dir, config, seed, dmg, rs, MOE_DTYPE_INVALID);
 }
 
 static inline void fx_write_model_ex(const char *dir, const char *config, uint64_t seed,

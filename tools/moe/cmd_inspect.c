@@ -245,6 +245,8 @@ static const char *format_detail(const moe_mlp_desc *m)
         return m->scale_dtype == MOE_DTYPE_F8_E8M0 ? "f8_e4m3, f8_e8m0 scales"
                                                    : "f8_e4m3, f32 scales";
     case MOE_WFMT_MXFP4: return "e2m1 pairs, f8_e8m0 scales";
+    case MOE_WFMT_F32: return "f32";
+    case MOE_WFMT_F16: return "f16, widened to f32 at packing";
     }
     return "?";
 }
@@ -253,7 +255,8 @@ static void print_mlp(FILE *f, const moe_mlp_desc *m)
 {
     fprintf(f, "hidden %" PRId64 ", intermediate %" PRId64 ", %s (%s", m->hidden, m->intermediate,
             moe_weight_format_name(m->format), format_detail(m));
-    if (m->format != MOE_WFMT_BF16) fprintf(f, " per %dx%d block", m->block_out, m->block_in);
+    if (m->format == MOE_WFMT_FP8_BLOCK || m->format == MOE_WFMT_MXFP4)
+        fprintf(f, " per %dx%d block", m->block_out, m->block_in);
     fprintf(f, "), %s", moe_activation_name(m->activation));
     if (m->activation == MOE_ACT_SILU_GLU_CLAMP) fprintf(f, " (limit %g)", m->swiglu_limit);
     if (m->activation == MOE_ACT_GPTOSS_GLU)
@@ -668,6 +671,8 @@ static void mlp_use(use_list use, const moe_mlp_desc *m, const char *what)
     case MOE_WFMT_BF16: add_use(use[MOE_KERNEL_FAMILY_CVT_BF16_F32], 160, what); break;
     case MOE_WFMT_FP8_BLOCK: add_use(use[MOE_KERNEL_FAMILY_CVT_E4M3_F32], 160, what); break;
     case MOE_WFMT_MXFP4: add_use(use[MOE_KERNEL_FAMILY_CVT_MXFP4_F32], 160, what); break;
+    case MOE_WFMT_F32:
+    case MOE_WFMT_F16: break; /* no conversion kernel: f16 widens at packing */
     }
     if (m->has_bias) add_use(use[MOE_KERNEL_FAMILY_CVT_BF16_F32], 160, "expert biases");
 }
@@ -909,6 +914,10 @@ static int inspect_dir(const inspect_args *o)
         goto done;
     }
     have_desc = true;
+    if (moe_model_resolve_formats(&d, ck) != MOE_OK) { /* as moe_model_open does */
+        rc = fail();
+        goto done;
+    }
     print_summary(o->path, ck, &d);
     if (print_plan(&d)) {
         rc = fail();
