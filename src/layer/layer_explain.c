@@ -62,8 +62,8 @@ static const char *recipe_text(moe_expert_recipe r)
                "exact int32 dot products with the doubled E2M1 codes, fp32 accumulation across "
                "blocks; the same at every batch size)";
     default:
-        return "f32 (activations f32, weights widened to f32 in registers, fp32 FMA; the same "
-               "at every batch size)";
+        return "f32 (activations f32, weights in f32 (bf16, FP8 and f16 widened exactly), fp32 "
+               "FMA; the same at every batch size)";
     }
 }
 
