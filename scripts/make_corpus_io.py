@@ -315,7 +315,7 @@ def npy_cases():
     case(d + "header_too_large.npy", "MOE_EHEADER", "header length 4294967295 exceeds the limit",
          npy_bytes(npy_dict(), f3, (2, 0), length=2**32 - 1))
     case(d + "descr_big_endian.npy", "MOE_EDTYPE", "descr '>f4' is not supported", npy_bytes(npy_dict(">f4"), f3))
-    case(d + "descr_f2.npy", "MOE_EDTYPE", "descr '<f2' is not supported", npy_bytes(npy_dict("<f2"), f3))
+    case(d + "descr_u2.npy", "MOE_EDTYPE", "descr '<u2' is not supported", npy_bytes(npy_dict("<u2"), f3))
     case(d + "descr_structured.npy", "MOE_EDTYPE", "structured descr is not supported",
          npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", f3))
     case(d + "fortran_order.npy", "MOE_EUNSUPPORTED", "fortran_order is True",

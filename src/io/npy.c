@@ -40,11 +40,16 @@ typedef struct npy_header {
     size_t nbytes;
 } npy_header;
 
+/* The descrs the reader takes, for its messages. */
+#define NPY_KNOWN "'<f4', '<f8', '<f2', '<i4' or '<i8'"
+
 static size_t elem_size(moe_dtype dtype)
 {
     switch (dtype) {
+    case MOE_DTYPE_F16: return 2;
     case MOE_DTYPE_F32:
     case MOE_DTYPE_I32: return 4;
+    case MOE_DTYPE_F64:
     case MOE_DTYPE_I64: return 8;
     default: return 0;
     }
@@ -54,6 +59,8 @@ static const char *descr_of(moe_dtype dtype)
 {
     switch (dtype) {
     case MOE_DTYPE_F32: return "<f4";
+    case MOE_DTYPE_F64: return "<f8";
+    case MOE_DTYPE_F16: return "<f2";
     case MOE_DTYPE_I32: return "<i4";
     case MOE_DTYPE_I64: return "<i8";
     default: return NULL;
@@ -167,14 +174,14 @@ static moe_status parse_descr(cursor *c, const char *start, npy_header *h)
     skip_ws(c);
     if (c->p < c->end && *c->p == '[')
         return moe_error(MOE_EDTYPE,
-                         "%s: structured descr is not supported (want '<f4', '<i4' "
-                         "or '<i8')",
+                         "%s: structured descr is not supported (want " NPY_KNOWN ")",
                          c->name);
     const char *s;
     size_t n;
     moe_status st = parse_str(c, start, &s, &n);
     if (st != MOE_OK) return st;
-    static const moe_dtype known[] = {MOE_DTYPE_F32, MOE_DTYPE_I32, MOE_DTYPE_I64};
+    static const moe_dtype known[] = {MOE_DTYPE_F32, MOE_DTYPE_F64, MOE_DTYPE_F16, MOE_DTYPE_I32,
+                                      MOE_DTYPE_I64};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
         const char *d = descr_of(known[i]);
         if (n == strlen(d) && memcmp(s, d, n) == 0) {
@@ -182,7 +189,7 @@ static moe_status parse_descr(cursor *c, const char *start, npy_header *h)
             return MOE_OK;
         }
     }
-    return moe_error(MOE_EDTYPE, "%s: descr '%.*s' is not supported (want '<f4', '<i4' or '<i8')",
+    return moe_error(MOE_EDTYPE, "%s: descr '%.*s' is not supported (want " NPY_KNOWN ")",
                      c->name, (int)(n > 32 ? 32 : n), s);
 }
 
@@ -437,8 +444,9 @@ moe_status moe_npy_write(const char *path, moe_dtype dtype, int ndim, const int6
 {
     if (!path) return moe_error(MOE_EINVAL, "moe_npy_write: path is NULL");
     if (!descr_of(dtype))
-        return moe_error(MOE_EDTYPE, "%s: cannot write dtype %s to .npy (want f32, i32 or i64)",
-                         path, moe_dtype_name(dtype));
+        return moe_error(MOE_EDTYPE,
+                         "%s: cannot write dtype %s to .npy (want f32, f64, f16, i32 or i64)", path,
+                         moe_dtype_name(dtype));
     if (ndim < 0 || ndim > MOE_NPY_MAX_DIMS || (ndim > 0 && !shape))
         return moe_error(MOE_EINVAL, "%s: ndim %d (want 0..%d with a shape)", path, ndim,
                          MOE_NPY_MAX_DIMS);

@@ -107,7 +107,7 @@ expect_error "--ids: rows != --hidden's" 1 "--ids $tmp/i_3rows.npy: shape [3, 2]
   "${X[@]}" --ids "$tmp/i_3rows.npy" --weights "$tmp/w.npy"
 expect_error "--ids of f32" 1 "--ids $tmp/if.npy: dtype f32, want i32 or i64" -- \
   "${X[@]}" --ids "$tmp/if.npy" --weights "$tmp/w.npy"
-expect_error "--weights of f64" 1 "--weights $tmp/w64.npy: descr '<f8' is not supported: want f32" -- \
+expect_error "--weights of f64" 1 "--weights $tmp/w64.npy: dtype f64, want f32" -- \
   "${X[@]}" --ids "$tmp/i.npy" --weights "$tmp/w64.npy"
 expect_error "--weights of i32" 1 "--weights $tmp/wi.npy: dtype i32, want f32" -- \
   "${X[@]}" --ids "$tmp/i.npy" --weights "$tmp/wi.npy"
@@ -177,12 +177,12 @@ expect_error "--hidden of bf16 bits ('<V2')" 1 "--hidden $tmp/xbf.npy: descr '<V
 expect_error "--hidden of i64" 1 "--hidden $tmp/xi.npy: dtype i64: want f32 ('<f4'), or f64" -- \
   --model "$v3" --hidden "$tmp/xi.npy"
 check "--hidden of i64: the message wants no integer dtype" bash -c "! grep -qE 'want.*(i32|i64|<i)' '$tmp/stderr'"
-# A truncated f16 file: the header's shape is checked as for f32.
+# A truncated f16 file: the header's shape is checked as for f32, with 2-byte elements.
 head -c -6 "$tmp/x16.npy" >"$tmp/x16_short.npy"
-expect_error "--hidden f16, truncated" 1 "--hidden $tmp/x16_short.npy: " "are not the '<f2' array its header's shape describes" -- \
+expect_error "--hidden f16, truncated" 1 "--hidden: $tmp/x16_short.npy: truncated: the array needs " "the file holds" -- \
   --model "$v3" --hidden "$tmp/x16_short.npy"
 head -c -1 "$tmp/x16.npy" >"$tmp/x16_odd.npy"
-expect_error "--hidden f16, half an element" 1 "--hidden $tmp/x16_odd.npy: " "are not whole '<f2' elements" -- \
+expect_error "--hidden f16, half an element" 1 "--hidden: $tmp/x16_odd.npy: truncated: the array needs " "the file holds" -- \
   --model "$v3" --hidden "$tmp/x16_odd.npy"
 
 finish

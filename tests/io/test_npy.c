@@ -134,10 +134,11 @@ static void test_round_trips(const char *dir)
         moe_dtype dtype;
         const char *descr;
         size_t size;
-    } types[] = {{MOE_DTYPE_F32, "<f4", 4}, {MOE_DTYPE_I32, "<i4", 4}, {MOE_DTYPE_I64, "<i8", 8}};
+    } types[] = {{MOE_DTYPE_F32, "<f4", 4}, {MOE_DTYPE_F64, "<f8", 8}, {MOE_DTYPE_F16, "<f2", 2},
+                 {MOE_DTYPE_I32, "<i4", 4}, {MOE_DTYPE_I64, "<i8", 8}};
     char path[600], dict[200];
     snprintf(path, sizeof path, "%s/a.npy", dir);
-    for (size_t t = 0; t < 3; t++)
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             size_t count = 1;
             for (int i = 0; i < shapes[s].ndim; i++)
