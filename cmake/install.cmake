@@ -24,13 +24,19 @@ install(FILES ${PROJECT_BINARY_DIR}/libmoeConfig.cmake ${PROJECT_BINARY_DIR}/lib
 
 # libmoe.pc: written at install time, so that its prefix is the one installed into
 # (`cmake --install B --prefix P`), not the one configured. Libs.private is what a static link
-# of libmoe.a needs: the OpenMP runtime this compiler uses (gomp for gcc, omp for clang), libm
-# and pthreads; jansson comes through Requires.private.
+# of libmoe.a needs: the OpenMP runtime this compiler uses (gomp for gcc, omp for clang) with
+# its folder, which the other compiler's driver does not search (clang's libomp is in
+# /usr/lib/llvm-N/lib on Debian), libm and pthreads; jansson comes through Requires.private.
 set(MOE_PC_OPENMP_LIBS)
 foreach(l ${OpenMP_C_LIB_NAMES})
-  if(NOT l STREQUAL "pthread")
-    string(APPEND MOE_PC_OPENMP_LIBS " -l${l}")
+  if(l STREQUAL "pthread")
+    continue()
   endif()
+  if(OpenMP_${l}_LIBRARY)
+    get_filename_component(_dir ${OpenMP_${l}_LIBRARY} DIRECTORY)
+    string(APPEND MOE_PC_OPENMP_LIBS " -L${_dir}")
+  endif()
+  string(APPEND MOE_PC_OPENMP_LIBS " -l${l}")
 endforeach()
 install(CODE "
   set(MOE_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")

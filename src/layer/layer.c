@@ -73,13 +73,12 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
     moe_status st = moe_expert_group_alloc(&g->group, what);
     if (st) return st;
     const int n = g->group.n_packed; /* g->n, or the resident experts of an aliased group */
-    /* The lowest failing expert, by a min reduction: no lock, so no global lock symbol (a
-     * named critical section's) in the shared library's exports. */
     int failed = n;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads) reduction(min : failed)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads)
     for (int e = 0; e < n; e++) {
         const part_release pr = {ckpt, g->per_expert ? g->per_expert[e] : g->one};
         if (pack_one(g, e, &pr) != MOE_OK) {
+#pragma omp critical(moe_layer_pack)
             failed = e < failed ? e : failed;
         } else if (g->per_expert) {
             release_all(ckpt, g->per_expert[e]);
