@@ -39,8 +39,9 @@ test-pip: build
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
-run: build
-	@scripts/demo.sh $(BUILD)/moe
+# demo.sh builds quietly (into $(BUILD)/demo/build.log), so the first screen is the result.
+run: configure
+	@scripts/demo.sh $(BUILD)
 
 bench: build
 	@scripts/bench.sh $(BUILD)
