@@ -297,19 +297,41 @@ static void bind(fwd *f)
     j->status = MOE_OK;
 }
 
-moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args)
+/* The layer, the arguments and their size, common to both forwards (FN, TYPE name them). */
+static moe_status check_call(const char *fn, const char *type, const moe_layer *layer,
+                             const void *args, size_t size, size_t min_size)
 {
-    if (!layer) return moe_error(MOE_EINVAL, FWD ": argument 'layer' is NULL");
-    if (!args) return moe_error(MOE_EINVAL, FWD ": argument 'args' is NULL");
-    if (args->size < ARGS_MIN_SIZE)
+    if (!layer) return moe_error(MOE_EINVAL, "%s: argument 'layer' is NULL", fn);
+    if (!args) return moe_error(MOE_EINVAL, "%s: argument 'args' is NULL", fn);
+    if (size < min_size)
         return moe_error(MOE_EINVAL,
-                         FWD ": args->size = %zu is smaller than the %zu bytes this version reads "
-                             "(set it to sizeof(moe_forward_args))",
-                         args->size, (size_t)ARGS_MIN_SIZE);
-    if (args->n_tokens > 0) {
-        moe_status st = check_args(layer, args);
-        if (st) return st;
+                         "%s: args->size = %zu is smaller than the %zu bytes this version reads "
+                         "(set it to sizeof(%s))",
+                         fn, size, min_size, type);
+    return MOE_OK;
+}
+
+/* Points the job at the caller's ids (an i64 array narrowed into the workspace, its values
+ * already checked in [0, E)) and weights, and leaves the shared experts out unless asked. */
+static void use_callers_routing(fwd *f, const moe_experts_args *x)
+{
+    if (x->ids_dtype == MOE_DTYPE_I64) {
+        const int64_t *ids = x->ids;
+        for (size_t i = 0; i < x->n_tokens * x->top_k; i++) /* fits: the workspace holds it */
+            f->b.ids[i] = (int32_t)ids[i];
+        f->job.ids = f->b.ids;
+    } else {
+        f->job.ids = x->ids;
     }
+    f->job.weights = x->weights;
+    if (!x->shared) f->job.always = NULL;
+}
+
+/* Both forwards once their arguments are checked: X the caller's routing (experts only), or
+ * NULL (the full forward). */
+static moe_status forward_checked(const moe_layer *layer, const moe_forward_args *args,
+                                  const moe_experts_args *x)
+{
     atomic_fetch_or(layer->state, MOE_LAYER_USED);
     if (args->n_tokens == 0) {
         if (args->trace) args->trace->count = 0;
@@ -319,13 +341,24 @@ moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *arg
     memset(&f, 0, sizeof f);
     f.l = layer;
     f.a = args;
+    f.experts_only = x != NULL;
     moe_trace_start(&f.trace, args->trace);
     bind(&f);
+    if (x) use_callers_routing(&f, x);
     run(&f);
     if (f.route_status != MOE_OK)
         return moe_error(f.route_status, FWD ": layer %d: the router failed after validation",
                          layer->plan.index);
     return f.job.status;
+}
+
+moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args)
+{
+    moe_status st = check_call(FWD, "moe_forward_args", layer, args, args ? args->size : 0,
+                               ARGS_MIN_SIZE);
+    if (st) return st;
+    if (args->n_tokens > 0 && (st = check_args(layer, args))) return st;
+    return forward_checked(layer, args, NULL);
 }
 
 /* ---- Experts only ------------------------------------------------------------------------- */
@@ -392,13 +425,9 @@ static moe_status check_experts_args(const moe_layer *l, const moe_experts_args 
 
 moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_args *args)
 {
-    if (!layer) return moe_error(MOE_EINVAL, FWX ": argument 'layer' is NULL");
-    if (!args) return moe_error(MOE_EINVAL, FWX ": argument 'args' is NULL");
-    if (args->size < XARGS_MIN_SIZE)
-        return moe_error(MOE_EINVAL,
-                         FWX ": args->size = %zu is smaller than the %zu bytes this version reads "
-                             "(set it to sizeof(moe_experts_args))",
-                         args->size, (size_t)XARGS_MIN_SIZE);
+    moe_status st = check_call(FWX, "moe_experts_args", layer, args, args ? args->size : 0,
+                               XARGS_MIN_SIZE);
+    if (st) return st;
     /* The rows as a full forward's arguments: the same checks, workspace and steps. */
     moe_forward_args rows;
     memset(&rows, 0, sizeof rows);
@@ -411,33 +440,6 @@ moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_a
     rows.workspace = args->workspace;
     rows.workspace_size = args->workspace_size;
     rows.trace = args->trace;
-    if (args->n_tokens > 0) {
-        moe_status st = check_experts_args(layer, args, &rows);
-        if (st) return st;
-    }
-    atomic_fetch_or(layer->state, MOE_LAYER_USED);
-    if (args->n_tokens == 0) {
-        if (args->trace) args->trace->count = 0;
-        return MOE_OK;
-    }
-    fwd f;
-    memset(&f, 0, sizeof f);
-    f.l = layer;
-    f.a = &rows;
-    f.experts_only = true;
-    moe_trace_start(&f.trace, args->trace);
-    bind(&f);
-    const size_t tk = args->n_tokens * args->top_k; /* fits: the workspace holds it */
-    if (args->ids_dtype == MOE_DTYPE_I64) {
-        const int64_t *ids = args->ids;
-        for (size_t i = 0; i < tk; i++)
-            f.b.ids[i] = (int32_t)ids[i]; /* checked in [0, E) */
-        f.job.ids = f.b.ids;
-    } else {
-        f.job.ids = args->ids;
-    }
-    f.job.weights = args->weights;
-    if (!args->shared && layer->routed) f.job.always = NULL;
-    run(&f);
-    return f.job.status;
+    if (args->n_tokens > 0 && (st = check_experts_args(layer, args, &rows))) return st;
+    return forward_checked(layer, &rows, args);
 }

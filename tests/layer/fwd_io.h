@@ -86,4 +86,25 @@ static inline moe_forward_args args_of(fwd_io *b)
     return a;
 }
 
+/* Experts-only arguments for B: f32 hidden states, the caller's IDS (of IDS_DT) and weights W,
+ * the shared experts added when SHARED; no trace. */
+static inline moe_experts_args xargs_of(const fwd_io *b, const void *ids, moe_dtype ids_dt,
+                                        const float *w, bool shared)
+{
+    moe_experts_args a = {.size = sizeof a,
+                          .n_tokens = b->n,
+                          .hidden_size = b->h,
+                          .hidden = b->x,
+                          .hidden_dtype = MOE_DTYPE_F32,
+                          .top_k = b->k,
+                          .ids = ids,
+                          .ids_dtype = ids_dt,
+                          .weights = w,
+                          .shared = shared,
+                          .out = b->out,
+                          .workspace = b->ws,
+                          .workspace_size = b->ws_size};
+    return a;
+}
+
 #endif

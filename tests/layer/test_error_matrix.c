@@ -905,20 +905,7 @@ static moe_experts_args xf_args(void)
         xf_ids[i] = (int32_t)(i % b->k);
         xf_w[i] = 0.5f;
     }
-    moe_experts_args a = {.size = sizeof a,
-                          .n_tokens = b->n,
-                          .hidden_size = b->h,
-                          .hidden = b->x,
-                          .hidden_dtype = MOE_DTYPE_F32,
-                          .top_k = b->k,
-                          .ids = xf_ids,
-                          .ids_dtype = MOE_DTYPE_I32,
-                          .weights = xf_w,
-                          .shared = true,
-                          .out = b->out,
-                          .workspace = b->ws,
-                          .workspace_size = b->ws_size};
-    return a;
+    return xargs_of(b, xf_ids, MOE_DTYPE_I32, xf_w, true);
 }
 
 static int experts(const moe_layer *l, const moe_experts_args *a)

@@ -14,25 +14,6 @@ static void own_routing(size_t t, int e, int k, int32_t *ids, float *w)
     }
 }
 
-static moe_experts_args xargs(const fwd_io *b, const void *ids, moe_dtype ids_dt, const float *w,
-                              bool shared)
-{
-    moe_experts_args a = {.size = sizeof a,
-                          .n_tokens = b->n,
-                          .hidden_size = b->h,
-                          .hidden = b->x,
-                          .hidden_dtype = MOE_DTYPE_F32,
-                          .top_k = b->k,
-                          .ids = ids,
-                          .ids_dtype = ids_dt,
-                          .weights = w,
-                          .shared = shared,
-                          .out = b->out,
-                          .workspace = b->ws,
-                          .workspace_size = b->ws_size};
-    return a;
-}
-
 /* Given the router's own ids and weights, the experts-only forward is the full forward, bit
  * for bit, with the ids in either width. */
 static void check_same_bits(const moe_layer *l, fwd_io *b, const char *what)
@@ -51,7 +32,7 @@ static void check_same_bits(const moe_layer *l, fwd_io *b, const char *what)
         ids64[i] = ids[i];
     for (int width = 0; width < 2; width++) {
         memset(b->out, POISON, th * 4);
-        moe_experts_args xa = xargs(b, width ? (const void *)ids64 : ids,
+        moe_experts_args xa = xargs_of(b, width ? (const void *)ids64 : ids,
                                     width ? MOE_DTYPE_I64 : MOE_DTYPE_I32, w, true);
         CHECKF(moe_layer_forward_experts(l, &xa) == MOE_OK, "%s: %s", what, moe_last_error());
         CHECKF(!memcmp(b->out, full, th * 4), "%s: experts-only (%s ids) differs from the full "
@@ -78,7 +59,7 @@ static void check_own_routing(const moe_model *m, const moe_layer *l, fwd_io *b,
     for (size_t t = 0; t < b->n; t++)
         own_routing(t, e, k, ids + t * b->k, w + t * b->k);
     memset(b->out, POISON, b->n * h * 4);
-    moe_experts_args xa = xargs(b, ids, MOE_DTYPE_I32, w, shared);
+    moe_experts_args xa = xargs_of(b, ids, MOE_DTYPE_I32, w, shared);
     REQUIRE(moe_layer_forward_experts(l, &xa) == MOE_OK);
     fx_mlp sh;
     const bool with_shared = shared && ld->n_shared > 0;
@@ -147,7 +128,7 @@ static void check_errors(const moe_layer *l, fwd_io *b, const char *what)
         REQUIRE(bad && bw);
         memcpy(bad, ids, tk * 4);
         memcpy(bw, w, tk * 4);
-        moe_experts_args a = xargs(b, bad, MOE_DTYPE_I32, bw, true);
+        moe_experts_args a = xargs_of(b, bad, MOE_DTYPE_I32, bw, true);
         switch (c) {
         case 0: bad[4 * b->k + 1] = (int32_t)b->e; break;
         case 1: bad[0] = -1; break;
@@ -192,7 +173,7 @@ static void check_layer(const moe_model *m, int index, const moe_cpu_caps *caps,
             ids[t] = 0;
             w[t] = 1;
         }
-        moe_experts_args a = xargs(&b, ids, MOE_DTYPE_I32, w, true);
+        moe_experts_args a = xargs_of(&b, ids, MOE_DTYPE_I32, w, true);
         a.top_k = 1;
         poison(&b);
         CHECKF(moe_layer_forward_experts(l, &a) == MOE_EINVAL, "%s: a dense layer ran", what);
