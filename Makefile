@@ -3,13 +3,13 @@ BUILD ?= build
 MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3
+DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3 python3-venv
 # make fuzz: clang with libFuzzer and the sanitizer runtimes, clang's OpenMP, llvm-symbolizer.
 FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
 
-.PHONY: all deps configure build test run bench bench-kernels fuzz clean
+.PHONY: all deps configure build test test-install run bench bench-kernels fuzz clean
 
 all: build
 
@@ -22,9 +22,16 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512.
+# The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512. The
+# Python tests run in the venv scripts/ensure-venv.sh makes once (MOE_VENV, default .venv).
+# `pip install .` compiles the library again (3-4 minutes on two cores): make test-install.
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@scripts/ensure-venv.sh
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE install
+
+test-install: build
+	@scripts/ensure-venv.sh
+	@cd $(BUILD) && ctest --output-on-failure -L install
 
 run: build
 	@scripts/demo.sh $(BUILD)/moe

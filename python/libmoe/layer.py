@@ -1,0 +1,264 @@
+# layer.py — one created MoE block (moe_layer): the full forward and the experts-only forward.
+"""A :class:`Layer` is created once (kernels chosen, weights packed) and then called with
+hidden states, from any number of Python threads at once: ctypes releases the GIL during the
+forward, and each thread gets its own workspace and argument struct.
+
+Buffers are read and written in place: hidden states, token ids and expert ids are passed to
+the library by address, and a non-contiguous array is refused (no hidden copy). The output is
+numpy for numpy input and torch for torch input.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _buffers, _lib
+from ._buffers import NUMPY, aligned_bytes, empty, kind_of, view
+from .errors import InvalidArgumentError, ShapeError, SizeOverflowError, StateError
+from .model import LayerInfo, layer_info_from_c
+
+if TYPE_CHECKING:
+    from .model import Model
+
+_F32, _BF16, _I32, _I64 = _lib.DTYPE_F32, _lib.DTYPE_BF16, _lib.DTYPE_I32, _lib.DTYPE_I64
+_HIDDEN_DTYPES = (_F32, _BF16)
+_ID_DTYPES = (_I32, _I64)
+_WEIGHT_DTYPES = (_F32,)
+_ITEMSIZE = {_F32: 4, _BF16: 2}
+_forward = _lib.lib.moe_layer_forward
+_forward_experts = _lib.lib.moe_layer_forward_experts
+_workspace_size = _lib.lib.moe_layer_workspace_size
+
+Array = Any  # a numpy.ndarray or a CPU torch.Tensor
+
+
+class _ThreadState:
+    """One thread's argument structs and workspace for one layer: built once, reused by every
+    call of that thread, so a call allocates only its outputs."""
+
+    def __init__(self, hidden_size: int, top_k: int) -> None:
+        self.args = _lib.ForwardArgs(size=ctypes.sizeof(_lib.ForwardArgs),
+                                     hidden_size=hidden_size)
+        self.args_address = ctypes.addressof(self.args)
+        self.eargs = _lib.ExpertsArgs(size=ctypes.sizeof(_lib.ExpertsArgs),
+                                      hidden_size=hidden_size, top_k=top_k)
+        self.eargs_address = ctypes.addressof(self.eargs)
+        self.buffer: Optional[np.ndarray] = None  # holds the workspace memory
+        self.capacity = 0                          # its usable bytes from workspace
+        self.workspace = 0                         # its 64-byte aligned address
+        self.tokens = -1                           # T of the last size query
+        self.need = 0                              # moe_layer_workspace_size(T)
+
+
+class Layer:
+    """A created MoE block (or dense MLP) of a model. Call it; close it when done (or use it
+    as a context manager). Closing while another thread runs a forward is the caller's bug."""
+
+    def __init__(self, model: "Model", index: int, threads: Optional[int] = None,
+                 recipe: Optional[str] = None, logits_dtype: Optional[str] = None) -> None:
+        """Create layer INDEX of MODEL (see :meth:`libmoe.Model.layer`)."""
+        self._handle: Optional[int] = None
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            _lib.fail(InvalidArgumentError, "threads: a positive int or None, got %r" % threads)
+        if recipe not in _lib.RECIPES:
+            _lib.fail(InvalidArgumentError, "recipe: 'f32', 'bf16' or None, got %r" % recipe)
+        if logits_dtype not in _lib.LOGITS_DTYPES:
+            _lib.fail(InvalidArgumentError,
+                      "logits_dtype: 'f32', 'bf16' or None, got %r" % (logits_dtype,))
+        opts = _lib.LayerOptions(size=ctypes.sizeof(_lib.LayerOptions), threads=threads or 0,
+                                 logits_dtype=_lib.LOGITS_DTYPES[logits_dtype],
+                                 experts_recipe=_lib.RECIPES[recipe])
+        out = ctypes.c_void_p()
+        _lib.check(_lib.lib.moe_layer_create(model.handle, index, ctypes.byref(opts),
+                                             ctypes.byref(out)))
+        self._handle = out.value
+        c = _lib.LayerInfo(size=ctypes.sizeof(_lib.LayerInfo))
+        _lib.check(_lib.lib.moe_layer_get_info(self._handle, ctypes.byref(c)))
+        self.info: LayerInfo = layer_info_from_c(c)
+        self._hidden_size = c.hidden_size
+        self._top_k = c.top_k
+        self._tls = threading.local()
+
+    # ---- Per-thread state ----------------------------------------------------------------
+
+    def _handle_or_raise(self) -> int:
+        handle = self._handle
+        if handle is None:
+            _lib.fail(StateError, "layer %d: closed" % self.info.index)
+        return handle
+
+    def _state(self, tokens: int) -> _ThreadState:
+        """This thread's state, its workspace large enough for TOKENS rows."""
+        st = getattr(self._tls, "state", None)
+        if st is None:
+            st = self._tls.state = _ThreadState(self._hidden_size, self._top_k)
+        if tokens != st.tokens:
+            need = _workspace_size(self._handle, tokens)
+            if need == 0 and tokens > 0:
+                _lib.fail(SizeOverflowError, "hidden: %d tokens: the workspace size overflows"
+                          % tokens)
+            if need > st.capacity:
+                st.buffer, st.workspace = aligned_bytes(need)
+                st.capacity = need
+            st.tokens, st.need = tokens, need
+        return st
+
+    def workspace_size(self, tokens: int) -> int:
+        """Bytes of workspace a forward of TOKENS rows needs (the binding allocates it, per
+        thread, and grows it as needed)."""
+        return _workspace_size(self._handle_or_raise(), tokens)
+
+    # ---- Forwards --------------------------------------------------------------------------
+
+    def _hidden(self, hidden: Array) -> Tuple[int, int, int, int]:
+        kind = kind_of(hidden, "hidden")
+        address, dtype, shape = view(hidden, kind, "hidden", _HIDDEN_DTYPES, 2)
+        if shape[1] != self._hidden_size:
+            _lib.fail(ShapeError, "hidden: shape %s, expected [T, %d] (the layer's hidden size)"
+                      % (list(shape), self._hidden_size))
+        return kind, address, dtype, shape[0]
+
+    def _out(self, out: Optional[Array], kind: int, tokens: int, hidden_address: int,
+             hidden_dtype: int) -> Tuple[Array, int]:
+        """OUT (checked) or a new float32 [T, H] buffer of KIND, and its address."""
+        H = self._hidden_size
+        if out is None:
+            out = empty(kind, (tokens, H), _F32)
+            return out, (_buffers.np_address(out) if kind == NUMPY else out.data_ptr())
+        if kind_of(out, "out") != kind:
+            _lib.fail(InvalidArgumentError, "out: must be the same kind of array as hidden "
+                      "(numpy or torch)")
+        address, _, shape = view(out, kind, "out", _WEIGHT_DTYPES, 2, writable=True)
+        if shape != (tokens, H):
+            _lib.fail(ShapeError, "out: shape %s, expected %s" % (list(shape), [tokens, H]))
+        if tokens and address < hidden_address + tokens * H * _ITEMSIZE[hidden_dtype] and \
+                hidden_address < address + tokens * H * 4:
+            _lib.fail(InvalidArgumentError, "out: overlaps hidden; the forward reads hidden "
+                      "while it writes out")
+        return out, address
+
+    def _rows(self, x: Array, name: str, tokens: int, width: int, allowed: Tuple[int, ...],
+              ndim: int) -> Tuple[int, int]:
+        """(address, dtype) of an id or weight buffer of shape [T] (ndim 1) or [T, WIDTH]."""
+        address, dtype, shape = view(x, kind_of(x, name), name, allowed, ndim)
+        want = (tokens,) if ndim == 1 else (tokens, width)
+        if shape != want:
+            _lib.fail(ShapeError, "%s: shape %s, expected %s" % (name, list(shape), list(want)))
+        return address, dtype
+
+    def __call__(self, hidden: Array, input_ids: Optional[Array] = None, *,
+                 out: Optional[Array] = None, return_routing: bool = False
+                 ) -> Union[Array, Tuple[Array, Array, Array]]:
+        """Run the block on HIDDEN, [T, H] float32 (numpy or torch) or bfloat16 (torch); only
+        2-D input is accepted (flatten batch and sequence into T first).
+
+        ``input_ids``: [T] int32 or int64 token ids, read in their own width; required by hash
+        layers, ignored by the others. ``out``: an optional float32 [T, H] buffer of the same
+        kind as HIDDEN, written in place. Returns the output [T, H] float32 (OUT itself when
+        given); with ``return_routing``, (out, ids [T, K] int32, weights [T, K] float32), the
+        experts each token visited and their combine weights."""
+        handle = self._handle_or_raise()
+        kind, hidden_address, hidden_dtype, tokens = self._hidden(hidden)
+        st = self._state(tokens)
+        a = st.args
+        if input_ids is None:
+            a.token_ids = None
+        else:
+            a.token_ids, a.token_id_dtype = self._rows(input_ids, "input_ids", tokens, 0,
+                                                       _ID_DTYPES, 1)
+        out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
+        if return_routing:
+            if not self._top_k:
+                _lib.fail(InvalidArgumentError, "return_routing: layer %d is dense; it routes "
+                          "nothing" % self.info.index)
+            ids = empty(kind, (tokens, self._top_k), _I32)
+            weights = empty(kind, (tokens, self._top_k), _F32)
+            if kind == NUMPY:
+                a.ids_out, a.weights_out = _buffers.np_address(ids), _buffers.np_address(weights)
+            else:
+                a.ids_out, a.weights_out = ids.data_ptr(), weights.data_ptr()
+        else:
+            a.ids_out = a.weights_out = None
+        a.n_tokens = tokens
+        a.hidden = hidden_address
+        a.hidden_dtype = hidden_dtype
+        a.workspace = st.workspace
+        a.workspace_size = st.need
+        status = _forward(handle, st.args_address)
+        if status:
+            _lib.raise_status(status)
+        return (out, ids, weights) if return_routing else out
+
+    def experts(self, hidden: Array, ids: Array, weights: Array, *, shared: bool = True,
+                out: Optional[Array] = None) -> Array:
+        """The experts-only forward: the caller routed (ids [T, K] int32 or int64, read in
+        place; weights [T, K] float32, used as given, other float dtypes converted). Returns
+        sum over k of weights[t, k] · expert(ids[t, k]) [T, H] float32, plus the shared
+        experts when ``shared`` (then bit for bit the full forward for the ids and weights it
+        returned). An id outside [0, E) or repeated in a row raises RangeError."""
+        handle = self._handle_or_raise()
+        kind, hidden_address, hidden_dtype, tokens = self._hidden(hidden)
+        K = self._top_k
+        if not K:
+            _lib.fail(InvalidArgumentError, "layer %d is dense: it has no routed experts"
+                      % self.info.index)
+        weights = _float32_weights(weights)
+        st = self._state(tokens)
+        a = st.eargs
+        a.ids, a.ids_dtype = self._rows(ids, "ids", tokens, K, _ID_DTYPES, 2)
+        a.weights, _ = self._rows(weights, "weights", tokens, K, _WEIGHT_DTYPES, 2)
+        out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
+        a.n_tokens = tokens
+        a.hidden = hidden_address
+        a.hidden_dtype = hidden_dtype
+        a.shared = bool(shared)
+        a.workspace = st.workspace
+        a.workspace_size = st.need
+        status = _forward_experts(handle, st.eargs_address)
+        if status:
+            _lib.raise_status(status)
+        return out
+
+    # ---- Description and life cycle -----------------------------------------------------------
+
+    def explain(self) -> str:
+        """Every kernel chosen and why, the recipe, packed bytes, every default resolved."""
+        return _lib.text(_lib.lib.moe_layer_explain(self._handle_or_raise()))
+
+    def close(self) -> None:
+        """Destroy the layer (a no-op when already closed)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _lib.lib.moe_layer_destroy(handle)
+
+    def __enter__(self) -> "Layer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def __repr__(self) -> str:
+        i = self.info
+        return "libmoe.Layer(%d, %s, hidden %d, experts %d, top_k %d%s)" % (
+            i.index, i.kind, i.hidden_size, i.n_experts, i.top_k,
+            ", closed" if self._handle is None else "")
+
+
+def _float32_weights(weights: Array) -> Array:
+    """WEIGHTS, or a float32 copy of it when it holds another float dtype (the small [T, K]
+    array only; the hidden states are never converted)."""
+    if isinstance(weights, np.ndarray):
+        if weights.dtype != np.float32 and weights.dtype.kind == "f":
+            return np.ascontiguousarray(weights, dtype=np.float32)
+        return weights
+    if getattr(weights, "is_floating_point", None) is not None and \
+            weights.is_floating_point() and str(weights.dtype) != "torch.float32":
+        return weights.float().contiguous()
+    return weights
