@@ -1,15 +1,16 @@
-# Makefile — the front door: `make test`, `make run`, `make bench`, `make fuzz` (CMake and CTest underneath).
+# Makefile — the front door: `make test`, `make run`, `make bench`, `make fuzz`, `make install` (CMake and CTest underneath).
 BUILD ?= build
 MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3 python3-venv
 # make fuzz: clang with libFuzzer and the sanitizer runtimes, clang's OpenMP, llvm-symbolizer.
 FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
 
-.PHONY: all deps configure build test test-install run bench bench-kernels fuzz clean
+.PHONY: all deps configure build test test-pip install run bench bench-kernels fuzz clean
 
 all: build
 
@@ -24,14 +25,19 @@ build: configure
 
 # The whole suite; tests named *kernel* also run under MOE_ISA=scalar, avx2 and avx512. The
 # Python tests run in the venv scripts/ensure-venv.sh makes once (MOE_VENV, default .venv).
-# `pip install .` compiles the library again (3-4 minutes on two cores): make test-install.
+# `pip install .` compiles the library again (3-4 minutes on two cores): make test-pip.
 test: build
 	@scripts/ensure-venv.sh
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE install
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE pip
 
-test-install: build
+test-pip: build
 	@scripts/ensure-venv.sh
-	@cd $(BUILD) && ctest --output-on-failure -L install
+	@cd $(BUILD) && ctest --output-on-failure -L pip
+
+# The header, libmoe.a, libmoe.so, the moe tool, the CMake package and libmoe.pc, under PREFIX
+# (DESTDIR=... stages them).
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 run: build
 	@scripts/demo.sh $(BUILD)/moe

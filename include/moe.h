@@ -23,13 +23,21 @@
 extern "C" {
 #endif
 
+/* MOE_API marks the functions libmoe exports: the shared library builds everything else with
+ * hidden visibility, so these declarations are its whole dynamic interface. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+
 #define MOE_VERSION_MAJOR 0
 #define MOE_VERSION_MINOR 1
 #define MOE_VERSION_PATCH 0
 #define MOE_VERSION_STRING "0.1.0"
 
 /* The version string of the library that is linked, which may differ from the header's. */
-const char *moe_version_string(void);
+MOE_API const char *moe_version_string(void);
 
 /* Status codes. The values are stable: new codes are appended, none is renumbered. */
 typedef enum moe_status {
@@ -55,11 +63,11 @@ typedef enum moe_status {
 } moe_status;
 
 /* A short, constant description of a status ("invalid argument"); never NULL. */
-const char *moe_status_string(moe_status status);
+MOE_API const char *moe_status_string(moe_status status);
 
 /* The message of the last failure on the calling thread, or "" if none. The pointer stays
  * valid until the next libmoe call on this thread. */
-const char *moe_last_error(void);
+MOE_API const char *moe_last_error(void);
 
 /* Element types, as they appear in checkpoints and arrays. The values are stable. */
 typedef enum moe_dtype {
@@ -87,10 +95,10 @@ typedef enum moe_dtype {
 } moe_dtype;
 
 /* The canonical name ("bf16", "f8_e4m3", ...), or "invalid" for an unknown value. */
-const char *moe_dtype_name(moe_dtype dtype);
+MOE_API const char *moe_dtype_name(moe_dtype dtype);
 
 /* Bits per element (4, 8, 16, 32 or 64), or 0 for an unknown value. */
-unsigned moe_dtype_bits(moe_dtype dtype);
+MOE_API unsigned moe_dtype_bits(moe_dtype dtype);
 
 /* ---- CPU capabilities ---------------------------------------------------------------- */
 
@@ -129,10 +137,10 @@ typedef struct moe_cpu_info {
 
 /* Detects the CPU (once per process, thread-safe) and applies MOE_ISA. An unknown MOE_ISA
  * value is MOE_EINVAL, naming the value. */
-moe_status moe_cpu_query(moe_cpu_info *info);
+MOE_API moe_status moe_cpu_query(moe_cpu_info *info);
 
 /* The name of a level ("scalar", "avx2", "avx512", "avx512bf16"). */
-const char *moe_isa_level_name(moe_isa_level level);
+MOE_API const char *moe_isa_level_name(moe_isa_level level);
 
 /* ---- Checkpoints --------------------------------------------------------------------- */
 
@@ -149,13 +157,14 @@ typedef struct moe_open_options {
 } moe_open_options;
 
 /* Opens DIR (see above). On success *out is a handle to close with moe_model_close. */
-moe_status moe_model_open(const char *dir, const moe_open_options *options, moe_model **out);
+MOE_API moe_status moe_model_open(const char *dir, const moe_open_options *options,
+                                  moe_model **out);
 
 /* Releases everything the handle holds. NULL is a no-op. */
-void moe_model_close(moe_model *model);
+MOE_API void moe_model_close(moe_model *model);
 
 /* The number of decoder layers in the model description. */
-int moe_model_layer_count(const moe_model *model);
+MOE_API int moe_model_layer_count(const moe_model *model);
 
 /* ---- Routing ------------------------------------------------------------------------- */
 
@@ -179,8 +188,8 @@ typedef enum moe_route_method {
 
 /* Names: "softmax_topk", "noaux_tc", ...; "softmax", "sigmoid", "sqrtsoftplus"; "unknown" for
  * a value outside the enum. */
-const char *moe_route_method_name(moe_route_method method);
-const char *moe_score_func_name(moe_score_func score);
+MOE_API const char *moe_route_method_name(moe_route_method method);
+MOE_API const char *moe_score_func_name(moe_score_func score);
 
 /* A router: turns logits [T, E] (f32) into expert ids [T, K] (int32) and combine weights
  * [T, K] (f32). Immutable after creation; any number of threads may call forward at once. */
@@ -210,13 +219,14 @@ typedef struct moe_router_params {
 
 /* Creates a router after validating every parameter (MOE_EINVAL / MOE_ECONFIG naming the
  * field, MOE_EVALUE / MOE_ERANGE naming the table entry) and choosing its kernels. */
-moe_status moe_router_create(const moe_router_params *params, moe_router **out);
+MOE_API moe_status moe_router_create(const moe_router_params *params, moe_router **out);
 
 /* Creates the router of layer LAYER of an opened model (its correction bias and tid2eid
  * tensors read from the checkpoint). A dense layer is MOE_EINVAL. */
-moe_status moe_router_create_from_model(const moe_model *model, int layer, moe_router **out);
+MOE_API moe_status moe_router_create_from_model(const moe_model *model, int layer,
+                                                moe_router **out);
 
-void moe_router_destroy(moe_router *router);
+MOE_API void moe_router_destroy(moe_router *router);
 
 /* Routes n_tokens rows. logits: [n_tokens, E] f32, row-major. token_ids: [n_tokens] of
  * token_id_dtype (I32 or I64, read in place), required by HASH routers (MOE_EINVAL without
@@ -228,13 +238,13 @@ void moe_router_destroy(moe_router *router);
  * (HASH: the table's order); ids distinct and in [0, E) for every input; a non-finite logit
  * is never preferred over a finite one and its weight is 0; renormalisation with a zero sum
  * leaves zero weights; routed_scaling_factor is applied exactly once. */
-moe_status moe_router_forward(const moe_router *router, size_t n_tokens, const float *logits,
-                              const void *token_ids, moe_dtype token_id_dtype, int32_t *ids,
-                              float *weights);
+MOE_API moe_status moe_router_forward(const moe_router *router, size_t n_tokens,
+                                      const float *logits, const void *token_ids,
+                                      moe_dtype token_id_dtype, int32_t *ids, float *weights);
 
 /* One line naming the method, its parameters and the kernels chosen, with the reason. The
  * string lives as long as the router. */
-const char *moe_router_explain(const moe_router *router);
+MOE_API const char *moe_router_explain(const moe_router *router);
 
 /* ---- Describing a model and its layers: the sizes a caller's buffers need --------------- */
 
@@ -252,11 +262,14 @@ typedef enum moe_weight_format {
     MOE_WFMT_BF16 = 0,      /* plain bf16 [out, in] */
     MOE_WFMT_FP8_BLOCK = 1, /* E4M3 [out, in] + a scale per 128 × 128 block (f32 or E8M0) */
     MOE_WFMT_MXFP4 = 2,     /* E2M1 codes, two per byte, + an E8M0 scale per 32 along K */
+    MOE_WFMT_F32 = 3,       /* plain f32 [out, in] (an unquantised checkpoint saved in f32) */
+    MOE_WFMT_F16 = 4,       /* plain f16 [out, in] (an unquantised checkpoint saved in f16) */
 } moe_weight_format;
 
-/* "dense", "moe", "hash"; "bf16", "fp8_block", "mxfp4"; "unknown" outside the enums. */
-const char *moe_layer_kind_name(moe_layer_kind kind);
-const char *moe_weight_format_name(moe_weight_format format);
+/* "dense", "moe", "hash"; "bf16", "fp8_block", "mxfp4", "f32", "f16"; "unknown" outside the
+ * enums. */
+MOE_API const char *moe_layer_kind_name(moe_layer_kind kind);
+MOE_API const char *moe_weight_format_name(moe_weight_format format);
 
 /* A model, as its config.json describes it. Set size to sizeof(moe_model_info) before the
  * call; fields may be added at the end in later versions. */
@@ -291,8 +304,9 @@ typedef struct moe_layer_info {
 
 /* Fill INFO (whose size field the caller set; MOE_EINVAL for a size smaller than this
  * version's first release of the struct). Nothing is packed or read beyond config.json. */
-moe_status moe_model_get_info(const moe_model *model, moe_model_info *info);
-moe_status moe_model_get_layer_info(const moe_model *model, int layer, moe_layer_info *info);
+MOE_API moe_status moe_model_get_info(const moe_model *model, moe_model_info *info);
+MOE_API moe_status moe_model_get_layer_info(const moe_model *model, int layer,
+                                            moe_layer_info *info);
 
 /* ---- The MoE layer ------------------------------------------------------------------- */
 
@@ -323,21 +337,27 @@ typedef struct moe_layer_options {
     moe_dtype logits_dtype;
     /* The experts' recipe; read only when size covers it (older callers get the default). */
     moe_experts_recipe experts_recipe;
+    /* false (the default): while a forward's threads are preempted (its cores shared with
+     * other work, such as PyTorch's threads), the next forwards run on fewer threads, trying
+     * all `threads` again after a growing pause; true: every forward runs on exactly
+     * `threads` (benchmarks). The results are the same bits either way. Read only when size
+     * covers it. */
+    bool fixed_threads;
 } moe_layer_options;
 
 /* Creates layer LAYER of MODEL. options NULL = defaults. */
-moe_status moe_layer_create(const moe_model *model, int layer, const moe_layer_options *options,
-                            moe_layer **out);
+MOE_API moe_status moe_layer_create(const moe_model *model, int layer,
+                                    const moe_layer_options *options, moe_layer **out);
 
-void moe_layer_destroy(moe_layer *layer);
+MOE_API void moe_layer_destroy(moe_layer *layer);
 
 /* Sets the logits dtype once, after creation and before the first forward; re-runs the same
  * eligibility function creation ran. A second call, or a call after a forward, is
  * MOE_ESTATE. */
-moe_status moe_layer_set_logits_dtype(moe_layer *layer, moe_dtype dtype);
+MOE_API moe_status moe_layer_set_logits_dtype(moe_layer *layer, moe_dtype dtype);
 
 /* Bytes of workspace a forward of n_tokens needs (0 on overflow). */
-size_t moe_layer_workspace_size(const moe_layer *layer, size_t n_tokens);
+MOE_API size_t moe_layer_workspace_size(const moe_layer *layer, size_t n_tokens);
 
 /* One step of a forward, in order: name ("gate", "route", "experts.gate_up", ...), the
  * kernel that ran, bytes read and written, and wall time. */
@@ -376,10 +396,10 @@ typedef struct moe_forward_args {
 /* Runs the block. Validates every argument first (hidden dtype, NULL pointers, workspace size,
  * token ids); on error nothing is written to any output. The output for a token does not
  * depend on the other tokens of the batch, on the batch size or on the thread count. */
-moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args);
+MOE_API moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args);
 
 /* The layer's description (moe_model_get_layer_info of the layer it was created from). */
-moe_status moe_layer_get_info(const moe_layer *layer, moe_layer_info *info);
+MOE_API moe_status moe_layer_get_info(const moe_layer *layer, moe_layer_info *info);
 
 /* ---- Experts only: the caller routes --------------------------------------------------- */
 
@@ -409,11 +429,11 @@ typedef struct moe_experts_args {
  * moe_layer_forward's (with shared = true). Validates every argument first (an id outside
  * [0, E) or repeated in its row is MOE_ERANGE naming the token and slot, a non-finite weight
  * MOE_EVALUE); a dense layer is MOE_EINVAL. On error nothing is written to out. */
-moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_args *args);
+MOE_API moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_args *args);
 
 /* A multi-line description: every kernel chosen and why, the recipe (activation rounding),
  * packed bytes, and every default resolved at creation. Lives as long as the layer. */
-const char *moe_layer_explain(const moe_layer *layer);
+MOE_API const char *moe_layer_explain(const moe_layer *layer);
 
 #ifdef __cplusplus
 }

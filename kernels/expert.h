@@ -39,6 +39,9 @@ enum {
     MOE_EXPERT_FMT_FP8_BLOCK = 1, /* E4M3 [out, in] + scale [ceil(out/128), ceil(in/128)] */
     MOE_EXPERT_FMT_MXFP4 = 2,     /* E2M1 codes [out, in/2] (two per byte, low nibble = even
                                      element) + one E8M0 scale per 32 along K [out, in/32] */
+    MOE_EXPERT_FMT_F32 = 3,       /* f32 [out, in] */
+    MOE_EXPERT_FMT_F16 = 4,       /* f16 [out, in]: widened exactly, it packs into the f32
+                                     sets' tiles, so those sets (format F32) serve it */
 };
 
 /* Rows of every tile (gate/up: per projection; down: output rows). It divides the FP8 scale
@@ -137,7 +140,8 @@ typedef struct moe_act_params {
  * w1/w3 [out, in/2] are plain rows (row_stride in/2, scale_stride in/32). */
 typedef struct moe_weight_src {
     const void *data;
-    moe_dtype dtype; /* BF16 weights (format BF16), F8_E4M3 codes (format FP8_BLOCK), or the
+    moe_dtype dtype; /* BF16 weights (format BF16), F32 or F16 (format F32, which serves F16),
+                        F8_E4M3 codes (format FP8_BLOCK), or the
                         packed codes of format MXFP4: F4_E2M1 (U8 and I8, as checkpoints
                         label them, are read the same) */
     int64_t rows, cols;
@@ -253,10 +257,11 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
     return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
-/* Every kernel set compiled into this build, declared from the five enumerators (one per
+/* Every kernel set compiled into this build, declared from the six enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
+#include "kernels/expert_f32_f32.inc"
 #include "kernels/expert_bf16_bf16.inc"
 #include "kernels/expert_fp8_f32.inc"
 #include "kernels/expert_fp8_bf16.inc"

@@ -1,4 +1,4 @@
-/* expert_f32.c — the reference expert kernel sets of the f32 recipe (bf16 and FP8 weights). */
+/* expert_f32.c — the reference expert kernel sets of the f32 recipe (bf16, f32 and FP8 weights). */
 #include <math.h>
 #include <string.h>
 
@@ -9,7 +9,8 @@
 
 /*
  * The executable specification of the f32 recipe, one output element at a time:
- *  - bf16 weights: acc = 0; for k = 0, 1, ..., K-1: acc = fma(w[k], x[k], acc).
+ *  - bf16 and f32 weights (f16 weights are packed as f32): acc = 0; for k = 0, 1, ..., K-1:
+ *    acc = fma(w[k], x[k], acc).
  *  - FP8 weights: per 128-K block b, bacc = 0; for k in the block: bacc = fma(w'[k], x[k],
  *    bacc) with w' = e4m3(code) · 2^-8; then acc = fma(bacc, scale_b · 2^8, acc), acc = 0
  *    before the first block.
@@ -60,6 +61,22 @@ static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
+/* Weight k of row n from the f32 pair line at w (the 16 rows at 2q, then at 2q + 1). */
+static float f32_weight(const unsigned char *line, size_t n, size_t k)
+{
+    return load_f32(line + (k & 1) * (MOE_XL_F32_LINE / 2) + n * 4);
+}
+
+static float dot_f32(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np);
+    float acc = 0.0f;
+    for (size_t kk = 0; kk < k; kk++)
+        acc =
+            fmaf(f32_weight(w + moe_xl_f32_pair_at(np, (int64_t)k, p, kk / 2), n, kk), x[kk], acc);
+    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+}
+
 static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
 {
     const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np) + (size_t)p * NR + n;
@@ -87,6 +104,18 @@ static float chains_bf16(const unsigned char *w, size_t q0, size_t q1, size_t k,
                 fmaf(pair_weight(load_u32(w + moe_xl_bf16_pair_at(1, (int64_t)k, 0, q)), kk), x[kk],
                      acc[q & 1]);
     return acc[0] + acc[1];
+}
+
+static float down_dot_f32(const unsigned char *tile, int np, int p, size_t n, size_t k,
+                          const float *x)
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np);
+    float acc[2] = {0.0f, 0.0f};
+    for (size_t q = 0; q < (k + 1) / 2; q++)
+        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
+            acc[q & 1] = fmaf(f32_weight(w + moe_xl_f32_pair_at(1, (int64_t)k, 0, q), n, kk), x[kk],
+                              acc[q & 1]);
+    return acc[0] + acc[1] + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
 static float chains_fp8(const unsigned char *codes, size_t step, size_t q0, size_t q1, size_t k,
@@ -156,6 +185,18 @@ static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile
     down(down_dot_bf16, m, k, h, tile, y, y_stride, n_valid);
 }
 
+static void gateup_f32(size_t m, size_t k, const void *const *x, const void *tile,
+                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    gateup(dot_f32, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_f32(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                     size_t y_stride, size_t n_valid)
+{
+    down(down_dot_f32, m, k, h, tile, y, y_stride, n_valid);
+}
+
 static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
@@ -188,4 +229,15 @@ const moe_expert_kernels moe_expert_fp8_f32_8x16__ref = {
     MOE_XL_FP8_LAYOUT(fp8),
     .gateup = gateup_fp8,
     .down = down_fp8,
+};
+
+const moe_expert_kernels moe_expert_f32_f32_8x16__ref = {
+    .name = "moe_expert_f32_f32_8x16__ref",
+    .recipe = MOE_RECIPE_F32,
+    .isa = MOE_REQ_SCALAR,
+    .mr = MR,
+    .nr = NR,
+    MOE_XL_F32_LAYOUT,
+    .gateup = gateup_f32,
+    .down = down_f32,
 };

@@ -9,7 +9,7 @@
 #include "kernels/expert.h"
 
 /*
- * Three layouts serve every kernel set (docs/kernels.md draws them). A tile holds NR = 16 rows
+ * Four layouts serve every kernel set (docs/kernels.md draws them). A tile holds NR = 16 rows
  * of one projection (down) or of two (gate and up, "np" = 2); K is padded to even (kpad),
  * zeros in the padding, and rows past the matrix's edge are zeros too.
  *
@@ -140,11 +140,31 @@ static inline uint32_t moe_xl_bf16_x_pair(const uint16_t *x, size_t q, size_t k)
     return v;
 }
 
+/*
+ * f32 pair layout (format F32, which serves F16: f16 widens to f32 exactly, so f16 weights are
+ * widened once at packing and run as f32): the bf16 pair layout with 4-byte weights. Pair q of
+ * projection p is one 128-byte line: the 16 rows' f32 weights at k = 2q (bytes 0..63), then at
+ * k = 2q + 1 (bytes 64..127); the lines lie in the same two streams (gate's pairs then up's;
+ * down's even pairs then its odd ones), so every set computes the bf16 sets' chains: the same
+ * arithmetic, with the weights loaded instead of widened.
+ */
+#define MOE_XL_F32_LINE ((size_t)MOE_XL_NR * 8)
+static inline size_t moe_xl_f32_pair_at(int np, int64_t k, int p, size_t q)
+{
+    return 2 * moe_xl_bf16_pair_at(np, k, p, q);
+}
+static inline size_t moe_xl_f32_stream2(int np, int64_t k)
+{
+    return 2 * moe_xl_bf16_stream2(np, k);
+}
+
 /* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */
 size_t moe_xl_bf16_gateup_bytes(int64_t k);
 size_t moe_xl_bf16_down_bytes(int64_t k);
 size_t moe_xl_fp8_gateup_bytes(int64_t k);
 size_t moe_xl_fp8_down_bytes(int64_t k);
+size_t moe_xl_f32_gateup_bytes(int64_t k);
+size_t moe_xl_f32_down_bytes(int64_t k);
 
 /* Pack and unpack, shared by every kernel set of a format (kernels/ref/expert_pack.c). */
 moe_status moe_xl_bf16_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
@@ -152,6 +172,12 @@ moe_status moe_xl_bf16_pack_down(const moe_weight_src *down, void *dst);
 moe_status moe_xl_bf16_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                      const moe_weight_dst *up);
 moe_status moe_xl_bf16_unpack_down(const void *packed, const moe_weight_dst *down);
+/* f32 pairs: sources F32 or F16; destinations F32 or F16 (exact for weights packed from f16). */
+moe_status moe_xl_f32_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
+moe_status moe_xl_f32_pack_down(const moe_weight_src *down, void *dst);
+moe_status moe_xl_f32_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                    const moe_weight_dst *up);
+moe_status moe_xl_f32_unpack_down(const void *packed, const moe_weight_dst *down);
 moe_status moe_xl_fp8_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
 moe_status moe_xl_fp8_pack_down(const moe_weight_src *down, void *dst);
 moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,
@@ -178,6 +204,7 @@ moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *dow
     .unpack_down = moe_xl_##L##_unpack_down
 #define MOE_XL_BF16_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_BF16, bf16, bf16)
 #define MOE_XL_FP8_LAYOUT(L) MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_FP8_BLOCK, fp8, L)
+#define MOE_XL_F32_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_F32, f32, f32)
 
 /* The bf16 recipe's two kernel sets of one ISA (bf16 pairs, FP8 pairs), both taking up to mr
  * tokens, made of the includer's gateup_bf16, down_bf16, gateup_fp8 and down_fp8. */

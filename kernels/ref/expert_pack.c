@@ -16,12 +16,15 @@
  * one element at a time through the strides.
  */
 
-/* The layouts: bf16 pairs, then FP8 in each code order: FMT_FP8 + MOE_XL_FP8_<order>
- * (kernels/ref/expert_layout.h). */
+/* The layouts: bf16 pairs, then FP8 in each code order: FMT_FP8 + MOE_XL_FP8_<order>, then
+ * f32 pairs (kernels/ref/expert_layout.h). */
 #define FMT_BF16 0
 #define FMT_FP8 1
 #define FMT_FP8P (FMT_FP8 + MOE_XL_FP8_PAIRS)
 #define FMT_FP8G (FMT_FP8 + MOE_XL_FP8_GROUPS)
+#define FMT_F32 4
+/* The layouts without scales, whose weights are plain floats. */
+#define PLAIN(fmt) ((fmt) == FMT_BF16 || (fmt) == FMT_F32)
 #define NR MOE_XL_NR
 
 /* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
@@ -39,6 +42,7 @@ static size_t tile_bytes(int fmt, int64_t k, int np)
     if (k < 1 || k > MAX_K) return 0;
     const size_t kpad = (size_t)moe_xl_kpad(k);
     if (fmt == FMT_BF16) return moe_xl_bf16_weights(np) + kpad / 2 * moe_xl_bf16_pair_bytes(np);
+    if (fmt == FMT_F32) return moe_xl_bf16_weights(np) + kpad / 2 * (size_t)np * MOE_XL_F32_LINE;
     const size_t codes = kpad * moe_xl_fp8_step_bytes(np);
     return moe_xl_fp8_codes(k, np) + ((codes + 63) & ~(size_t)63);
 }
@@ -47,6 +51,8 @@ size_t moe_xl_bf16_gateup_bytes(int64_t k) { return tile_bytes(FMT_BF16, k, 2); 
 size_t moe_xl_bf16_down_bytes(int64_t k) { return tile_bytes(FMT_BF16, k, 1); }
 size_t moe_xl_fp8_gateup_bytes(int64_t k) { return tile_bytes(FMT_FP8, k, 2); }
 size_t moe_xl_fp8_down_bytes(int64_t k) { return tile_bytes(FMT_FP8, k, 1); }
+size_t moe_xl_f32_gateup_bytes(int64_t k) { return tile_bytes(FMT_F32, k, 2); }
+size_t moe_xl_f32_down_bytes(int64_t k) { return tile_bytes(FMT_F32, k, 1); }
 
 /* ---- Reading the sources ------------------------------------------------------------- */
 
@@ -154,8 +160,11 @@ static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
     if (s->cols > MAX_K)
         return moe_error(MOE_EOVERFLOW, "%s: %lld columns exceed the kernels' limit of 2^40", what,
                          (long long)s->cols);
+    if (fmt == FMT_F32 && s->dtype != MOE_DTYPE_F32 && s->dtype != MOE_DTYPE_F16)
+        return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the f32 expert kernels read f32 or f16",
+                         what, moe_dtype_name(s->dtype));
     const moe_dtype want = fmt == FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
-    if (s->dtype != want)
+    if (fmt != FMT_F32 && s->dtype != want)
         return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the %s expert kernels read %s", what,
                          moe_dtype_name(s->dtype), fmt == FMT_BF16 ? "bf16" : "FP8",
                          moe_dtype_name(want));
@@ -169,7 +178,7 @@ static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
         st = check_span(s->rows, s->bias_stride, 1, 0, dtype_bytes(s->bias_dtype), what, "bias");
         if (st) return st;
     }
-    if (fmt == FMT_BF16) return MOE_OK;
+    if (PLAIN(fmt)) return MOE_OK;
     if (!s->scale) return moe_error(MOE_EINVAL, "%s: the FP8 block scales are NULL", what);
     if (!is_scale_dtype(s->scale_dtype))
         return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f32, bf16 or f8_e8m0", what,
@@ -239,7 +248,7 @@ static moe_status check_all(const moe_weight_src *const *src, int np, int fmt)
         return moe_error(MOE_ESHAPE, "gate [%lld, %lld] and up [%lld, %lld] differ in shape",
                          (long long)src[0]->rows, (long long)src[0]->cols, (long long)src[1]->rows,
                          (long long)src[1]->cols);
-    if (fmt == FMT_BF16) return MOE_OK;
+    if (PLAIN(fmt)) return MOE_OK;
     for (int p = 0; p < np; p++) {
         moe_status st = check_fp8_values(src[p], proj_names[np - 1][p]);
         if (st) return st;
@@ -294,6 +303,43 @@ static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
                                                                << 16;
             memcpy(w + moe_xl_bf16_pair_at(np, k, p, (size_t)q), d, sizeof d);
         }
+}
+
+/* The f32 value of weight (r, c) (F32, or F16 widened exactly), or +0 outside the matrix. */
+static float f32_weight_at(const moe_weight_src *s, int64_t r, int64_t c)
+{
+    if (r >= s->rows || c >= s->cols) return 0.0f;
+    return load_float(at(s->data, r, s->row_stride, c, s->col_stride, dtype_bytes(s->dtype)),
+                      s->dtype);
+}
+
+/* The f32 pairs: line q of projection p holds the 16 rows at k = 2q, then at 2q + 1. F32
+ * weights are copied (their bits, NaN payloads included); F16 weights are widened exactly. */
+static void pack_f32_tile(const moe_weight_src *const *src, int np, int64_t r0, unsigned char *tile)
+{
+    const int64_t k = src[0]->cols, kpad = moe_xl_kpad(k);
+    unsigned char *w = tile + moe_xl_bf16_weights(np);
+    pack_bias(src, np, r0, tile);
+    for (int p = 0; p < np; p++) {
+        const moe_weight_src *s = src[p];
+        const unsigned char *rows[2][NR];
+        const bool f32 = s->dtype == MOE_DTYPE_F32;
+        const moe_weight_src *one[1] = {s};
+        const bool fast = contiguous_rows(one, 1, r0, dtype_bytes(s->dtype), rows);
+        for (int64_t kk = 0; kk < kpad; kk++) {
+            unsigned char *d = w + moe_xl_f32_pair_at(np, k, p, (size_t)(kk / 2)) +
+                               (size_t)(kk & 1) * (MOE_XL_F32_LINE / 2);
+            if (fast && kk < k && f32) {
+                for (int n = 0; n < NR; n++)
+                    memcpy(d + 4 * n, rows[0][n] + 4 * kk, 4);
+                continue;
+            }
+            float v[NR];
+            for (int n = 0; n < NR; n++)
+                v[n] = f32_weight_at(s, r0 + n, kk);
+            memcpy(d, v, sizeof v);
+        }
+    }
 }
 
 /* Exchanges the bits of m << s in *a with the bits of m in *b. */
@@ -429,6 +475,8 @@ static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *
         unsigned char *tile = (unsigned char *)dst + (size_t)t * tb;
         if (fmt == FMT_BF16)
             pack_bf16_tile(src, np, t * NR, tile);
+        else if (fmt == FMT_F32)
+            pack_f32_tile(src, np, t * NR, tile);
         else
             pack_fp8_tile(src, np, t * NR, fmt - FMT_FP8, tile);
     }
@@ -444,6 +492,17 @@ moe_status moe_xl_bf16_pack_gateup(const moe_weight_src *gate, const moe_weight_
 moe_status moe_xl_bf16_pack_down(const moe_weight_src *down, void *dst)
 {
     return pack(&down, 1, FMT_BF16, dst);
+}
+
+moe_status moe_xl_f32_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
+{
+    const moe_weight_src *src[2] = {gate, up};
+    return pack(src, 2, FMT_F32, dst);
+}
+
+moe_status moe_xl_f32_pack_down(const moe_weight_src *down, void *dst)
+{
+    return pack(&down, 1, FMT_F32, dst);
 }
 
 moe_status moe_xl_fp8_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
@@ -488,13 +547,16 @@ static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
         return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
                          (long long)d->cols);
     const moe_dtype want = fmt == FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
-    if (d->dtype != want)
+    if (fmt == FMT_F32 && d->dtype != MOE_DTYPE_F32 && d->dtype != MOE_DTYPE_F16)
+        return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds f32 (or f16)",
+                         what, moe_dtype_name(d->dtype));
+    if (fmt != FMT_F32 && d->dtype != want)
         return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds %s", what,
                          moe_dtype_name(d->dtype), moe_dtype_name(want));
     if (d->bias && !is_bias_dtype(d->bias_dtype))
         return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
                          moe_dtype_name(d->bias_dtype));
-    if (fmt == FMT_BF16) return MOE_OK;
+    if (PLAIN(fmt)) return MOE_OK;
     if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);
     if (!is_scale_dtype(d->scale_dtype))
         return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f32, bf16 or f8_e8m0", what,
@@ -511,10 +573,17 @@ static uint32_t packed_code(const unsigned char *packed, int fmt, int np, int p,
 {
     const unsigned char *tile = packed + (size_t)(r / NR) * tb;
     const size_t n = (size_t)(r % NR);
+    uint32_t d;
+    if (fmt == FMT_F32) { /* the f32 bits */
+        memcpy(&d,
+               tile + moe_xl_bf16_weights(np) + moe_xl_f32_pair_at(np, k, p, (size_t)(c / 2)) +
+                   (size_t)(c % 2) * (MOE_XL_F32_LINE / 2) + n * 4,
+               sizeof d);
+        return d;
+    }
     if (fmt != FMT_BF16)
         return tile[moe_xl_fp8_codes(k, np) +
                     moe_xl_fp8_code_at(fmt - FMT_FP8, np, (size_t)c, p, n)];
-    uint32_t d;
     memcpy(&d,
            tile + moe_xl_bf16_weights(np) + moe_xl_bf16_pair_at(np, k, p, (size_t)(c / 2)) + n * 4,
            sizeof d);
@@ -524,13 +593,17 @@ static uint32_t packed_code(const unsigned char *packed, int fmt, int np, int p,
 static void unpack_one(const unsigned char *packed, int fmt, int np, int p, const moe_weight_dst *d)
 {
     const int64_t k = d->cols;
-    const size_t tb = tile_bytes(fmt, k, np), es = fmt == FMT_BF16 ? 2 : 1;
+    const size_t tb = tile_bytes(fmt, k, np), es = dtype_bytes(d->dtype);
     unsigned char *out = d->data;
     for (int64_t r = 0; r < d->rows; r++)
         for (int64_t c = 0; c < k; c++) {
             uint32_t code = packed_code(packed, fmt, np, p, tb, k, r, c);
             unsigned char *o = out + (size_t)(r * k + c) * es;
-            if (es == 1) {
+            if (fmt == FMT_F32) { /* f32 bits; to f16 exactly for weights packed from f16 */
+                float f;
+                memcpy(&f, &code, sizeof f);
+                store_float(o, d->dtype, f);
+            } else if (es == 1) {
                 *o = (unsigned char)code;
             } else {
                 uint16_t v = (uint16_t)code;
@@ -546,7 +619,7 @@ static void unpack_one(const unsigned char *packed, int fmt, int np, int p, cons
             store_float((unsigned char *)d->bias + (size_t)r * bs, d->bias_dtype, b);
         }
     }
-    if (fmt == FMT_BF16) return;
+    if (PLAIN(fmt)) return;
     const int64_t nbr = scale_rows(d->rows, d->block_rows), nbc = scale_cols(k);
     const size_t ss = dtype_bytes(d->scale_dtype);
     for (int64_t br = 0; br < nbr; br++)
@@ -584,6 +657,18 @@ moe_status moe_xl_bf16_unpack_gateup(const void *packed, const moe_weight_dst *g
 moe_status moe_xl_bf16_unpack_down(const void *packed, const moe_weight_dst *down)
 {
     return unpack(packed, &down, 1, FMT_BF16);
+}
+
+moe_status moe_xl_f32_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                    const moe_weight_dst *up)
+{
+    const moe_weight_dst *dst[2] = {gate, up};
+    return unpack(packed, dst, 2, FMT_F32);
+}
+
+moe_status moe_xl_f32_unpack_down(const void *packed, const moe_weight_dst *down)
+{
+    return unpack(packed, &down, 1, FMT_F32);
 }
 
 moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,

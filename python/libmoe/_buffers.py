@@ -19,6 +19,7 @@ from .errors import DtypeError, InvalidArgumentError, ShapeError
 NUMPY, TORCH = 0, 1
 
 _NP_F32 = np.dtype(np.float32)
+_NP_I32 = np.dtype(np.int32)
 _NP_DTYPES = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.int32): _lib.DTYPE_I32,
               np.dtype(np.int64): _lib.DTYPE_I64}
 _TORCH_NAMES = {"float32": _lib.DTYPE_F32, "bfloat16": _lib.DTYPE_BF16,
@@ -53,12 +54,19 @@ def np_address(a: np.ndarray) -> int:
     return _from_address(id(a) + _DATA_OFFSET).value or 0
 
 
+# (torch.Tensor, torch.float32, torch.bfloat16) once a tensor has been seen, for the fast path
+# of Layer's hidden states; None before.
+torch_hidden_types: Optional[Tuple[Any, Any, Any]] = None
+
+
 def _torch_dtype(t: Any) -> int:
+    global torch_hidden_types
     code = _torch_dtypes.get(t.dtype)
     if code is None:
         torch = sys.modules["torch"]
         for name, moe in _TORCH_NAMES.items():
             _torch_dtypes[getattr(torch, name)] = moe
+        torch_hidden_types = (torch.Tensor, torch.float32, torch.bfloat16)
         code = _torch_dtypes.get(t.dtype, _lib.DTYPE_INVALID)
     return code
 
@@ -105,10 +113,9 @@ def view(x: Any, kind: int, name: str, allowed: Tuple[int, ...], ndim: int,
 
 def empty(kind: int, shape: Tuple[int, ...], dtype: int) -> Any:
     """A new uninitialised C-contiguous buffer of KIND (float32 or int32)."""
-    if kind == NUMPY:
-        return np.empty(shape, np.float32 if dtype == _lib.DTYPE_F32 else np.int32)
-    torch = sys.modules["torch"]
-    return torch.empty(shape, dtype=torch.float32 if dtype == _lib.DTYPE_F32 else torch.int32)
+    a = np.empty(shape, _NP_F32 if dtype == _lib.DTYPE_F32 else _NP_I32)
+    # torch.from_numpy shares the array's memory and costs less than torch.empty(dtype=...).
+    return a if kind == NUMPY else sys.modules["torch"].from_numpy(a)
 
 
 def aligned_bytes(n: int, alignment: int = 64) -> Tuple[np.ndarray, int]:

@@ -10,19 +10,21 @@ numpy for numpy input and torch for torch input.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _buffers, _lib
-from ._buffers import NUMPY, aligned_bytes, empty, kind_of, view
+from ._buffers import NUMPY, TORCH, aligned_bytes, kind_of, np_address, view
 from .errors import InvalidArgumentError, ShapeError, SizeOverflowError, StateError
 from .model import LayerInfo, layer_info_from_c
 
 if TYPE_CHECKING:
     from .model import Model
 
+_NP_F32 = np.dtype(np.float32)
 _F32, _BF16, _I32, _I64 = _lib.DTYPE_F32, _lib.DTYPE_BF16, _lib.DTYPE_I32, _lib.DTYPE_I64
 _HIDDEN_DTYPES = (_F32, _BF16)
 _ID_DTYPES = (_I32, _I64)
@@ -104,6 +106,8 @@ class Layer:
                 st.buffer, st.workspace = aligned_bytes(need)
                 st.capacity = need
             st.tokens, st.need = tokens, need
+            for a in (st.args, st.eargs):
+                a.n_tokens, a.workspace, a.workspace_size = tokens, st.workspace, need
         return st
 
     def workspace_size(self, tokens: int) -> int:
@@ -114,6 +118,18 @@ class Layer:
     # ---- Forwards --------------------------------------------------------------------------
 
     def _hidden(self, hidden: Array) -> Tuple[int, int, int, int]:
+        """(kind, address, dtype, T) of the hidden states, checked."""
+        if type(hidden) is np.ndarray:  # the common case in a few attribute reads
+            shape, flags = hidden.shape, hidden.flags
+            if hidden.dtype is _NP_F32 and len(shape) == 2 and shape[1] == self._hidden_size \
+                    and flags.c_contiguous and flags.aligned:
+                return NUMPY, np_address(hidden), _F32, shape[0]
+        fast = _buffers.torch_hidden_types
+        if fast is not None and type(hidden) is fast[0]:
+            shape, dt = hidden.shape, hidden.dtype
+            if (dt is fast[1] or dt is fast[2]) and len(shape) == 2 and \
+                    shape[1] == self._hidden_size and hidden.is_cpu and hidden.is_contiguous():
+                return TORCH, hidden.data_ptr(), (_F32 if dt is fast[1] else _BF16), shape[0]
         kind = kind_of(hidden, "hidden")
         address, dtype, shape = view(hidden, kind, "hidden", _HIDDEN_DTYPES, 2)
         if shape[1] != self._hidden_size:
@@ -126,8 +142,9 @@ class Layer:
         """OUT (checked) or a new float32 [T, H] buffer of KIND, and its address."""
         H = self._hidden_size
         if out is None:
-            out = empty(kind, (tokens, H), _F32)
-            return out, (_buffers.np_address(out) if kind == NUMPY else out.data_ptr())
+            # torch.from_numpy shares the array's memory and costs less than torch.empty.
+            a = np.empty((tokens, H), _NP_F32)
+            return (a if kind == NUMPY else sys.modules["torch"].from_numpy(a)), np_address(a)
         if kind_of(out, "out") != kind:
             _lib.fail(InvalidArgumentError, "out: must be the same kind of array as hidden "
                       "(numpy or torch)")
@@ -174,19 +191,16 @@ class Layer:
             if not self._top_k:
                 _lib.fail(InvalidArgumentError, "return_routing: layer %d is dense; it routes "
                           "nothing" % self.info.index)
-            ids = empty(kind, (tokens, self._top_k), _I32)
-            weights = empty(kind, (tokens, self._top_k), _F32)
-            if kind == NUMPY:
-                a.ids_out, a.weights_out = _buffers.np_address(ids), _buffers.np_address(weights)
-            else:
-                a.ids_out, a.weights_out = ids.data_ptr(), weights.data_ptr()
+            ids = np.empty((tokens, self._top_k), np.int32)
+            weights = np.empty((tokens, self._top_k), _NP_F32)
+            a.ids_out, a.weights_out = np_address(ids), np_address(weights)
+            if kind == TORCH:
+                torch = sys.modules["torch"]
+                ids, weights = torch.from_numpy(ids), torch.from_numpy(weights)
         else:
             a.ids_out = a.weights_out = None
-        a.n_tokens = tokens
         a.hidden = hidden_address
         a.hidden_dtype = hidden_dtype
-        a.workspace = st.workspace
-        a.workspace_size = st.need
         status = _forward(handle, st.args_address)
         if status:
             _lib.raise_status(status)
@@ -211,12 +225,9 @@ class Layer:
         a.ids, a.ids_dtype = self._rows(ids, "ids", tokens, K, _ID_DTYPES, 2)
         a.weights, _ = self._rows(weights, "weights", tokens, K, _WEIGHT_DTYPES, 2)
         out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
-        a.n_tokens = tokens
         a.hidden = hidden_address
         a.hidden_dtype = hidden_dtype
         a.shared = bool(shared)
-        a.workspace = st.workspace
-        a.workspace_size = st.need
         status = _forward_experts(handle, st.eargs_address)
         if status:
             _lib.raise_status(status)
@@ -235,6 +246,7 @@ class Layer:
             _lib.lib.moe_layer_destroy(handle)
 
     def __enter__(self) -> "Layer":
+        """The layer itself; leaving the block destroys it."""
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -92,6 +92,7 @@ class Model:
         return self._handle
 
     def _index(self, i: int, name: str = "layer") -> int:
+        """I, checked to be an int (the C library checks its range)."""
         if not isinstance(i, int) or isinstance(i, bool):
             _lib.fail(InvalidArgumentError, "%s: an int, got %s" % (name, type(i).__name__))
         return i
@@ -130,6 +131,7 @@ class Model:
             _lib.lib.moe_model_close(handle)
 
     def __enter__(self) -> "Model":
+        """The model itself; leaving the block closes it."""
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -76,6 +76,7 @@ class Router:
             _lib.lib.moe_router_destroy(handle)
 
     def __enter__(self) -> "Router":
+        """The router itself; leaving the block destroys it."""
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -293,9 +293,11 @@ static moe_status array_sizes(const char *name, moe_dtype dtype, int ndim, const
         if ((uint64_t)shape[i] > SIZE_MAX || moe_mul_overflow_size(count, (size_t)shape[i], &count))
             return moe_error(MOE_EOVERFLOW, "%s: shape[%d] = %lld makes the element count overflow",
                              name, i, (long long)shape[i]);
-    if (moe_mul_overflow_size(count, elem_size(dtype), nbytes_out))
+    size_t nbytes;
+    if (moe_mul_overflow_size(count, elem_size(dtype), &nbytes))
         return moe_error(MOE_EOVERFLOW, "%s: the byte size of the array overflows", name);
     *count_out = count;
+    *nbytes_out = nbytes;
     return MOE_OK;
 }
 
@@ -444,7 +446,9 @@ moe_status moe_npy_write(const char *path, moe_dtype dtype, int ndim, const int6
         if (shape[i] < 0)
             return moe_error(MOE_EINVAL, "%s: shape[%d] = %lld is negative", path, i,
                              (long long)shape[i]);
-    size_t count, nbytes;
+    /* Zero until array_sizes succeeds: the compiler cannot see that moe_error never returns
+     * MOE_OK, so it must not find a path that reads them unset. */
+    size_t count = 0, nbytes = 0;
     moe_status sz = array_sizes(path, dtype, ndim, shape, &count, &nbytes);
     if (sz != MOE_OK) return sz;
     if (nbytes > 0 && !data) return moe_error(MOE_EINVAL, "%s: data is NULL", path);

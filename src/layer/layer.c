@@ -73,12 +73,13 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
     moe_status st = moe_expert_group_alloc(&g->group, what);
     if (st) return st;
     const int n = g->group.n_packed; /* g->n, or the resident experts of an aliased group */
+    /* The lowest failing expert, by a min reduction: no lock, so no global lock symbol (a
+     * named critical section's) in the shared library's exports. */
     int failed = n;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads) reduction(min : failed)
     for (int e = 0; e < n; e++) {
         const part_release pr = {ckpt, g->per_expert ? g->per_expert[e] : g->one};
         if (pack_one(g, e, &pr) != MOE_OK) {
-#pragma omp critical(moe_layer_pack)
             failed = e < failed ? e : failed;
         } else if (g->per_expert) {
             release_all(ckpt, g->per_expert[e]);
@@ -187,6 +188,12 @@ moe_status moe_layer_create_tuned(const moe_model *model, int layer,
         goto fail;
     }
     atomic_init(l->state, p->logits_origin ? MOE_LAYER_LOGITS_SET : 0u);
+    l->team = moe_malloc(sizeof *l->team);
+    if (!l->team) {
+        st = moe_error(MOE_ENOMEM, "moe_layer_create: allocating layer %d", layer);
+        goto fail;
+    }
+    moe_team_init(l->team, p->threads, p->fixed_threads);
     if (p->moe) {
         if ((st = create_gate(l)) || (st = router_explain(p, &l->router))) goto fail;
         const moe_ckpt *ckpt = moe_model_ckpt_of(model);
@@ -225,6 +232,7 @@ void moe_layer_destroy(moe_layer *layer)
     moe_router_destroy(layer->router);
     moe_layer_plan_free(&layer->plan);
     moe_free(layer->state);
+    moe_free(layer->team);
     moe_free(layer->explain);
     moe_free(layer->explain_old);
     moe_free(layer);

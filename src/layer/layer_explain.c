@@ -62,8 +62,8 @@ static const char *recipe_text(moe_expert_recipe r)
                "exact int32 dot products with the doubled E2M1 codes, fp32 accumulation across "
                "blocks; the same at every batch size)";
     default:
-        return "f32 (activations f32, weights widened to f32 in registers, fp32 FMA; the same "
-               "at every batch size)";
+        return "f32 (activations f32, weights in f32 (bf16, FP8 and f16 widened exactly), fp32 "
+               "FMA; the same at every batch size)";
     }
 }
 
@@ -148,6 +148,11 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
     put(&t, "  threads: %d (%s)\n", p->threads,
         p->threads_default ? "default: options->threads 0 = the number of cores"
                            : "options->threads");
+    if (p->threads > 1)
+        put(&t, "  while preempted: %s\n",
+            p->fixed_threads ? "every forward on all threads (options->fixed_threads)"
+                             : "fewer threads, all tried again after a pause (default: "
+                               "options->fixed_threads false)");
     put(&t, "  recipe asked of the expert kernels: %s (%s)%s\n",
         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "f32",
         p->recipe_default ? "default: f32 gives the same bits at every ISA level"

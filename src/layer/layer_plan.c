@@ -18,6 +18,7 @@
 /* The bytes of moe_layer_options this version needs, and those that hold experts_recipe. */
 #define OPTIONS_MIN_SIZE (offsetof(moe_layer_options, logits_dtype) + sizeof(moe_dtype))
 #define RECIPE_END (offsetof(moe_layer_options, experts_recipe) + sizeof(moe_experts_recipe))
+#define FIXED_THREADS_END (offsetof(moe_layer_options, fixed_threads) + sizeof(bool))
 
 const char *const moe_layer_group_label[MOE_LG_COUNT_] = {"routed experts", "shared experts",
                                                           "dense mlp"};
@@ -29,6 +30,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
     int threads = 0;
     moe_dtype logits = MOE_DTYPE_INVALID;
     moe_experts_recipe recipe = MOE_EXPERTS_RECIPE_DEFAULT;
+    bool fixed = false;
     if (o) {
         if (o->size < OPTIONS_MIN_SIZE)
             return moe_error(MOE_EINVAL,
@@ -38,6 +40,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
         threads = o->threads;
         logits = o->logits_dtype;
         if (o->size >= RECIPE_END) recipe = o->experts_recipe;
+        if (o->size >= FIXED_THREADS_END) fixed = o->fixed_threads;
     }
     if (threads < 0 || threads > MAX_THREADS)
         return moe_error(MOE_EINVAL,
@@ -58,6 +61,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
     p->threads_default = threads == 0;
     if (threads == 0) threads = omp_get_num_procs();
     p->threads = threads > 0 ? threads : 1;
+    p->fixed_threads = fixed;
     p->logits_origin = logits == MOE_DTYPE_INVALID ? 0 : 1;
     p->logits_dtype = logits == MOE_DTYPE_INVALID ? MOE_DTYPE_F32 : logits;
     p->recipe_default = recipe == MOE_EXPERTS_RECIPE_DEFAULT;
@@ -118,9 +122,10 @@ static moe_status check_files(const moe_layer_plan *p)
 
 /* ---- Groups ----------------------------------------------------------------------------- */
 
-/* The dtype every tensor of ROLE in the group has; MOE_EDTYPE naming two that differ. */
+/* The dtype every tensor of ROLE in the group has (and *one, the first of them); MOE_EDTYPE
+ * naming two that differ. */
 static moe_status common_dtype(const moe_layer_plan *p, const moe_layer_group_plan *g,
-                               moe_tensor_role role, moe_dtype *out)
+                               moe_tensor_role role, moe_dtype *out, const moe_tensor **one)
 {
     const moe_tensor *first = NULL;
     const int n = g->per_expert ? g->n : 0;
@@ -128,7 +133,7 @@ static moe_status common_dtype(const moe_layer_plan *p, const moe_layer_group_pl
         const moe_tensor *t = e < 0 ? g->one[role] : g->per_expert[e][role];
         if (!t) continue;
         if (!first) first = t;
-        if (t->dtype != first->dtype)
+        if (!moe_same_weight_dtype(t->dtype, first->dtype))
             return moe_error(MOE_EDTYPE,
                              "layer %d: tensor '%s' is %s but '%s' is %s: the %s of one group "
                              "must share a dtype",
@@ -142,6 +147,7 @@ static moe_status common_dtype(const moe_layer_plan *p, const moe_layer_group_pl
     *out = !first                                  ? MOE_DTYPE_INVALID
            : scale && first->dtype == MOE_DTYPE_U8 ? MOE_DTYPE_F8_E8M0
                                                    : first->dtype;
+    *one = first;
     return MOE_OK;
 }
 
@@ -157,19 +163,23 @@ static moe_status group_dtypes(const moe_layer_plan *p, moe_layer_group_plan *g)
     const size_t counts[3] = {4, 4, 2};
     for (int l = 0; l < 3; l++) {
         *outs[l] = MOE_DTYPE_INVALID;
+        const moe_tensor *seen = NULL;
         for (size_t i = 0; i < counts[l]; i++) {
             moe_dtype d = MOE_DTYPE_INVALID;
-            moe_status st = common_dtype(p, g, lists[l][i], &d);
+            const moe_tensor *t = NULL;
+            moe_status st = common_dtype(p, g, lists[l][i], &d, &t);
             if (st) return st;
             if (d == MOE_DTYPE_INVALID) continue;
-            if (*outs[l] != MOE_DTYPE_INVALID && *outs[l] != d)
+            if (seen && !moe_same_weight_dtype(*outs[l], d))
                 return moe_error(MOE_EDTYPE,
-                                 "layer %d: the %s and %s tensors of one group have dtypes %s and "
-                                 "%s: a group's projections must share a dtype",
-                                 p->index, moe_tensor_role_name(lists[l][0]),
-                                 moe_tensor_role_name(lists[l][i]), moe_dtype_name(*outs[l]),
-                                 moe_dtype_name(d));
-            *outs[l] = d;
+                                 "layer %d: tensor '%s' is %s but '%s' is %s: a group's "
+                                 "projections must share a dtype",
+                                 p->index, t->name, moe_dtype_name(t->dtype), seen->name,
+                                 moe_dtype_name(seen->dtype));
+            if (!seen) {
+                seen = t;
+                *outs[l] = d;
+            }
         }
     }
     return MOE_OK;

@@ -57,6 +57,7 @@ moe_status moe_model_open_ex(const char *dir, const moe_open_options *options, u
     if (!m) return moe_error(MOE_ENOMEM, "%s: allocating the model handle", dir);
     if ((st = load_config(dir, &m->desc))) goto fail;
     if ((st = moe_ckpt_open(dir, &st_opts, &m->ckpt))) goto fail;
+    if ((st = moe_model_resolve_formats(&m->desc, m->ckpt))) goto fail;
     if (!(flags & MOE_OPEN_SKIP_VERIFY) && (st = moe_model_verify(&m->desc, m->ckpt))) {
         moe_error_context(st, "%s: ", dir);
         goto fail;

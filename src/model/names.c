@@ -42,8 +42,11 @@ const char *moe_layer_kind_name(moe_layer_kind kind)
 
 const char *moe_weight_format_name(moe_weight_format format)
 {
-    static const char *const names[] = {
-        [MOE_WFMT_BF16] = "bf16", [MOE_WFMT_FP8_BLOCK] = "fp8_block", [MOE_WFMT_MXFP4] = "mxfp4"};
+    static const char *const names[] = {[MOE_WFMT_BF16] = "bf16",
+                                        [MOE_WFMT_FP8_BLOCK] = "fp8_block",
+                                        [MOE_WFMT_MXFP4] = "mxfp4",
+                                        [MOE_WFMT_F32] = "f32",
+                                        [MOE_WFMT_F16] = "f16"};
     return NAME_AT(names, format);
 }
 

@@ -60,10 +60,16 @@ static moe_status add_proj(moe_spec_list *l, const char *prefix, const char *pro
                            moe_tensor_group group, int layer, int expert, moe_tensor_role wrole,
                            moe_tensor_role srole, int64_t out, int64_t in)
 {
-    if (m->format == MOE_WFMT_BF16) {
+    if (m->format == MOE_WFMT_BF16 || m->format == MOE_WFMT_F32 || m->format == MOE_WFMT_F16) {
+        /* Unquantised: BF16 until the checkpoint's dtype decides (moe_model_resolve_formats),
+         * so any float; F32 and F16 hold the group to the dtype its projections have. */
+        const moe_dtype dt = m->format == MOE_WFMT_F32   ? MOE_DTYPE_F32
+                             : m->format == MOE_WFMT_F16 ? MOE_DTYPE_F16
+                                                         : MOE_DTYPE_BF16;
+        const uint32_t mask = m->format == MOE_WFMT_BF16 ? MOE_MASK_FLOAT : MOE_DTBIT(dt);
         const int64_t shape[2] = {out, in};
-        return moe_spec_add(l, layer, expert, group, wrole, MOE_DTYPE_BF16, MOE_MASK_FLOAT, 2,
-                            shape, "%s.%s.%s", prefix, proj, names->weight);
+        return moe_spec_add(l, layer, expert, group, wrole, dt, mask, 2, shape, "%s.%s.%s", prefix,
+                            proj, names->weight);
     }
     moe_status st;
     if (m->format == MOE_WFMT_FP8_BLOCK) {

@@ -180,15 +180,43 @@ static int namespaces(const moe_model_desc *d, int layer, char prefixes[2][64])
     }
 }
 
+static bool is_weight_role(moe_tensor_role r)
+{
+    return r == MOE_ROLE_GATE || r == MOE_ROLE_UP || r == MOE_ROLE_DOWN || r == MOE_ROLE_GATE_UP;
+}
+
+/* The projections of one group (routed experts, shared experts, dense MLP) share a dtype:
+ * the expert kernels run a group with one format (layer creation refuses the mix too). FIRST
+ * holds each group's first projection found; a later one of another dtype is BAD_DTYPE. */
+static moe_verify_kind check_group_dtype(const moe_tensor_spec *s, const moe_tensor *t,
+                                         const moe_tensor *first[4], char *msg)
+{
+    if (!is_weight_role(s->role) || (unsigned)s->group >= 4u) return MOE_VERIFY_FOUND;
+    const moe_tensor *f = first[s->group];
+    if (!f) {
+        first[s->group] = t;
+        return MOE_VERIFY_FOUND;
+    }
+    if (moe_same_weight_dtype(f->dtype, t->dtype)) return MOE_VERIFY_FOUND;
+    snprintf(msg, MSG_CAP,
+             "layer %d: tensor '%s' (%s) has dtype %s but '%s' is %s: the projections of the %s "
+             "group must share a dtype",
+             s->layer, t->name, t->file ? t->file : "?", moe_dtype_name(t->dtype), f->name,
+             moe_dtype_name(f->dtype), moe_tensor_group_name(s->group));
+    return MOE_VERIFY_BAD_DTYPE;
+}
+
 static moe_status walk_specs(walker *w, const moe_tensor_spec *specs, size_t n,
                              const moe_tensor **found, size_t *n_found)
 {
     *n_found = 0;
+    const moe_tensor *first[4] = {NULL, NULL, NULL, NULL};
     for (size_t i = 0; i < n; i++) {
         char msg[MSG_CAP];
         const moe_tensor *t = moe_model_find_tensor(w->desc, w->ckpt, &specs[i]);
-        moe_verify_item item = {
-            classify(&specs[i], t, msg), specs[i].layer, &specs[i], t, MOE_OK, NULL};
+        moe_verify_kind kind = classify(&specs[i], t, msg);
+        if (kind == MOE_VERIFY_FOUND) kind = check_group_dtype(&specs[i], t, first, msg);
+        moe_verify_item item = {kind, specs[i].layer, &specs[i], t, MOE_OK, NULL};
         w->sum.specs++;
         if (t) found[(*n_found)++] = t;
         moe_status st = emit(w, &item, msg);
@@ -254,4 +282,44 @@ moe_status moe_model_verify_each(const moe_model_desc *desc, const moe_ckpt *ckp
     moe_status st = walk(&w);
     if (summary) *summary = w.sum;
     return st;
+}
+
+/* ---- Formats from the stored dtype ------------------------------------------------------ */
+
+/* The description's MLP of GROUP in layer L (NULL for the router). */
+static moe_mlp_desc *group_mlp(moe_layer_desc *l, moe_tensor_group group)
+{
+    switch (group) {
+    case MOE_GROUP_ROUTED: return &l->experts;
+    case MOE_GROUP_SHARED: return &l->shared;
+    case MOE_GROUP_DENSE: return &l->dense;
+    default: return NULL;
+    }
+}
+
+moe_status moe_model_resolve_formats(moe_model_desc *desc, const moe_ckpt *ckpt)
+{
+    if (!desc || !ckpt)
+        return moe_error(MOE_EINVAL,
+                         "moe_model_resolve_formats: argument 'desc' or 'ckpt' is NULL");
+    for (int layer = 0; layer < desc->n_layers; layer++) {
+        moe_tensor_spec *specs = NULL;
+        size_t n = 0;
+        moe_status st = moe_model_layer_tensors(desc, layer, &specs, &n);
+        if (st) return st;
+        bool seen[4] = {false, false, false, false};
+        for (size_t i = 0; i < n; i++) {
+            const moe_tensor_spec *s = &specs[i];
+            moe_mlp_desc *m = group_mlp(&desc->layers[layer], s->group);
+            if (!m || !is_weight_role(s->role) || seen[s->group]) continue;
+            const moe_tensor *t = moe_model_find_tensor(desc, ckpt, s);
+            if (!t) continue;
+            seen[s->group] = true;
+            if (m->format != MOE_WFMT_BF16) continue;
+            if (t->dtype == MOE_DTYPE_F32) m->format = MOE_WFMT_F32;
+            if (t->dtype == MOE_DTYPE_F16) m->format = MOE_WFMT_F16;
+        }
+        moe_free(specs);
+    }
+    return MOE_OK;
 }

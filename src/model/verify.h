@@ -50,6 +50,22 @@ moe_status moe_model_verify(const moe_model_desc *desc, const moe_ckpt *ckpt);
 moe_status moe_model_verify_each(const moe_model_desc *desc, const moe_ckpt *ckpt, moe_verify_fn fn,
                                  void *ctx, moe_verify_summary *summary);
 
+/* Whether two projection dtypes hold one format: equal, or the U8 and I8 labels that
+ * checkpoints give packed MXFP4 codes (the kernels read either). */
+static inline bool moe_same_weight_dtype(moe_dtype a, moe_dtype b)
+{
+    const bool code_a = a == MOE_DTYPE_U8 || a == MOE_DTYPE_I8;
+    const bool code_b = b == MOE_DTYPE_U8 || b == MOE_DTYPE_I8;
+    return a == b || (code_a && code_b);
+}
+
+/* An unquantised MLP group (format BF16 from the config, which cannot tell) takes the format
+ * of the dtype its projections are stored in: F32 or F16 when the group's first projection
+ * found is f32 or f16 (what transformers' save_pretrained writes for a float32 or float16
+ * model); other groups and groups with no projection present are left alone. Verification
+ * then holds every projection of the group to that dtype. MOE_ENOMEM, or MOE_OK. */
+moe_status moe_model_resolve_formats(moe_model_desc *desc, const moe_ckpt *ckpt);
+
 /* The checkpoint tensor that holds SPEC: its canonical name, else the family's alternative
  * spelling (moe_model_alt_name). NULL if neither is present. */
 const moe_tensor *moe_model_find_tensor(const moe_model_desc *desc, const moe_ckpt *ckpt,

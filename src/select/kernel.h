@@ -41,6 +41,8 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_ROUTE_NOAUX_TC = 19,
     /* Expert MLP kernel sets for MXFP4 weights, Q8 recipe (kernels/expert.h). */
     MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 = 20,
+    /* Expert MLP kernel sets for f32 weights (and f16, widened at packing), f32 recipe. */
+    MOE_KERNEL_FAMILY_EXPERT_F32_F32 = 21,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 

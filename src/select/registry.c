@@ -110,6 +110,10 @@ static const moe_kernel registry[] = {
     {#name, MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8, isa, {.expert_set = &name}, {.expert_set = &ref}},
 #include "kernels/expert_mxfp4_q8.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_F32_F32, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_f32_f32.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -134,6 +138,7 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_EXPERT_FP8_F32] = "expert_fp8_f32",
     [MOE_KERNEL_FAMILY_EXPERT_FP8_BF16] = "expert_fp8_bf16",
     [MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8] = "expert_mxfp4_q8",
+    [MOE_KERNEL_FAMILY_EXPERT_F32_F32] = "expert_f32_f32",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)

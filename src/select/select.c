@@ -134,6 +134,9 @@ moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *a
 static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
 {
     if (format == MOE_EXPERT_FMT_MXFP4) return MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
+    /* f16 widens exactly to f32, so both pack to the f32 sets' tiles; their one recipe is f32. */
+    if (format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16)
+        return MOE_KERNEL_FAMILY_EXPERT_F32_F32;
     if (format == MOE_EXPERT_FMT_BF16)
         return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_BF16_BF16
                                          : MOE_KERNEL_FAMILY_EXPERT_BF16_F32;
@@ -173,22 +176,42 @@ static moe_status check_mxfp4_problem(const moe_expert_problem *p)
     return MOE_OK;
 }
 
+static bool is_plain_float(int format)
+{
+    return format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16;
+}
+
+static const char *format_text(int format)
+{
+    switch (format) {
+    case MOE_EXPERT_FMT_BF16: return "bf16";
+    case MOE_EXPERT_FMT_F32: return "f32";
+    case MOE_EXPERT_FMT_F16: return "f16";
+    default: return "FP8 blocks";
+    }
+}
+
 static moe_status check_expert_problem(const moe_expert_problem *p)
 {
     if (p->format != MOE_EXPERT_FMT_BF16 && p->format != MOE_EXPERT_FMT_FP8_BLOCK &&
-        p->format != MOE_EXPERT_FMT_MXFP4)
+        p->format != MOE_EXPERT_FMT_MXFP4 && !is_plain_float(p->format))
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown weight format %d", p->format);
     if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16 && p->recipe != MOE_RECIPE_Q8)
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown recipe %d", (int)p->recipe);
     if (p->format != MOE_EXPERT_FMT_MXFP4 && p->recipe == MOE_RECIPE_Q8)
         return moe_error(MOE_EUNSUPPORTED,
                          "moe_select_experts: the q8 recipe is for MXFP4 weights, not %s",
-                         p->format == MOE_EXPERT_FMT_BF16 ? "bf16" : "FP8 blocks");
+                         format_text(p->format));
     if (p->format == MOE_EXPERT_FMT_BF16 && p->weight_dtype != MOE_DTYPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
-                         "moe_select_experts: bf16-format expert weights of dtype %s; the expert "
-                         "kernels read bf16 only",
-                         moe_dtype_name(p->weight_dtype));
+                         "moe_select_experts: bf16-format expert weights of dtype %s; %s weights "
+                         "are their own format (f32 / f16)",
+                         moe_dtype_name(p->weight_dtype), moe_dtype_name(p->weight_dtype));
+    if (is_plain_float(p->format) &&
+        p->weight_dtype != (p->format == MOE_EXPERT_FMT_F32 ? MOE_DTYPE_F32 : MOE_DTYPE_F16))
+        return moe_error(
+            MOE_EDTYPE, "moe_select_experts: %s-format expert weights of dtype %s, not %s",
+            format_text(p->format), moe_dtype_name(p->weight_dtype), format_text(p->format));
     if (p->format == MOE_EXPERT_FMT_FP8_BLOCK && p->weight_dtype != MOE_DTYPE_F8_E4M3)
         return moe_error(MOE_EDTYPE,
                          "moe_select_experts: FP8 expert weights of dtype %s, not "
@@ -217,8 +240,14 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
  * characters, so the whole reason fits moe_expert_choice.reason after the ladder's 191.) */
 #define Q8_RECIPE "recipe q8 (int8 activations per 32-block, exact int32 dot products): "
 
-static const char *recipe_reason(const moe_expert_kernels *set)
+static const char *recipe_reason(const moe_expert_kernels *set, const moe_expert_problem *p)
 {
+    if (is_plain_float(p->format) && p->recipe == MOE_RECIPE_BF16)
+        return p->format == MOE_EXPERT_FMT_F32
+                   ? "recipe f32 (f32 activations, fp32 FMA): bf16 requested, but f32 weights "
+                     "have no bf16 recipe (it would round them)"
+                   : "recipe f32 (f32 activations, fp32 FMA): bf16 requested, but f16 weights "
+                     "have no bf16 recipe (it would round them)";
     if (set->recipe == MOE_RECIPE_BF16) {
         if (set->isa == MOE_REQ_AVX512BF16)
             return "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested";
@@ -263,7 +292,7 @@ moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_prob
                          (long long)problem->hidden, (long long)problem->intermediate);
     moe_expert_choice r = {
         .set = set, .kernel = kc.kernel, .recipe = set->recipe, .missing = kc.missing};
-    snprintf(r.reason, sizeof r.reason, "%s; %s", kc.reason, recipe_reason(set));
+    snprintf(r.reason, sizeof r.reason, "%s; %s", kc.reason, recipe_reason(set, problem));
     *out = r;
     return MOE_OK;
 }

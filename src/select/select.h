@@ -90,9 +90,11 @@ moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *a
 
 /* An expert MLP group's problem: what moe_select_experts looks at. */
 typedef struct moe_expert_problem {
-    int format;             /* moe_weight_format: MOE_EXPERT_FMT_BF16, _FP8_BLOCK or _MXFP4 */
+    int format;             /* moe_weight_format: MOE_EXPERT_FMT_BF16, _FP8_BLOCK, _MXFP4, _F32
+                               or _F16 */
     moe_dtype weight_dtype; /* BF16 (format BF16), F8_E4M3 (FP8_BLOCK), F4_E2M1 (MXFP4; the
-                               U8 / I8 labels of packed codes are accepted) */
+                               U8 / I8 labels of packed codes are accepted), F32 (F32), F16
+                               (F16) */
     moe_dtype scale_dtype;  /* FP8_BLOCK: F32, BF16, F8_E8M0 or U8; MXFP4: F8_E8M0 or U8;
                                ignored for BF16 */
     int64_t hidden;         /* H ≥ 1 (MXFP4: a multiple of 32) */
@@ -100,7 +102,9 @@ typedef struct moe_expert_problem {
     int activation;         /* moe_activation: 0, 1 or 2 */
     bool has_bias;          /* gpt-oss expert biases (every kernel set takes them) */
     /* requested: F32 (the default, 0) or BF16 for bf16 / FP8 weights. MXFP4 weights have one
-     * recipe, Q8: F32 (no preference) or Q8 select it, BF16 is refused. */
+     * recipe, Q8: F32 (no preference) or Q8 select it, BF16 is refused. F32 and F16 weights
+     * have one recipe, F32: a BF16 request resolves to it (the reason says so), Q8 is
+     * refused. */
     moe_expert_recipe recipe;
 } moe_expert_problem;
 

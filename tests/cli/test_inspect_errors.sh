@@ -22,6 +22,33 @@ base=$tmp/base
 "$moe" gen --family deepseek_v3 --dtype fp8 --layers 3 --shards 3 --seed 3 --out "$base" >/dev/null
 "$moe" gen --family deepseek_v3 --dtype fp8 --layers 3 --seed 3 --out "$base-1" >/dev/null
 check "the unbroken checkpoints inspect clean" "$moe" inspect "$base" >/dev/null
+
+# A file that is not a safetensors file says what it looks like and what is wanted (not a
+# header length of 7e18 bytes); a real safetensors file whose first byte is '{' is still read.
+expect_error "config.json as the file" "$base-1/config.json looks like JSON, not a safetensors file: give the model folder (moe inspect $base-1)" "$base-1/config.json"
+printf '\x93NUMPY\x01\x00\x10\x00{}              \n' >"$tmp/a.npy"
+expect_error "a .npy as the file" "$tmp/a.npy is a NumPy .npy array, not a safetensors file" "$tmp/a.npy"
+printf 'hello, this is text\n' >"$tmp/notes.txt"
+expect_error "a text file" "$tmp/notes.txt looks like text, not a safetensors file" "$tmp/notes.txt"
+check "the messages do not quote an impossible header length" bash -c "! grep -q 'header length' '$tmp/err'"
+python3 - "$tmp/brace.safetensors" <<'PY'
+import json, struct, sys
+hdr = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+hdr += b" " * (0x7B - len(hdr))  # a header of 123 bytes: the file starts with '{'
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hdr)) + hdr + b"\0\0\x80\x3f")
+PY
+check "a safetensors file whose first byte is '{' inspects clean" \
+  bash -c "'$moe' inspect '$tmp/brace.safetensors' | grep -qE '^  w +f32 +\\[1\\]\$'"
+# What only a folder has is a usage error on a single file: exit 2, one line naming it.
+for opt in --tensors --pack "--recipe bf16" "--recipe f32"; do
+  rc=0
+  # shellcheck disable=SC2086 # the option and its value are words
+  "$moe" inspect $opt "$base-1/model.safetensors" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  check "inspect $opt FILE: exit 2 (got $rc)" test "$rc" -eq 2
+  check "inspect $opt FILE: one line naming ${opt%% *}" \
+    test "$(wc -l <"$tmp/err")" -eq 1 -a "$(grep -cF -- "${opt%% *} applies to a model folder; $base-1/model.safetensors is a file" "$tmp/err")" -eq 1
+  check "inspect $opt FILE: nothing on stdout" test ! -s "$tmp/out"
+done
 check "the unbroken single file inspects clean" "$moe" inspect "$base-1" >/dev/null
 n=0
 fresh() { # fresh [SRC]: sets d to a new copy of SRC (the sharded base by default)

@@ -254,11 +254,11 @@ expect_error "no such model" 1 "$e/nothing" --model "$e/nothing" --hidden "$q/x.
 expect_error "--layer out of range" 1 "--layer 2 is out of range" --model "$qk" --layer 2 --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "hidden size mismatch" 1 "hidden size 100, but the model's hidden_size is 256" \
   --model "$qk" --hidden "$e/h100.npy" "${outs_e[@]}"
-expect_error "hidden of i32" 1 "dtype i32, want f32" --model "$qk" --hidden "$e/xi.npy" "${outs_e[@]}"
+expect_error "hidden of i32" 1 "dtype i32: want f32" --model "$qk" --hidden "$e/xi.npy" "${outs_e[@]}"
 expect_error "hidden of 3 dimensions" 1 "want 2" --model "$qk" --hidden "$e/x3d.npy" "${outs_e[@]}"
 expect_error "no such hidden file" 1 "$e/none.npy" --model "$qk" --hidden "$e/none.npy" "${outs_e[@]}"
 expect_error "hidden not a .npy" 1 "--hidden" --model "$qk" --hidden "$qk/config.json" "${outs_e[@]}"
-expect_error "--input-ids on a score layer" 1 "--input-ids is for hash-routed layers only" \
+expect_error "--input-ids on a family without hash layers" 1 "--input-ids: qwen3_moe routes every layer by router scores" \
   --model "$qk" --hidden "$e/x2.npy" --input-ids "$e/ids2.npy" "${outs_e[@]}"
 for opt in --logits-out --ids-out --weights-out; do
   expect_error "$opt on a dense layer" 1 "$opt: layer 0 of $v3 is dense" \
@@ -303,7 +303,7 @@ b = bytearray(open(sys.argv[1], "rb").read())
 b[-4:] = (2048).to_bytes(4, "little")  # the last id is vocab_size itself
 open(sys.argv[1], "wb").write(bytes(b))
 PY
-expect_error "mxfp4 hash layer: token id = vocab_size" 1 "token_ids[1] = 2048 is outside [0, 2048)" \
+expect_error "mxfp4 hash layer: token id = vocab_size" 1 "--input-ids $e/big.npy: moe_layer_forward: layer 0: token_ids[1] = 2048 is outside [0, 2048)" \
   --model "$v4m" --layer 0 --hidden "$e/x2.npy" --input-ids "$e/big.npy" "${outs_e[@]}"
 expect_error "mxfp4 hash layer without --input-ids" 1 "--input-ids is required" \
   --model "$v4m" --layer 0 --hidden "$e/x2.npy" "${outs_e[@]}"
@@ -371,7 +371,7 @@ check "inspect with problems: layers not described" grep -qx "  not described: t
 check "moe --help lists run" grep -q '^  run ' <<<"$("$moe" --help)"
 "$moe" run --help >"$tmp/h"
 for opt in --model --layer --hidden --input-ids --out --logits-out --ids-out --weights-out \
-  --threads --logits-dtype --recipe --trace --explain --repeat --no-mmap --help; do
+  --ids --weights --no-shared --threads --logits-dtype --recipe --trace --explain --repeat --no-mmap --help; do
   check "moe run --help lists $opt" grep -qe "^  $opt " "$tmp/h"
 done
 

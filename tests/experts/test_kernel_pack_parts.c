@@ -29,6 +29,7 @@ static const set sets[] = {
 #include "kernels/expert_fp8_f32.inc"
 #include "kernels/expert_fp8_bf16.inc"
 #include "kernels/expert_mxfp4_q8.inc"
+#include "kernels/expert_f32_f32.inc"
 #undef MOE_KERNEL
 };
 
@@ -177,32 +178,34 @@ static void check_cover(const spans *s, const void *base, size_t size, int n, co
     free(map);
 }
 
-static void test_bf16(const set *st)
+/* Plain float weights of dtype dt (bf16; f32 or f16 for the f32 sets), es bytes each, filled
+ * as kind (fill). */
+static void test_plain(const set *st, moe_dtype dt, size_t es, int kind)
 {
-    uint16_t *g = fill((size_t)I * H * 2, 0), *u = fill((size_t)I * H * 2, 0),
-             *d = fill((size_t)H * I * 2, 0), *bias = fill((size_t)2 * I * 2, 0);
-    expert_src e = {plain(g, MOE_DTYPE_BF16, I, H), plain(u, MOE_DTYPE_BF16, I, H),
-                    plain(d, MOE_DTYPE_BF16, H, I)};
+    unsigned char *g = fill((size_t)I * H * es, kind), *u = fill((size_t)I * H * es, kind),
+                  *d = fill((size_t)H * I * es, kind);
+    uint16_t *bias = fill((size_t)2 * I * 2, 0);
+    expert_src e = {plain(g, dt, I, H), plain(u, dt, I, H), plain(d, dt, H, I)};
     e.gate.bias = bias;
     e.up.bias = bias + 1; /* interleaved biases, stride 2, as gpt-oss's */
     e.gate.bias_dtype = e.up.bias_dtype = MOE_DTYPE_BF16;
     e.gate.bias_stride = e.up.bias_stride = 2;
     spans s;
-    compare(st, &e, "bf16", &s);
+    compare(st, &e, moe_dtype_name(dt), &s);
     const int parts_i = (int)cdiv(I, 256), parts_h = (int)cdiv(H, 256);
     CHECKF(s.n == 2 * parts_i + parts_h, "%s: %d spans", st->name, s.n);
-    check_cover(&s, g, (size_t)I * H * 2, parts_i, "bf16 gate");
-    check_cover(&s, u, (size_t)I * H * 2, parts_i, "bf16 up");
-    check_cover(&s, d, (size_t)H * I * 2, parts_h, "bf16 down");
+    check_cover(&s, g, (size_t)I * H * es, parts_i, "gate");
+    check_cover(&s, u, (size_t)I * H * es, parts_i, "up");
+    check_cover(&s, d, (size_t)H * I * es, parts_h, "down");
 
     /* Gate and up stored transposed ([H, I], col_stride I): no row runs, packed whole,
      * nothing reported for them; down still goes in parts. */
     expert_src t = e;
     t.gate.row_stride = t.up.row_stride = 1;
     t.gate.col_stride = t.up.col_stride = I;
-    compare(st, &t, "bf16 transposed gate/up", &s);
+    compare(st, &t, "transposed gate/up", &s);
     CHECKF(s.n == parts_h, "%s transposed: %d spans, want the %d of down", st->name, s.n, parts_h);
-    check_cover(&s, d, (size_t)H * I * 2, parts_h, "bf16 down beside transposed gate/up");
+    check_cover(&s, d, (size_t)H * I * es, parts_h, "down beside transposed gate/up");
     free(g), free(u), free(d), free(bias);
 }
 
@@ -297,7 +300,11 @@ int main(void)
         const set *st = &sets[i];
         if (st->isa & ~allowed) continue;
         ran++;
-        if (st->ks->format == MOE_EXPERT_FMT_BF16) test_bf16(st);
+        if (st->ks->format == MOE_EXPERT_FMT_BF16) test_plain(st, MOE_DTYPE_BF16, 2, 0);
+        if (st->ks->format == MOE_EXPERT_FMT_F32) {
+            test_plain(st, MOE_DTYPE_F32, 4, 4);
+            test_plain(st, MOE_DTYPE_F16, 2, 0); /* bf16 codes in [-2, 2) are finite f16 */
+        }
         if (st->ks->format == MOE_EXPERT_FMT_FP8_BLOCK) test_fp8(st);
         if (st->ks->format == MOE_EXPERT_FMT_MXFP4) test_mxfp4(st);
     }

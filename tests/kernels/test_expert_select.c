@@ -12,6 +12,8 @@
 _Static_assert(MOE_EXPERT_FMT_BF16 == (int)MOE_WFMT_BF16, "format values");
 _Static_assert(MOE_EXPERT_FMT_FP8_BLOCK == (int)MOE_WFMT_FP8_BLOCK, "format values");
 _Static_assert(MOE_EXPERT_FMT_MXFP4 == (int)MOE_WFMT_MXFP4, "format values");
+_Static_assert(MOE_EXPERT_FMT_F32 == (int)MOE_WFMT_F32, "format values");
+_Static_assert(MOE_EXPERT_FMT_F16 == (int)MOE_WFMT_F16, "format values");
 _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_GPTOSS_GLU == 2,
                "activation kinds");
 
@@ -159,6 +161,67 @@ static void test_mxfp4_ladder(const moe_cpu_caps *caps, size_t ncaps)
     }
 }
 
+/* f32 and f16 weights: the f32 sets (f16 packs into their tiles), the f32 recipe whatever is
+ * asked, the reason saying a bf16 request was not taken. The names spelled out from
+ * kernels/expert_f32_f32.inc. */
+static void test_plain_ladder(const moe_cpu_caps *caps, size_t ncaps)
+{
+    const int formats[] = {MOE_EXPERT_FMT_F32, MOE_EXPERT_FMT_F16};
+    const moe_dtype dtypes[] = {MOE_DTYPE_F32, MOE_DTYPE_F16};
+    for (size_t c = 0; c < ncaps; c++) {
+        const moe_cpu_caps norm = moe_cpu_caps_normalize(caps[c]);
+        const char *want = "moe_expert_f32_f32_8x16__ref";
+#ifdef MOE_COMPILED_AVX2
+        if (norm.avx2) want = "moe_expert_f32_f32_32x16__avx2";
+#endif
+#ifdef MOE_COMPILED_AVX512
+        if (norm.avx2 && norm.avx512) want = "moe_expert_f32_f32_12x16__avx512";
+#endif
+        for (size_t f = 0; f < 2; f++)
+            for (int r = 0; r < 2; r++) {
+                moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, (moe_expert_recipe)r);
+                p.format = formats[f];
+                p.weight_dtype = dtypes[f];
+                moe_expert_choice ch;
+                CHECK_STATUS(moe_select_experts(&caps[c], &p, &ch), MOE_OK);
+                CHECKF(!strcmp(ch.set->name, want), "caps %zu format %d recipe %d: %s, want %s", c,
+                       formats[f], r, ch.set->name, want);
+                CHECK(ch.set->format == MOE_EXPERT_FMT_F32 && ch.recipe == MOE_RECIPE_F32);
+                CHECK(ch.kernel && ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_F32_F32);
+                CHECKF(!strncmp(ch.reason, want, strlen(want)) &&
+                           strstr(ch.reason, "recipe f32 (f32 activations, fp32 FMA)") != NULL,
+                       "reason '%s'", ch.reason);
+                const bool said = strstr(ch.reason, "bf16 requested, but f") != NULL &&
+                                  strstr(ch.reason, f ? "f16 weights have no bf16 recipe"
+                                                      : "f32 weights have no bf16 recipe") != NULL;
+                CHECKF(said == (r == MOE_RECIPE_BF16), "reason '%s'", ch.reason);
+            }
+    }
+    /* The dtype must be the format's; no q8 recipe. *out untouched on error. */
+    const moe_cpu_caps all = make_caps(1, 1, 1, 1, 1, 1, 1, 1);
+    moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
+    p.format = MOE_EXPERT_FMT_F32;
+    moe_expert_choice keep;
+    memset(&keep, 0x5A, sizeof keep);
+    moe_expert_choice out = keep;
+    CHECK_STATUS(moe_select_experts(&all, &p, &out), MOE_EDTYPE);
+    CHECK(strstr(moe_last_error(), "f32-format expert weights of dtype bf16, not f32") != NULL);
+    p.format = MOE_EXPERT_FMT_F16;
+    p.weight_dtype = MOE_DTYPE_F32;
+    CHECK_STATUS(moe_select_experts(&all, &p, &out), MOE_EDTYPE);
+    CHECK(strstr(moe_last_error(), "f16-format expert weights of dtype f32, not f16") != NULL);
+    p.weight_dtype = MOE_DTYPE_F16;
+    p.recipe = MOE_RECIPE_Q8;
+    CHECK_STATUS(moe_select_experts(&all, &p, &out), MOE_EUNSUPPORTED);
+    CHECK(strstr(moe_last_error(), "the q8 recipe is for MXFP4 weights, not f16") != NULL);
+    CHECK(!memcmp(&out, &keep, sizeof out));
+    /* bf16-format weights stored as f32 point at their own format. */
+    p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
+    p.weight_dtype = MOE_DTYPE_F32;
+    CHECK_STATUS(moe_select_experts(&all, &p, &out), MOE_EUNSUPPORTED);
+    CHECK(strstr(moe_last_error(), "f32 weights are their own format") != NULL);
+}
+
 static void test_ladder(void)
 {
     const moe_cpu_caps caps[] = {
@@ -218,6 +281,7 @@ static void test_ladder(void)
                 }
             }
     test_mxfp4_ladder(caps, sizeof caps / sizeof caps[0]);
+    test_plain_ladder(caps, sizeof caps / sizeof caps[0]);
 }
 
 /* The reasons' wording for the decisive feature, where this build has the better set. */

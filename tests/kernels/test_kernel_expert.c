@@ -25,6 +25,9 @@ static const xset sets[] = {
 #define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_FP8_BF16},
 #include "kernels/expert_fp8_bf16.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_F32_F32},
+#include "kernels/expert_f32_f32.inc"
+#undef MOE_KERNEL
 };
 #define NSETS (sizeof sets / sizeof sets[0])
 #define MAX_MR 32
@@ -56,12 +59,20 @@ static uint16_t to_f16(float f)
     return (uint16_t)(s | r);
 }
 
+/* A trained-weight-like value in to_f16's range: 0.05·N(0, 1), magnitude at least 2^-14. */
+static float normal_f16_value(void)
+{
+    const double v = 0.05 * gauss();
+    return (float)(fabs(v) < 0x1p-14 ? copysign(0x1p-14, v) : v);
+}
+
 /* ---- One projection in the checkpoint layout ------------------------------------------- */
 
 typedef struct mat {
     int fmt;
+    moe_dtype wdt; /* the weights' dtype: BF16, F8_E4M3, or F32 / F16 (format F32) */
     int64_t rows, cols;
-    void *data; /* row-major codes: uint16_t bf16 or uint8_t E4M3 */
+    void *data; /* row-major codes: uint16_t bf16 or f16, float, or uint8_t E4M3 */
     moe_dtype scale_dtype;
     void *scale; /* [ceil(rows/128), ceil(cols/128)] */
     int64_t srows, scols;
@@ -71,6 +82,10 @@ typedef struct mat {
 } mat;
 
 static size_t dsize(moe_dtype d) { return moe_dtype_bits(d) / 8; }
+
+/* The dtype the next format-F32 matrices are stored in: F32 or F16 (both pack to the f32
+ * sets' tiles). test_sets alternates it case by case. */
+static moe_dtype plain_dtype = MOE_DTYPE_F32;
 
 static uint8_t random_e4m3(void)
 {
@@ -88,10 +103,32 @@ static void mat_init(mat *m, int fmt, int64_t rows, int64_t cols, moe_dtype sdt,
 {
     memset(m, 0, sizeof *m);
     m->fmt = fmt;
+    m->wdt = fmt == MOE_EXPERT_FMT_BF16        ? MOE_DTYPE_BF16
+             : fmt == MOE_EXPERT_FMT_FP8_BLOCK ? MOE_DTYPE_F8_E4M3
+                                               : plain_dtype;
     m->rows = rows;
     m->cols = cols;
     size_t n = (size_t)(rows * cols);
-    if (fmt == MOE_EXPERT_FMT_BF16) {
+    if (m->wdt == MOE_DTYPE_F32) {
+        /* Full 24-bit significands (not bf16-representable), 1 in 64 subnormal or zero. */
+        float *w = malloc(n * 4);
+        REQUIRE(w);
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t r = rnd();
+            w[i] = r % 64 == 0   ? (float)ldexp((double)(r >> 40), -150 + (int)(r % 3))
+                   : r % 64 == 1 ? 0.0f
+                                 : (float)(0.05 * gauss());
+        }
+        m->data = w;
+    } else if (m->wdt == MOE_DTYPE_F16) {
+        /* Mostly the trained-weight range; 1 in 8 any code below 2 in magnitude: subnormals
+         * (which bf16 and f32 keep exactly) and zeros of both signs included. */
+        uint16_t *w = malloc(n * 2);
+        REQUIRE(w);
+        for (size_t i = 0; i < n; i++)
+            w[i] = rnd() % 8 ? to_f16(normal_f16_value()) : (uint16_t)(rnd() & 0xBFFFu);
+        m->data = w;
+    } else if (fmt == MOE_EXPERT_FMT_BF16) {
         uint16_t *w = malloc(n * 2);
         REQUIRE(w);
         for (size_t i = 0; i < n; i++)
@@ -164,6 +201,8 @@ static double scale_value(const mat *m, int64_t br, int64_t bc)
 static double mat_w(const mat *m, int64_t r, int64_t c)
 {
     size_t i = (size_t)(r * m->cols + c);
+    if (m->wdt == MOE_DTYPE_F32) return ((const float *)m->data)[i];
+    if (m->wdt == MOE_DTYPE_F16) return dec_f16(((const uint16_t *)m->data)[i]);
     if (m->fmt == MOE_EXPERT_FMT_BF16) return dec_bf16(((const uint16_t *)m->data)[i]);
     return dec_e4m3(((const uint8_t *)m->data)[i]) * scale_value(m, r / 128, c / 128);
 }
@@ -198,7 +237,7 @@ static moe_weight_src mat_src(const mat *m)
 {
     moe_weight_src s = {
         .data = m->data,
-        .dtype = m->fmt == MOE_EXPERT_FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3,
+        .dtype = m->wdt,
         .rows = m->rows,
         .cols = m->cols,
         .row_stride = m->cols,
@@ -305,11 +344,11 @@ static void *pack_checked(const xset *xs, const mat *a, const mat *b, guarded *g
     moe_weight_dst d[2];
     for (int p = 0; p < (pair ? 2 : 1); p++) {
         const mat *m = src[p];
-        size_t es = m->fmt == MOE_EXPERT_FMT_BF16 ? 2 : 1;
+        size_t es = dsize(m->wdt);
         size_t nsc = (size_t)(m->srows * m->scols) * (m->scale ? dsize(m->scale_dtype) : 0);
         d[p] = (moe_weight_dst){
             .data = malloc((size_t)(m->rows * m->cols) * es),
-            .dtype = m->fmt == MOE_EXPERT_FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3,
+            .dtype = m->wdt,
             .rows = m->rows,
             .cols = m->cols,
             .scale = m->scale ? malloc(nsc) : NULL,
@@ -324,7 +363,7 @@ static void *pack_checked(const xset *xs, const mat *a, const mat *b, guarded *g
     CHECK_STATUS(st, MOE_OK);
     for (int p = 0; p < (pair ? 2 : 1); p++) {
         const mat *m = src[p];
-        size_t es = m->fmt == MOE_EXPERT_FMT_BF16 ? 2 : 1;
+        size_t es = dsize(m->wdt);
         CHECKF(!memcmp(d[p].data, m->data, (size_t)(m->rows * m->cols) * es),
                "%s: unpacked weights differ (%lld x %lld)", xs->name, (long long)m->rows,
                (long long)m->cols);
@@ -338,6 +377,26 @@ static void *pack_checked(const xset *xs, const mat *a, const mat *b, guarded *g
         free(d[p].data);
         free(d[p].scale);
         free(d[p].bias);
+    }
+    /* f16 weights sit in the tiles widened: unpacked as f32 they are the exact values. */
+    for (int p = 0; p < (pair ? 2 : 1) && src[p]->wdt == MOE_DTYPE_F16; p++) {
+        const mat *m = src[p];
+        const size_t n = (size_t)(m->rows * m->cols);
+        float *w = malloc(n * 4);
+        REQUIRE(w);
+        moe_weight_dst f = {.data = w, .dtype = MOE_DTYPE_F32, .rows = m->rows, .cols = m->cols};
+        moe_weight_dst other = f;
+        other.data = malloc(n * 4);
+        REQUIRE(other.data);
+        st = pair ? ks->unpack_gateup(dst, p == 0 ? &f : &other, p == 0 ? &other : &f)
+                  : ks->unpack_down(dst, &f);
+        CHECK_STATUS(st, MOE_OK);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += (double)w[i] != m->wd[i];
+        CHECKF(bad == 0, "%s: %zu f16 weights not widened exactly", xs->name, bad);
+        free(w);
+        free(other.data);
     }
     return dst;
 }
@@ -355,7 +414,7 @@ static const void *pack_ref(const xset *xs, const mat *a, const mat *b, guarded 
 
 static bool is_bf16_recipe(const xset *xs) { return xs->set->recipe == MOE_RECIPE_BF16; }
 
-/* Against the exact activations a recipe with bf16 activations must stay within DESIGN.md's
+/* Against the exact activations a recipe with bf16 activations must stay within docs/design.md's
  * 1e-2 overall: the cases' relative errors pooled (weighted by their outputs), as a block
  * output pools many rows. A small case alone (ten outputs of one row) strays above it by
  * chance (2.1e-2 seen, with the random draws of a run that skipped other sets), so each case
@@ -505,9 +564,11 @@ static void test_sets(const moe_cpu_info *info)
         CHECK(xs->set->isa == xs->isa);
         pool_sq = pool_n = 0;
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            plain_dtype = c % 2 ? MOE_DTYPE_F16 : MOE_DTYPE_F32; /* format F32 only */
             case_gateup(xs, &cases[c]);
             case_down(xs, &cases[c]);
         }
+        plain_dtype = MOE_DTYPE_F32;
         if (is_bf16_recipe(xs)) {
             /* The cases without biases, which would hide the tiny sums' bits. */
             tiny_x = true;
@@ -656,6 +717,25 @@ static void test_pack_errors(void)
     mat_free(&u);
     mat_free(&e);
     mat_free(&w);
+
+    /* f32 weights: F32 or F16 only; the others are named. Unpack holds f32 (or f16). */
+    const moe_expert_kernels *f32 = &moe_expert_f32_f32_8x16__ref;
+    mat_init(&w, MOE_EXPERT_FMT_BF16, 16, 64, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID);
+    sw = mat_src(&w);
+    expect_reject(f32, &sw, NULL, MOE_EDTYPE, "weight dtype bf16; the f32 expert kernels read f32");
+    moe_weight_src sw2 = sw;
+    sw2.dtype = MOE_DTYPE_F16;
+    sw.dtype = MOE_DTYPE_F8_E4M3;
+    expect_reject(f32, &sw2, &sw, MOE_EDTYPE, "up: weight dtype f8_e4m3");
+    sw = sw2;
+    sw.rows = 15;
+    expect_reject(f32, &sw2, &sw, MOE_ESHAPE, "differ in shape");
+    unsigned char f32pk[8192] = {0};
+    float f32out[16 * 64];
+    moe_weight_dst fd = {.data = f32out, .dtype = MOE_DTYPE_BF16, .rows = 16, .cols = 64};
+    CHECK_STATUS(f32->unpack_down(f32pk, &fd), MOE_EDTYPE);
+    CHECK(strstr(moe_last_error(), "holds f32") != NULL);
+    mat_free(&w);
 }
 
 /* gpt-oss keeps gate_up [H, 2I] with gate in the even columns and down [I, H] transposed;
@@ -666,12 +746,11 @@ static void test_strided(void)
     for (size_t s = 0; s < NSETS; s++) {
         const moe_expert_kernels *ks = sets[s].set;
         if (ks != sets[s].ref) continue; /* the pack functions are the references' */
-        const bool fp8 = ks->format == MOE_EXPERT_FMT_FP8_BLOCK;
         mat g, u, d;
         mat_init(&g, ks->format, I, H, MOE_DTYPE_F32, MOE_DTYPE_BF16);
         mat_init(&u, ks->format, I, H, MOE_DTYPE_F32, MOE_DTYPE_BF16);
         mat_init(&d, ks->format, H, I, MOE_DTYPE_F32, MOE_DTYPE_F32);
-        const size_t es = fp8 ? 1 : 2;
+        const size_t es = dsize(g.wdt);
         /* gate_up[h][2i] = gate[i][h], gate_up[h][2i+1] = up[i][h]; biases interleaved too. */
         unsigned char *gu = malloc((size_t)(H * 2 * I) * es), *gub = malloc((size_t)(2 * I) * 2);
         unsigned char *dt = malloc((size_t)(I * H) * es);
@@ -726,7 +805,68 @@ static void test_strided(void)
     }
 }
 
-/* The four enumerators are what the registry holds for the expert families. */
+/* The f32 recipe is one arithmetic for bf16 and f32 weights (the same chains in the same
+ * order), so bf16 weights stored as f32 give the bf16 sets' bits: the f32 reference against the
+ * bf16 reference, both packed from the same values. */
+static void test_f32_equals_bf16(void)
+{
+    const moe_expert_kernels *b16 = &moe_expert_bf16_f32_8x16__ref;
+    const moe_expert_kernels *f32 = &moe_expert_f32_f32_8x16__ref;
+    const int64_t ks[] = {1, 2, 35, 130, 259};
+    const int64_t n = 33;
+    for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++) {
+        const int64_t k = ks[c];
+        mat m[2];
+        float *wf[2];
+        unsigned char *pk[2][2];
+        for (int p = 0; p < 2; p++) {
+            mat_init(&m[p], MOE_EXPERT_FMT_BF16, n, k, MOE_DTYPE_INVALID, MOE_DTYPE_F16);
+            wf[p] = malloc((size_t)(n * k) * 4);
+            REQUIRE(wf[p]);
+            for (int64_t i = 0; i < n * k; i++)
+                wf[p][i] = (float)dec_bf16(((const uint16_t *)m[p].data)[i]);
+        }
+        moe_weight_src sb[2] = {mat_src(&m[0]), mat_src(&m[1])}, sf[2] = {sb[0], sb[1]};
+        sf[0].data = wf[0];
+        sf[1].data = wf[1];
+        sf[0].dtype = sf[1].dtype = MOE_DTYPE_F32;
+        const moe_expert_kernels *set[2] = {b16, f32};
+        const moe_weight_src *src[2] = {sb, sf};
+        for (int v = 0; v < 2; v++) {
+            pk[v][0] = aligned_alloc(64, set[v]->gateup_tile_bytes(k) * 3);
+            pk[v][1] = aligned_alloc(64, set[v]->down_tile_bytes(k) * 3);
+            REQUIRE(pk[v][0] && pk[v][1]);
+            CHECK_STATUS(set[v]->pack_gateup(&src[v][0], &src[v][1], pk[v][0]), MOE_OK);
+            CHECK_STATUS(set[v]->pack_down(&src[v][0], pk[v][1]), MOE_OK);
+        }
+        float x[3][259];
+        const void *rows[3] = {x[0], x[1], x[2]};
+        for (int t = 0; t < 3; t++)
+            for (int64_t i = 0; i < k; i++)
+                x[t][i] = (float)gauss();
+        const moe_act_params act = {1, 0.5f, 0.0f};
+        float out[2][2][3 * 48];
+        memset(out, 0, sizeof out);
+        for (int v = 0; v < 2; v++)
+            for (int64_t t = 0; t * NR < n; t++) {
+                const size_t nv = n - t * NR < NR ? (size_t)(n - t * NR) : NR;
+                set[v]->gateup(3, (size_t)k, rows, pk[v][0] + t * set[v]->gateup_tile_bytes(k),
+                               &act, out[v][0] + t * NR, 48, nv);
+                set[v]->down(3, (size_t)k, rows, pk[v][1] + t * set[v]->down_tile_bytes(k),
+                             out[v][1] + t * NR, 48, nv);
+            }
+        CHECKF(!memcmp(out[0], out[1], sizeof out[0]), "k=%lld: f32 weights differ from bf16",
+               (long long)k);
+        for (int p = 0; p < 2; p++) {
+            free(wf[p]);
+            free(pk[p][0]);
+            free(pk[p][1]);
+            mat_free(&m[p]);
+        }
+    }
+}
+
+/* The enumerators are what the registry holds for the expert families. */
 static void test_registry(void)
 {
     for (size_t s = 0; s < NSETS; s++) {
@@ -744,6 +884,7 @@ int main(void)
     test_registry();
     test_pack_errors();
     test_strided();
+    test_f32_equals_bf16();
     test_sets(&info);
     return TEST_END();
 }

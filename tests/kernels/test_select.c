@@ -41,7 +41,7 @@ static bool is_expert(moe_kernel_family f)
 {
     return f == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 || f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
-           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
+           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_F32_F32;
 }
 
 static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
@@ -64,6 +64,10 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
         p.weight_dtype = MOE_DTYPE_F4_E2M1;
         p.scale_dtype = MOE_DTYPE_F8_E8M0;
         p.recipe = MOE_RECIPE_Q8;
+    }
+    if (f == MOE_KERNEL_FAMILY_EXPERT_F32_F32) {
+        p.format = MOE_EXPERT_FMT_F32;
+        p.weight_dtype = MOE_DTYPE_F32;
     }
     moe_expert_choice ec;
     moe_status st = moe_select_experts(caps, &p, &ec);

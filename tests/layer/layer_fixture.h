@@ -111,16 +111,27 @@ static const fam_case fam_cases[] = {
      "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\","
      "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128]}}",
      1, 0},
+    /* As transformers 5 saves a DeepSeek-V4 model: mlp_layer_types instead of num_hash_layers
+     * (here a hash layer after a score-routed one), no quantization_config, so float experts;
+     * the rest from DeepseekV4Config's defaults (renormalised, scaling 1.5, limit 10). */
+    {"deepseek_v4_bf16",
+     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"moe_intermediate_size\":96,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+     "\"n_shared_experts\":1,\"mlp_layer_types\":[\"moe\",\"hash_moe\"],\"vocab_size\":1000,"
+     "\"scoring_func\":\"sqrtsoftplus\",\"hidden_act\":\"silu\",\"dtype\":\"bfloat16\"}",
+     0, 1},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
 /* The public request for an internal recipe (MOE_RECIPE_F32 or MOE_RECIPE_BF16), and the
- * options of a layer with THREADS threads asking for it. */
+ * options of a layer with THREADS threads asking for it, every forward on all of them (a busy
+ * machine must not take the tests' many-thread paths away: layer_team.h). */
 static inline moe_layer_options fx_options(int threads, int recipe)
 {
     const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID,
                                  recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
-                                                           : MOE_EXPERTS_RECIPE_F32};
+                                                           : MOE_EXPERTS_RECIPE_F32,
+                                 true};
     return o;
 }
 
@@ -289,9 +300,12 @@ static inline moe_status fx_fill(void *ctx, size_t index, uint64_t offset, void 
 }
 
 /* Writes DIR/config.json and DIR/model.safetensors for CONFIG with values seeded by SEED, the
- * damage DMG and the shape change RS (NULL: none). */
-static inline void fx_write_model_rs(const char *dir, const char *config, uint64_t seed,
-                                     const fx_damage *dmg, const fx_reshape *rs)
+ * damage DMG and the shape change RS (NULL: none); the MLP projections the table lists as bf16
+ * in WEIGHTS_AS instead when it is not 0 (F32 or F16: what save_pretrained writes for a
+ * float32 or float16 model). */
+static inline void fx_write_model_full(const char *dir, const char *config, uint64_t seed,
+                                       const fx_damage *dmg, const fx_reshape *rs,
+                                       moe_dtype weights_as)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -317,6 +331,11 @@ static inline void fx_write_model_rs(const char *dir, const char *config, uint64
             }
             fx_tensor *t = &plan.v[plan.n];
             memset(t, 0, sizeof *t);
+            const moe_tensor_role role = v[i].role;
+            if (weights_as && v[i].dtype == MOE_DTYPE_BF16 &&
+                (role == MOE_ROLE_GATE || role == MOE_ROLE_UP || role == MOE_ROLE_DOWN ||
+                 role == MOE_ROLE_GATE_UP))
+                v[i].dtype = weights_as;
             t->role = v[i].role;
             t->dtype = v[i].dtype;
             t->ndim = v[i].ndim;
@@ -349,6 +368,12 @@ static inline void fx_write_model_rs(const char *dir, const char *config, uint64
     moe_st_writer_destroy(w);
     free(plan.v);
     moe_model_desc_free(&d);
+}
+
+static inline void fx_write_model_rs(const char *dir, const char *config, uint64_t seed,
+                                     const fx_damage *dmg, const fx_reshape *rs)
+{
+    fx_write_model_full(dir, config, seed, dmg, rs, MOE_DTYPE_INVALID);
 }
 
 static inline void fx_write_model_ex(const char *dir, const char *config, uint64_t seed,

@@ -537,10 +537,9 @@ static int idx_not_object(void)
 
 /* ---- config.json ---- */
 
-/* A folder whose config.json is the base config with FROM replaced by TO (FROM must occur). */
-static int cfg_case(const char *from, const char *to)
+/* A folder whose config.json is BASE with FROM replaced by TO (FROM must occur). */
+static int cfg_case_in(const char *base, const char *from, const char *to)
 {
-    const char *base = fam_cases[1].config;
     const char *at = strstr(base, from);
     REQUIRE(at);
     char text[2048], d[128], p[256];
@@ -549,6 +548,12 @@ static int cfg_case(const char *from, const char *to)
     path_in(p, sizeof p, d, "config.json");
     write_text(p, text);
     return open_case(d);
+}
+
+/* The same from the deepseek_v3 base config. */
+static int cfg_case(const char *from, const char *to)
+{
+    return cfg_case_in(fam_cases[1].config, from, to);
 }
 
 static int cfg_absent(void)
@@ -575,6 +580,28 @@ static int cfg_topk_group(void) { return cfg_case("\"topk_group\":2", "\"topk_gr
 static int cfg_group_of_one(void)
 {
     return cfg_case("\"n_group\":4,\"topk_group\":2", "\"n_group\":16,\"topk_group\":4");
+}
+static int cfg_count_names(void)
+{
+    return cfg_case("\"n_routed_experts\":16", "\"n_routed_experts\":16,\"num_local_experts\":8");
+}
+static int cfg_hidden_act(void)
+{
+    return cfg_case("\"scoring_func\"", "\"hidden_act\":\"gelu\",\"scoring_func\"");
+}
+static int cfg_swiglu_alpha(void)
+{
+    return cfg_case_in(fam_cases[6].config, "\"swiglu_limit\"",
+                       "\"swiglu_alpha\":0,\"swiglu_limit\"");
+}
+static int cfg_mlp_layer_types(void)
+{
+    return cfg_case_in(fam_cases[11].config, "[\"moe\",\"hash_moe\"]", "[\"moe\",\"dense\"]");
+}
+static int cfg_hash_layers_disagree(void)
+{
+    return cfg_case_in(fam_cases[11].config, "\"vocab_size\"",
+                       "\"num_hash_layers\":1,\"vocab_size\"");
 }
 static int cfg_scoring(void) { return cfg_case("\"sigmoid\"", "\"tanh\""); }
 static int cfg_rsf(void)
@@ -865,6 +892,98 @@ static int fw_ids_negative(void)
     return forward(C.hash_l, &C.hash_b, &a);
 }
 
+/* ---- moe_layer_forward_experts ---- */
+
+/* The caller's routing for the MoE layer's 7 tokens: ids 0, 1, ... in each row, weights 0.5. */
+static int32_t xf_ids[7 * 16];
+static float xf_w[7 * 16];
+
+static moe_experts_args xf_args(void)
+{
+    fwd_io *b = &C.moe_b;
+    for (size_t i = 0; i < b->n * b->k; i++) {
+        xf_ids[i] = (int32_t)(i % b->k);
+        xf_w[i] = 0.5f;
+    }
+    moe_experts_args a = {.size = sizeof a,
+                          .n_tokens = b->n,
+                          .hidden_size = b->h,
+                          .hidden = b->x,
+                          .hidden_dtype = MOE_DTYPE_F32,
+                          .top_k = b->k,
+                          .ids = xf_ids,
+                          .ids_dtype = MOE_DTYPE_I32,
+                          .weights = xf_w,
+                          .shared = true,
+                          .out = b->out,
+                          .workspace = b->ws,
+                          .workspace_size = b->ws_size};
+    return a;
+}
+
+static int experts(const moe_layer *l, const moe_experts_args *a)
+{
+    poison(&C.moe_b);
+    const moe_status st = moe_layer_forward_experts(l, a);
+    if (!io_untouched(&C.moe_b)) C.untouched = false;
+    return st;
+}
+
+static int xf_dense(void)
+{
+    moe_experts_args a = xf_args();
+    return experts(C.dense_l, &a);
+}
+
+static int xf_size(void)
+{
+    moe_experts_args a = xf_args();
+    a.size = 8;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_top_k(void)
+{
+    moe_experts_args a = xf_args();
+    a.top_k = 2;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_id_range(void)
+{
+    moe_experts_args a = xf_args();
+    xf_ids[3 * C.moe_b.k + 1] = 16;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_id_repeat(void)
+{
+    moe_experts_args a = xf_args();
+    xf_ids[5 * C.moe_b.k + 2] = xf_ids[5 * C.moe_b.k];
+    return experts(C.moe_l, &a);
+}
+
+static int xf_ids_dtype(void)
+{
+    moe_experts_args a = xf_args();
+    a.ids_dtype = MOE_DTYPE_U8;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_weight_nan(void)
+{
+    moe_experts_args a = xf_args();
+    xf_w[6 * C.moe_b.k + 3] = NAN;
+    return experts(C.moe_l, &a);
+}
+
+static int xf_weights_null(void)
+{
+    moe_experts_args a = xf_args();
+    a.weights = NULL;
+    return experts(C.moe_l, &a);
+}
+
 /* ---- call order ---- */
 
 static moe_layer *fresh_layer(moe_dtype logits)
@@ -1121,16 +1240,17 @@ static int cli_npy_truncated(void)
 static int cli_npy_dtype(void)
 {
     char x[256], out[256];
-    path_in(x, sizeof x, C.root, "x64.npy");
+    path_in(x, sizeof x, C.root, "xbf.npy");
     path_in(out, sizeof out, C.root, "y.npy");
-    /* A version 1.0 header for '<f8' [2, 320], padded to 128 bytes, and zero data. */
+    /* A version 1.0 header for '<V2' [2, 320] (what NumPy saves for a bf16 array: raw 2-byte
+     * voids), padded to 128 bytes, and zero data. f64 and f16 are read (converted to f32). */
     char head[128];
     memset(head, ' ', sizeof head);
     memcpy(head, "\x93NUMPY\x01\x00\x76\x00", 10);
-    const char dict[] = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 320), }";
+    const char dict[] = "{'descr': '<V2', 'fortran_order': False, 'shape': (2, 320), }";
     memcpy(head + 10, dict, sizeof dict - 1);
     head[127] = '\n';
-    const size_t data = 2 * 320 * 8;
+    const size_t data = 2 * 320 * 2;
     unsigned char *buf = calloc(1, sizeof head + data);
     REQUIRE(buf);
     memcpy(buf, head, sizeof head);
@@ -1199,6 +1319,7 @@ typedef struct matrix_case {
 #define OPEN "moe_model_open(dir, NULL, &m)"
 #define CREATE "moe_layer_create(m, layer, NULL, &l)"
 #define FWD "moe_layer_forward(l, &args)"
+#define XFWD "moe_layer_forward_experts(l, &args)"
 #define SET "moe_layer_set_logits_dtype(l, dt)"
 #define RCREATE "moe_router_create(&p, &r)"
 #define RFWD "moe_router_forward(r, 5, logits, ids, dt, ...)"
@@ -1288,7 +1409,27 @@ static const matrix_case cases[] = {
     {"config.json", "hidden_size negative", OPEN, false, MOE_ECONFIG,
      "*/config.json: field 'hidden_size': -320 is outside [1, 1048576]", cfg_negative},
     {"config.json", "n_routed_experts absent", OPEN, false, MOE_EMISSING,
-     "*/config.json: field 'n_routed_experts': required field is missing", cfg_missing},
+     "*/config.json: field 'n_routed_experts': required field is missing (nor is "
+     "num_local_experts present)",
+     cfg_missing},
+    {"config.json", "n_routed_experts and num_local_experts disagree", OPEN, false, MOE_ECONFIG,
+     "*/config.json: field 'n_routed_experts': 16 disagrees with num_local_experts = 8",
+     cfg_count_names},
+    {"config.json", "hidden_act gelu", OPEN, false, MOE_EUNSUPPORTED,
+     "*/config.json: field 'hidden_act': 'gelu' is not supported (only silu, which transformers "
+     "also calls swish)",
+     cfg_hidden_act},
+    {"config.json", "gpt-oss swiglu_alpha 0", OPEN, false, MOE_ECONFIG,
+     "*/config.json: field 'swiglu_alpha': 0 must be > 0", cfg_swiglu_alpha},
+    {"config.json", "DeepSeek-V4 mlp_layer_types entry 'dense'", OPEN, false, MOE_ECONFIG,
+     "*/config.json: field 'mlp_layer_types': element 1 'dense' is not one of \"hash_moe\", "
+     "\"moe\"",
+     cfg_mlp_layer_types},
+    {"config.json", "DeepSeek-V4 mlp_layer_types and num_hash_layers disagree", OPEN, false,
+     MOE_ECONFIG,
+     "*/config.json: field 'mlp_layer_types': element 0 'moe' disagrees with num_hash_layers = 1 "
+     "(layers below it are \"hash_moe\", the rest \"moe\")",
+     cfg_hash_layers_disagree},
     {"config.json", "a key twice", OPEN, false, MOE_EDUPLICATE,
      "*/config.json: line 1: key 'hidden_size' appears twice in one object", cfg_dup},
     {"config.json", "num_experts_per_tok 17 of 16 experts", OPEN, false, MOE_ECONFIG,
@@ -1436,6 +1577,30 @@ static const matrix_case cases[] = {
      fw_ids_vocab},
     {"moe_layer_forward", "hash layer, token id -7 (i64)", FWD, false, MOE_ERANGE,
      "moe_layer_forward: layer 0: token_ids[6] = -7 is outside [0, 1000)", fw_ids_negative},
+    /* moe_layer_forward_experts: the rows are checked as moe_layer_forward checks them */
+    {"moe_layer_forward_experts", "a dense layer", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: layer 0 is a dense layer: it has no routed experts (run it with "
+     "moe_layer_forward)",
+     xf_dense},
+    {"moe_layer_forward_experts", "args.size 8", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: args->size = 8 is smaller than the * bytes this version reads "
+     "(set it to sizeof(moe_experts_args))",
+     xf_size},
+    {"moe_layer_forward_experts", "top_k 2 for a top-4 layer", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: layer 1: args->top_k = 2, but the layer's top_k is 4", xf_top_k},
+    {"moe_layer_forward_experts", "expert id 16 of 16", XFWD, false, MOE_ERANGE,
+     "moe_layer_forward_experts: layer 1: ids[3][1] = 16 is outside [0, 16)", xf_id_range},
+    {"moe_layer_forward_experts", "an expert twice in a row", XFWD, false, MOE_ERANGE,
+     "moe_layer_forward_experts: layer 1: ids[5][2] = 0 repeats ids[5][0]: a token visits each "
+     "expert once",
+     xf_id_repeat},
+    {"moe_layer_forward_experts", "ids_dtype u8", XFWD, false, MOE_EDTYPE,
+     "moe_layer_forward_experts: layer 1: args->ids_dtype u8 is not i32 or i64", xf_ids_dtype},
+    {"moe_layer_forward_experts", "a NaN weight", XFWD, false, MOE_EVALUE,
+     "moe_layer_forward_experts: layer 1: weights[6][3] = nan is not finite", xf_weight_nan},
+    {"moe_layer_forward_experts", "weights NULL", XFWD, false, MOE_EINVAL,
+     "moe_layer_forward_experts: layer 1: args->weights is NULL with n_tokens = 7",
+     xf_weights_null},
     /* call order */
     {"call order", "set_logits_dtype twice", SET, false, MOE_ESTATE,
      "moe_layer_set_logits_dtype: layer 1: the logits dtype is already decided (bf16, an earlier "
@@ -1512,15 +1677,18 @@ static const matrix_case cases[] = {
      cli_no_input_ids},
     {"moe run", "--input-ids with a token id past the vocabulary",
      "moe run ... --input-ids I.npy --out Y.npy --ids-out IDS.npy", true, 1,
-     "moe run: layer 0, --hidden */x256.npy: moe_layer_forward: layer 0: token_ids[1] = 1000 is "
+     "moe run: --input-ids */ids.npy: moe_layer_forward: layer 0: token_ids[1] = 1000 is "
      "outside [0, 1000)",
      cli_input_ids},
     {"moe run", "--hidden .npy truncated", "moe run --model DIR --hidden X.npy --out Y.npy", true,
      1,
      "moe run: --hidden: */xt.npy: truncated: the array needs 3840 data bytes, the file holds 872",
      cli_npy_truncated},
-    {"moe run", "--hidden .npy of f64", "moe run --model DIR --hidden X.npy --out Y.npy", true, 1,
-     "moe run: --hidden: */x64.npy: descr '<f8' is not supported (want '<f4', '<i4' or '<i8')",
+    {"moe run", "--hidden .npy of bf16 bits ('<V2')",
+     "moe run --model DIR --hidden X.npy --out Y.npy", true, 1,
+     "moe run: --hidden */xbf.npy: descr '<V2' is not supported: want f32 ('<f4'), or f64 ('<f8') "
+     "or f16 ('<f2'), converted to f32 once as read (.npy has no bf16 dtype: save bf16 arrays as "
+     "f32)",
      cli_npy_dtype},
     {"moe run", "a NaN FP8 block scale in the checkpoint",
      "moe run --model DIR --layer 1 --hidden X.npy --out Y.npy", true, 1,

@@ -228,6 +228,29 @@ int main(void)
         moe_model_close(m);
         fx_remove_model(dir);
     }
+    /* DeepSeek-V3 saved in f32 and in f16 (dense, shared and routed groups of the f32 sets,
+     * which have their own tiles and MR at each level): every level, both recipes asked (a
+     * bf16 request runs the f32 recipe on them). */
+    static const moe_dtype plain[2] = {MOE_DTYPE_F32, MOE_DTYPE_F16};
+    for (int pi = 0; pi < 2; pi++) {
+        const fam_case *fc = &fam_cases[1];
+        REQUIRE(!strcmp(fc->name, "deepseek_v3"));
+        fx_write_model_full(dir, fc->config, 900 + (uint64_t)pi, NULL, NULL, plain[pi]);
+        moe_model *m = fx_open(dir, false);
+        for (size_t lv = 0; lv < n_levels; lv++)
+            for (int recipe = 0; recipe < 2; recipe++)
+                for (int li = 0; li < 2; li++) {
+                    const int layer = li ? fc->other_layer : fc->moe_layer;
+                    char what[128];
+                    snprintf(what, sizeof what, "%s in %s layer %d at %s, %s recipe asked",
+                             fc->name, moe_dtype_name(plain[pi]), layer, names[lv],
+                             recipe ? "bf16" : "f32");
+                    const bool best = lv + 1 == n_levels && recipe == MOE_RECIPE_F32;
+                    run_layer(m, layer, &caps[lv], recipe, best ? POOL : 32, what);
+                }
+        moe_model_close(m);
+        fx_remove_model(dir);
+    }
     CHECK(rmdir(dir) == 0);
     return TEST_END();
 }

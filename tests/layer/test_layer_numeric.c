@@ -423,13 +423,23 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         const moe_expert_group *g0 = l->routed ? l->routed : l->always;
         static const char *const rnames[] = {"f32", "bf16", "q8"};
         const char *rname = rnames[g0->ks->recipe];
-        /* MXFP4 groups run their one recipe, Q8, whatever is asked; the others the asked one. */
-        for (const moe_expert_group *g = g0; g; g = g == l->always ? NULL : l->always)
-            CHECKF(g->ks->recipe == (g->ks->format == MOE_EXPERT_FMT_MXFP4
-                                         ? MOE_RECIPE_Q8
-                                         : (moe_expert_recipe)recipe),
+        /* MXFP4 groups run their one recipe, Q8, whatever is asked, and f32 / f16 groups
+         * theirs, F32; the others the asked one. */
+        bool all_f32 = true;
+        for (const moe_expert_group *g = g0; g; g = g == l->always ? NULL : l->always) {
+            const int f = g->ks->format;
+            all_f32 = all_f32 && f == MOE_EXPERT_FMT_F32;
+            CHECKF(g->ks->recipe == (f == MOE_EXPERT_FMT_MXFP4 ? MOE_RECIPE_Q8
+                                     : f == MOE_EXPERT_FMT_F32 ? MOE_RECIPE_F32
+                                                               : (moe_expert_recipe)recipe),
                    "%s: kernel set %s", what, g->ks->name);
-        /* DESIGN.md: 1e-2 for bf16 (or f32) activations, 2e-2 where they are quantised per
+        }
+        /* f32 and f16 weights are used exactly with f32 activations: only the fp32 sums (and
+         * the router's) separate the block from the float64 reference. */
+        if (all_f32)
+            CHECKF(rel <= 1e-5, "%s (%s input): f32-weight block error %.3g", what,
+                   bf16 ? "bf16" : "f32", rel);
+        /* docs/design.md: 1e-2 for bf16 (or f32) activations, 2e-2 where they are quantised per
          * 32-block to int8 (the Q8 recipe of MXFP4 groups). */
         const bool q8 = moe_layer_q8_group(&l->plan) != NULL;
         CHECKF(rel <= (q8 ? 2e-2 : 1e-2),
@@ -454,10 +464,22 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
     r->resident = 0;
 }
 
-static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool every_level)
+static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool every_level,
+                     moe_dtype weights_as)
 {
-    fx_write_model(dir, fc->config, seed);
+    fx_write_model_full(dir, fc->config, seed, NULL, NULL, weights_as);
     moe_model *m = fx_open(dir, false);
+    if (weights_as) { /* the format follows the stored dtype, in every group */
+        const moe_model_desc *d = moe_model_desc_of(m);
+        const moe_weight_format want = weights_as == MOE_DTYPE_F32 ? MOE_WFMT_F32 : MOE_WFMT_F16;
+        for (int i = 0; i < d->n_layers; i++) {
+            const moe_layer_desc *ld = &d->layers[i];
+            CHECK(ld->kind == MOE_LAYER_DENSE
+                      ? ld->dense.format == want
+                      : ld->experts.format == want &&
+                            (ld->n_shared == 0 || ld->shared.format == want));
+        }
+    }
     moe_cpu_caps caps[8];
     const char *names[8];
     const size_t n_levels = fx_levels(caps, names);
@@ -498,10 +520,19 @@ int main(void)
 {
     char dir[] = "/tmp/moe_test_layer_numeric_XXXXXX";
     REQUIRE(mkdtemp(dir) != NULL);
-    for (size_t i = 0; i < N_FAM_CASES; i++)
+    for (size_t i = 0; i < N_FAM_CASES; i++) {
+        const char *name = fam_cases[i].name;
         run_case(&fam_cases[i], dir, 1000 + i,
-                 !strcmp(fam_cases[i].name, "deepseek_v3_fp8") ||
-                     !strcmp(fam_cases[i].name, "gpt_oss") || strstr(fam_cases[i].name, "mxfp4"));
+                 !strcmp(name, "deepseek_v3_fp8") || !strcmp(name, "gpt_oss") ||
+                     strstr(name, "mxfp4"),
+                 0);
+        /* Unquantised checkpoints saved in f32 and f16 (dense, shared and routed groups; gpt-oss
+         * with its stacked, transposed tensors and biases), at every level. */
+        if (!strcmp(name, "deepseek_v3") || !strcmp(name, "gpt_oss")) {
+            run_case(&fam_cases[i], dir, 2000 + i, true, MOE_DTYPE_F32);
+            run_case(&fam_cases[i], dir, 3000 + i, true, MOE_DTYPE_F16);
+        }
+    }
     CHECK(rmdir(dir) == 0);
     return TEST_END();
 }

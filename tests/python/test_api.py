@@ -18,7 +18,7 @@ def test_version_is_the_header_version():
     assert libmoe.__version__ == re.search(r'#define MOE_VERSION_STRING "([^"]+)"', header)[1]
 
 
-def test_cpu_info(monkeypatch):
+def test_cpu_info():
     info = libmoe.cpu_info()
     assert set(info) == {"detected", "compiled", "allowed", "cap", "cap_from_env", "brand"}
     for flags in (info["detected"], info["compiled"], info["allowed"]):
@@ -89,8 +89,8 @@ def test_layers_outlive_a_closed_model(checkpoint):
     model.close()  # a second close is a no-op
     x = np.ones((2, 128), np.float32)
     y, ids, w = layer(x, return_routing=True)
-    assert np.array_equal(router(np.zeros((1, 8), np.float32))[0].shape, (1, 2))
-    assert np.isfinite(y).all() and "closed" in repr(model)
+    assert router(np.zeros((1, 8), np.float32))[0].shape == (1, 2)
+    assert np.isfinite(y).all() and ids.shape == (2, 2) and "closed" in repr(model)
 
 
 def test_no_mmap_gives_the_same_bits(checkpoint):

@@ -80,3 +80,28 @@ def test_the_routing_arrays_are_new_buffers(layer):
     _, ids2, w2 = layer(x, return_routing=True)
     assert not np.shares_memory(ids1, ids2) and not np.shares_memory(w1, w2)
     assert np.array_equal(ids1, ids2)
+
+
+def test_no_copy_of_the_hidden_states(layer):
+    """With out given and the workspace grown, a forward allocates (in numpy, which reports to
+    tracemalloc) far less than the hidden states' size: they are not copied."""
+    import tracemalloc
+    x = np.random.default_rng(7).standard_normal((2048, 128)).astype(np.float32)
+    out = np.empty_like(x)
+    ids = np.arange(2048, dtype=np.int64)
+    layer(x, ids, out=out)  # grows this thread's workspace
+    tracemalloc.start()
+    try:
+        layer(x, ids, out=out)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < x.nbytes // 16
+    # The check sees copies: converting the input would allocate all of it.
+    tracemalloc.start()
+    try:
+        np.ascontiguousarray(x[:, ::-1])
+        _, copy_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert copy_peak >= x.nbytes

@@ -1,5 +1,5 @@
 # test_pip_install.py — `pip install <repository>` (the real scikit-build-core build) into a scratch venv.
-"""Slow: pip compiles the C library again. Marked `install` (ctest test python_install)."""
+"""Slow: pip compiles the C library again. Marked `pip` (ctest test python_pip, label pip)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,7 @@ import pytest
 
 from reference import Checkpoint, LayerRef, rel_error
 
-pytestmark = pytest.mark.install
+pytestmark = pytest.mark.pip
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

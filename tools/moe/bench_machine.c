@@ -68,6 +68,41 @@ void bench_floors_free(bench_floors *f)
     f->flush = NULL;
 }
 
+/* The physical cores: the logical CPUs online over the SMT siblings of cpu0 (its
+ * thread_siblings_list, "0-1" or "0,8"); the logical count when that is unknown. */
+static int physical_cores(int logical)
+{
+    FILE *fp = fopen("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "r");
+    if (!fp) return logical;
+    char text[64] = "";
+    const bool ok = fgets(text, sizeof text, fp) != NULL;
+    fclose(fp);
+    int siblings = 1, a = 0, b = 0;
+    if (ok && sscanf(text, "%d-%d", &a, &b) == 2 && b > a)
+        siblings = b - a + 1;
+    else if (ok)
+        for (const char *c = text; *c; c++)
+            siblings += *c == ',';
+    return logical / siblings > 0 ? logical / siblings : 1;
+}
+
+bool bench_floors_busy(const bench_floors *f, char *msg, size_t size)
+{
+    if (f->threads < 2 || f->threads > physical_cores(f->cores)) return false;
+    for (int k = 0; k < f->n_insns; k++) {
+        const double one = f->peak_gflops[k][0], all = f->peak_gflops[k][1];
+        if (one > 0 && all < 1.3 * one) {
+            snprintf(msg, size,
+                     "the machine looks busy: %s peaks at %.1f GFLOP/s on %d threads, %.2fx its "
+                     "1-thread %.1f (register-only loops scale with idle cores); floors and "
+                     "efficiencies may be off: rerun on an idle machine",
+                     f->insn[k], all, f->threads, all / one, one);
+            return true;
+        }
+    }
+    return false;
+}
+
 int bench_floors_insn(const bench_floors *f, const char *insn)
 {
     for (int i = 0; i < f->n_insns; i++)

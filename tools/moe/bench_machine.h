@@ -1,4 +1,5 @@
-/* bench_machine.h — the machine's floors for `moe bench`: read bandwidth, instruction peaks, memory. */
+/* bench_machine.h — the machine's floors for `moe bench`: read bandwidth, instruction peaks,
+ * memory. */
 #ifndef MOE_TOOLS_BENCH_MACHINE_H
 #define MOE_TOOLS_BENCH_MACHINE_H
 
@@ -13,13 +14,13 @@
 /* Floors measured in this run, at 1 thread and at `threads` (all cores). */
 typedef struct bench_floors {
     int threads;
-    double read_gbs[2];                  /* [0]: 1 thread, [1]: all threads */
-    int n_insns;                         /* the instructions this CPU has */
-    const char *insn[BENCH_MAX_INSNS];   /* e.g. "vfmadd231ps zmm" */
-    int insn_id[BENCH_MAX_INSNS];        /* its bench_insn (bench/bench_util.h) */
+    double read_gbs[2];                /* [0]: 1 thread, [1]: all threads */
+    int n_insns;                       /* the instructions this CPU has */
+    const char *insn[BENCH_MAX_INSNS]; /* e.g. "vfmadd231ps zmm" */
+    int insn_id[BENCH_MAX_INSNS];      /* its bench_insn (bench/bench_util.h) */
     double peak_gflops[BENCH_MAX_INSNS][2];
-    void *flush;                         /* the eviction buffer (bench_util.h) */
-    double llc_bytes;                    /* the last-level cache, as the eviction sizes it */
+    void *flush;      /* the eviction buffer (bench_util.h) */
+    double llc_bytes; /* the last-level cache, as the eviction sizes it */
     /* What the figures belong to: the CPU (brand, features, the MOE_ISA cap: moe_cpu_query;
      * all zero when that failed), the cores online and the per-core L2 (0 when unknown). */
     moe_cpu_info cpu;
@@ -35,6 +36,12 @@ void bench_floors_free(bench_floors *f);
  * faster of each (about a second): run before each layer's cases, so a start that caught the
  * other core busy does not set the ceilings of the whole run. */
 void bench_floors_refresh(bench_floors *f, int threads);
+
+/* Whether the floors measured at the start look like a busy machine: an instruction's peak at
+ * f->threads threads below 1.3 x its 1-thread peak, where those threads fit the idle physical
+ * cores (register-only loops then scale with the threads). On true, one line in MSG saying
+ * which figures. */
+bool bench_floors_busy(const bench_floors *f, char *msg, size_t size);
 
 /* Index of INSN in f->insn, or -1 when this CPU lacks it. */
 int bench_floors_insn(const bench_floors *f, const char *insn);

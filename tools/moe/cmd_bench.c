@@ -66,7 +66,8 @@ static void help(void)
            "  --dir DIR          keep generated checkpoints in DIR and reuse them (default: a\n"
            "                     temporary folder, removed at the end)\n"
            "  --json             print the results as JSON on stdout instead of the table\n"
-           "  --plot FILE.svg    draw the roofline: the ceilings and every case as a point\n"
+           "  --plot FILE.svg    draw the roofline (SVG only: FILE must end in .svg): the\n"
+           "                     ceilings the cases ran against and every case as a point\n"
            "  --trace            each case's median forward step by step (moe run --trace's\n"
            "                     table) after the layer's table, or as \"trace\" in the JSON\n"
            "  --help             this text\n"
@@ -97,7 +98,8 @@ static bool parse_list(cli_args *a, const char *opt, const char *text, int64_t m
         const char *end = strchr(p, ',');
         const size_t len = end ? (size_t)(end - p) : strlen(p);
         char item[32];
-        if (*n == MAX_LIST) return cli_usage_error(a, "%s: at most %d values", opt, MAX_LIST), false;
+        if (*n == MAX_LIST)
+            return cli_usage_error(a, "%s: at most %d values", opt, MAX_LIST), false;
         if (len == 0 || len >= sizeof item)
             return cli_usage_error(a, "%s: '%s' is not a comma-separated list of numbers", opt,
                                    text),
@@ -157,6 +159,12 @@ static int parse_args(bench_args *o, int argc, char **argv)
             o->dir = v;
         } else if (cli_option(&a, "--plot", &v)) {
             o->plot = v;
+            const size_t n = v ? strlen(v) : 0;
+            if (v && (n < 5 || strcmp(v + n - 4, ".svg")))
+                return cli_usage_error(&a,
+                                       "--plot %s: the roofline is written as SVG only: name the "
+                                       "file *.svg",
+                                       v);
         } else {
             return cli_usage_error(&a, "unknown option '%s' (moe bench --help lists them)",
                                    cli_peek(&a));
@@ -199,8 +207,8 @@ static int parse_args(bench_args *o, int argc, char **argv)
             return cli_usage_error(&a, "unknown preset '%s' (moe bench --list shows them)",
                                    o->preset);
         if (o->format && !bench_preset_has_format(p, o->format))
-            return cli_usage_error(&a, "preset %s has no format '%s' (it has %s and %s)",
-                                   p->name, o->format, p->formats[0], p->formats[1]);
+            return cli_usage_error(&a, "preset %s has no format '%s' (it has %s and %s)", p->name,
+                                   o->format, p->formats[0], p->formats[1]);
     }
     return 0;
 }
@@ -279,14 +287,29 @@ static int generate(const bench_preset *p, const char *format, int64_t resident,
     snprintf(groups, sizeof groups, "%" PRId64, p->groups);
     snprintf(tg, sizeof tg, "%" PRId64, p->topk_group);
     snprintf(shared, sizeof shared, "%" PRId64, p->shared);
-    char *argv[40] = {self,    "gen",     "--family",       (char *)p->family, "--dtype",
-                      (char *)format, "--layers", "1",      "--hidden",        hidden,
-                      "--intermediate", inter, "--experts", experts,          "--topk",
-                      topk,    "--seed",  "1",              "--out",           (char *)dir};
+    char *argv[40] = {self,
+                      "gen",
+                      "--family",
+                      (char *)p->family,
+                      "--dtype",
+                      (char *)format,
+                      "--layers",
+                      "1",
+                      "--hidden",
+                      hidden,
+                      "--intermediate",
+                      inter,
+                      "--experts",
+                      experts,
+                      "--topk",
+                      topk,
+                      "--seed",
+                      "1",
+                      "--out",
+                      (char *)dir};
     int k = 20;
     if (p->groups) argv[k++] = "--groups", argv[k++] = groups;
-    if (p->groups > 1 || !strcmp(p->family, "kimi_k2"))
-        argv[k++] = "--topk-group", argv[k++] = tg;
+    if (p->groups > 1 || !strcmp(p->family, "kimi_k2")) argv[k++] = "--topk-group", argv[k++] = tg;
     if (p->shared) argv[k++] = "--shared", argv[k++] = shared;
     if (resident < p->experts) argv[k++] = "--stored-experts", argv[k++] = stored;
     argv[k] = NULL;
@@ -306,7 +329,8 @@ static int generate(const bench_preset *p, const char *format, int64_t resident,
     for (;;) {
         const pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) break;
-        if (w < 0 && errno != EINTR) return cli_fail(PROG, 1, "waiting for moe gen: %s", strerror(errno));
+        if (w < 0 && errno != EINTR)
+            return cli_fail(PROG, 1, "waiting for moe gen: %s", strerror(errno));
         progress(what, dir_bytes(dir), expected);
         nap_100ms();
     }
@@ -366,13 +390,15 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
 static int create_layer(const moe_model *model, int index, const bench_args *o, int threads,
                         double expected, bench_layer_info *info, moe_layer **out)
 {
-    moe_layer_options lo = {.size = sizeof lo, .threads = threads, .experts_recipe = o->recipe};
+    moe_layer_options lo = {
+        .size = sizeof lo, .threads = threads, .experts_recipe = o->recipe, .fixed_threads = true};
     /* Experts past the resident ones run on the copies (resident = experts: all packed). */
     const moe_layer_tuning tuning = {.allowed = NULL, .resident_experts = (int)info->resident};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
     atomic_init(&w.stop, false);
     pthread_t th;
-    const bool watching = isatty(STDERR_FILENO) && pthread_create(&th, NULL, watch_packing, &w) == 0;
+    const bool watching =
+        isatty(STDERR_FILENO) && pthread_create(&th, NULL, watch_packing, &w) == 0;
     create_stats cs;
     const moe_status st = create_measured(model, index, &lo, &tuning, out, &cs);
     if (watching) {
@@ -607,8 +633,8 @@ typedef struct results {
     size_t n, n_info;
 } results;
 
-static int bench_layer(const moe_model *model, int index, const bench_args *o, bench_floors *f, const bench_layer_info *base, double expected,
-                       results *res)
+static int bench_layer(const moe_model *model, int index, const bench_args *o, bench_floors *f,
+                       const bench_layer_info *base, double expected, results *res)
 {
     const moe_model_desc *d = moe_model_desc_of(model);
     const moe_layer_desc *ld = &d->layers[index];
@@ -621,8 +647,8 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o, b
         moe_layer *layer = NULL;
         if (create_layer(model, index, o, o->threads[i], expected, info, &layer)) return 1;
         buffers b;
-        if (buffers_alloc(layer, max_t, (size_t)d->hidden, (size_t)ld->routing.top_k,
-                          d->vocab_size, &b)) {
+        if (buffers_alloc(layer, max_t, (size_t)d->hidden, (size_t)ld->routing.top_k, d->vocab_size,
+                          &b)) {
             moe_layer_destroy(layer);
             return 1;
         }
@@ -635,7 +661,8 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o, b
             snprintf(what, sizeof what, "measuring %zu tokens, %d thread%s", o->tokens[j],
                      info->threads, info->threads == 1 ? "" : "s");
             progress(what, j, o->n_tokens);
-            rc = run_tokens(layer, &b, o->tokens[j], (size_t)d->hidden, o, f, info, &res->r[res->n]);
+            rc =
+                run_tokens(layer, &b, o->tokens[j], (size_t)d->hidden, o, f, info, &res->r[res->n]);
             if (!rc) res->n++;
         }
         progress_done();
@@ -675,8 +702,9 @@ static int open_model(const char *dir, const bench_args *o, moe_model **model, i
     const moe_model_desc *d = moe_model_desc_of(*model);
     *index = o->layer >= 0 ? (int)o->layer : first_routed_layer(d);
     if (*index < 0 || *index >= d->n_layers || d->layers[*index].kind == MOE_LAYER_DENSE) {
-        const int rc = cli_fail(PROG, 1, "%s: layer %d is not a MoE layer (the model has %d layers)",
-                                dir, *index, d->n_layers);
+        const int rc =
+            cli_fail(PROG, 1, "%s: layer %d is not a MoE layer (the model has %d layers)", dir,
+                     *index, d->n_layers);
         moe_model_close(*model);
         *model = NULL;
         return rc;
@@ -755,8 +783,7 @@ static int bench_preset_run(const bench_args *o, bench_floors *f, results *res)
     if (resident <= 0)
         return cli_fail(PROG, 1, "preset %s %s: not even top-%" PRId64 " experts fit in %.2f GB",
                         p->name, format, p->topk, budget / 1e9);
-    const double expected =
-        (double)(resident + p->shared) * (double)bench_expert_bytes(p, format);
+    const double expected = (double)(resident + p->shared) * (double)bench_expert_bytes(p, format);
     bench_layer_info base;
     memset(&base, 0, sizeof base);
     snprintf(base.preset, sizeof base.preset, "%s", p->name);
@@ -775,7 +802,8 @@ static int bench_preset_run(const bench_args *o, bench_floors *f, results *res)
         } else {
             root = mkdtemp(tmpl);
         }
-        if (!root) return cli_fail(PROG, 1, "cannot create a temporary folder: %s", strerror(errno));
+        if (!root)
+            return cli_fail(PROG, 1, "cannot create a temporary folder: %s", strerror(errno));
     }
     char where[4096 + 128];
     snprintf(where, sizeof where, "%s/%s-%s-%" PRId64 "-of-%" PRId64, root, p->name, format,
@@ -825,6 +853,8 @@ int moe_cmd_bench(int argc, char **argv)
         moe_model_close(model);
         return cli_fail(PROG, 1, "out of memory for the bandwidth buffer");
     }
+    char busy[256];
+    if (bench_floors_busy(&f, busy, sizeof busy)) fprintf(stderr, "%s: warning: %s\n", PROG, busy);
     if (!o.json) bench_report_floors(stdout, &f);
     if (o.preset) {
         rc = bench_preset_run(&o, &f, res);

@@ -36,7 +36,8 @@ static void help(void)
            "moe_layer_create chooses for each layer on this machine (kernels and why, recipe,\n"
            "packed bytes, every resolved default; folded the same way), the conversion\n"
            "kernels libmoe selects for the formats present, and the problems found.\n"
-           "A FILE lists its tensors and metadata only.\n"
+           "A FILE lists its tensors and metadata only (--tensors, --pack and --recipe apply to\n"
+           "a DIR: with a FILE they are usage errors).\n"
            "\n"
            "options:\n"
            "  --tensors   also list every tensor of the checkpoint, one per line\n"
@@ -61,7 +62,7 @@ typedef struct inspect_args {
     bool tensors;
     bool pack;
     bool no_mmap;
-    int64_t threads; /* --pack's options->threads; 0: the library's default */
+    int64_t threads;           /* --pack's options->threads; 0: the library's default */
     moe_experts_recipe recipe; /* options->experts_recipe; DEFAULT when not given */
 } inspect_args;
 
@@ -176,8 +177,48 @@ static uint64_t total_bytes(const moe_ckpt *ck)
     return sum;
 }
 
+/* A file that is plainly something else (JSON such as config.json, a .npy array, text), whose
+ * first 8 bytes as a safetensors header length would claim more than the file holds: one line
+ * saying what it looks like and what is wanted, rather than the reader's "header length of
+ * 7e18 bytes". Anything else goes to the safetensors reader, which names what is wrong.
+ * Returns 0 to go on. */
+static int refuse_other_file(const char *path)
+{
+    unsigned char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0; /* the reader names the error */
+    const size_t got = fread(head, 1, sizeof head, f);
+    const long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | head[i];
+    if (got < 8 || size < 8 || n <= (uint64_t)size - 8) return 0;
+    size_t first = 0, text = 0;
+    while (first < got && head[first] && strchr(" \t\r\n", head[first]))
+        first++;
+    for (size_t i = 0; i < got; i++)
+        text += (head[i] >= 0x20 && head[i] < 0x7F) || (head[i] && strchr("\t\r\n", head[i]));
+    const char *base = strrchr(path, '/');
+    const int dir_len = base ? (int)(base - path) : 1;
+    const char *dir = base ? path : ".";
+    if (first < got && (head[first] == '{' || head[first] == '['))
+        return cli_fail(PROG, 1,
+                        "%s looks like JSON, not a safetensors file: give the model folder "
+                        "(moe inspect %.*s) or one of its .safetensors files",
+                        path, dir_len, dir);
+    const char *what = !memcmp(head, "\x93NUMPY", 6) ? "is a NumPy .npy array"
+                       : text == got                 ? "looks like text"
+                                                     : NULL;
+    if (!what) return 0;
+    return cli_fail(PROG, 1,
+                    "%s %s, not a safetensors file: give a model folder or a .safetensors file",
+                    path, what);
+}
+
 static int inspect_file(const inspect_args *o)
 {
+    if (refuse_other_file(o->path)) return 1;
     moe_st_options opt = {.no_mmap = o->no_mmap};
     moe_ckpt *ck = NULL;
     if (moe_ckpt_open_file(o->path, &opt, &ck) != MOE_OK) {
@@ -204,6 +245,8 @@ static const char *format_detail(const moe_mlp_desc *m)
         return m->scale_dtype == MOE_DTYPE_F8_E8M0 ? "f8_e4m3, f8_e8m0 scales"
                                                    : "f8_e4m3, f32 scales";
     case MOE_WFMT_MXFP4: return "e2m1 pairs, f8_e8m0 scales";
+    case MOE_WFMT_F32: return "f32";
+    case MOE_WFMT_F16: return "f16, widened to f32 at packing";
     }
     return "?";
 }
@@ -212,7 +255,8 @@ static void print_mlp(FILE *f, const moe_mlp_desc *m)
 {
     fprintf(f, "hidden %" PRId64 ", intermediate %" PRId64 ", %s (%s", m->hidden, m->intermediate,
             moe_weight_format_name(m->format), format_detail(m));
-    if (m->format != MOE_WFMT_BF16) fprintf(f, " per %dx%d block", m->block_out, m->block_in);
+    if (m->format == MOE_WFMT_FP8_BLOCK || m->format == MOE_WFMT_MXFP4)
+        fprintf(f, " per %dx%d block", m->block_out, m->block_in);
     fprintf(f, "), %s", moe_activation_name(m->activation));
     if (m->activation == MOE_ACT_SILU_GLU_CLAMP) fprintf(f, " (limit %g)", m->swiglu_limit);
     if (m->activation == MOE_ACT_GPTOSS_GLU)
@@ -627,6 +671,8 @@ static void mlp_use(use_list use, const moe_mlp_desc *m, const char *what)
     case MOE_WFMT_BF16: add_use(use[MOE_KERNEL_FAMILY_CVT_BF16_F32], 160, what); break;
     case MOE_WFMT_FP8_BLOCK: add_use(use[MOE_KERNEL_FAMILY_CVT_E4M3_F32], 160, what); break;
     case MOE_WFMT_MXFP4: add_use(use[MOE_KERNEL_FAMILY_CVT_MXFP4_F32], 160, what); break;
+    case MOE_WFMT_F32:
+    case MOE_WFMT_F16: break; /* no conversion kernel: f16 widens at packing */
     }
     if (m->has_bias) add_use(use[MOE_KERNEL_FAMILY_CVT_BF16_F32], 160, "expert biases");
 }
@@ -868,6 +914,10 @@ static int inspect_dir(const inspect_args *o)
         goto done;
     }
     have_desc = true;
+    if (moe_model_resolve_formats(&d, ck) != MOE_OK) { /* as moe_model_open does */
+        rc = fail();
+        goto done;
+    }
     print_summary(o->path, ck, &d);
     if (print_plan(&d)) {
         rc = fail();
@@ -909,6 +959,16 @@ int moe_cmd_inspect(int argc, char **argv)
     }
     if (rc) return rc;
     struct stat sb;
-    if (stat(o.path, &sb) == 0 && S_ISREG(sb.st_mode)) return inspect_file(&o);
+    if (stat(o.path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        /* A file has no config, layers or packing: what only a folder has is a usage error. */
+        const char *folder_only = o.tensors ? "--tensors" : o.pack ? "--pack" : NULL;
+        if (!folder_only && o.recipe != MOE_EXPERTS_RECIPE_DEFAULT) folder_only = "--recipe";
+        if (folder_only)
+            return cli_fail(PROG, 2,
+                            "%s applies to a model folder; %s is a file (a file's tensors are "
+                            "listed without it)",
+                            folder_only, o.path);
+        return inspect_file(&o);
+    }
     return inspect_dir(&o);
 }

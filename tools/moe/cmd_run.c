@@ -25,6 +25,7 @@ static void help(void)
 {
     printf("usage: moe run --model DIR [--layer N] --hidden X.npy [--input-ids I.npy] --out Y.npy\n"
            "               [--logits-out L.npy] [--ids-out IDS.npy] [--weights-out W.npy]\n"
+           "               [--ids IDS.npy --weights W.npy [--no-shared]]\n"
            "               [--threads N] [--logits-dtype f32|bf16] [--recipe f32|bf16]\n"
            "               [--trace] [--explain] [--repeat N] [--no-mmap]\n"
            "\n"
@@ -37,16 +38,22 @@ static void help(void)
            "  --model DIR          a Hugging Face model folder (config.json + safetensors)\n"
            "  --layer N            the decoder layer (default: the first MoE layer, else the\n"
            "                       first hash layer); a dense layer runs only when asked for\n"
-           "  --hidden X.npy       hidden states, f32 [T, H], H = the model's hidden_size\n"
-           "                       (T = 0 is allowed)\n"
+           "  --hidden X.npy       hidden states [T, H], H = the model's hidden_size (T = 0 is\n"
+           "                       allowed): f32, or f64 or f16 converted to f32 as read\n"
            "  --input-ids I.npy    the token id of each row, i32 or i64 [T], used in its own\n"
-           "                       width: required by hash-routed layers (DeepSeek-V4), an error\n"
-           "                       for any other layer\n"
+           "                       width: required by hash-routed layers; accepted on every\n"
+           "                       layer of a family that has them (DeepSeek-V4: score-routed\n"
+           "                       layers ignore them), an error for other families\n"
            "  --out Y.npy          the block output, f32 [T, H] (required)\n"
            "  --logits-out L.npy   router logits, f32 [T, E]\n"
            "  --ids-out IDS.npy    expert ids, i32 [T, K]\n"
            "  --weights-out W.npy  combine weights, f32 [T, K] (routed_scaling_factor applied)\n"
            "                       (the three router outputs are an error on a dense layer)\n"
+           "  --ids IDS.npy        skip the router: expert ids [T, K] (i32 or i64, each in\n"
+           "                       [0, E), distinct in a row), K = the layer's top-k; with\n"
+           "  --weights W.npy      their combine weights, f32 [T, K], used as given (both or\n"
+           "                       neither; e.g. the files --ids-out and --weights-out wrote)\n"
+           "  --no-shared          with --ids: leave the shared experts out of --out\n"
            "  --threads N          worker threads, 1..%d (default: the number of cores)\n"
            "  --logits-dtype D     f32 (default) or bf16: the gate rounds its fp32 sums to bf16\n"
            "                       in its epilogue (parity with engines that do)\n"
@@ -75,12 +82,13 @@ static void help(void)
 
 typedef struct run_args {
     const char *model, *hidden, *input_ids, *out, *logits_out, *ids_out, *weights_out;
-    int64_t layer;          /* -1: the default layer */
-    int64_t threads;        /* 0: the library's default, the number of cores */
-    int64_t repeat;         /* forwards to time */
-    moe_dtype logits_dtype; /* INVALID: not given, the library resolves it (to f32) */
+    const char *ids, *weights; /* the caller's routing: the experts-only forward */
+    int64_t layer;             /* -1: the default layer */
+    int64_t threads;           /* 0: the library's default, the number of cores */
+    int64_t repeat;            /* forwards to time */
+    moe_dtype logits_dtype;    /* INVALID: not given, the library resolves it (to f32) */
     moe_experts_recipe recipe; /* DEFAULT: not given */
-    bool trace, explain, no_mmap;
+    bool trace, explain, no_mmap, no_shared;
 } run_args;
 
 /* ---- Arguments ----------------------------------------------------------------------- */
@@ -132,6 +140,26 @@ static int check_required(cli_args *a, const run_args *o)
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (!req[i].value)
             return cli_usage_error(a, "option %s is required (moe run --help)", req[i].name);
+    if (!o->ids != !o->weights)
+        return cli_usage_error(a, "%s needs %s: the caller's routing is ids and their weights",
+                               o->ids ? "--ids" : "--weights", o->ids ? "--weights" : "--ids");
+    if (o->no_shared && !o->ids)
+        return cli_usage_error(a, "--no-shared needs --ids and --weights (the routed forward "
+                                  "always adds the shared experts)");
+    if (o->ids) {
+        const struct {
+            const char *name;
+            bool given;
+        } routing_opts[] = {{"--logits-out", o->logits_out != NULL},
+                            {"--ids-out", o->ids_out != NULL},
+                            {"--weights-out", o->weights_out != NULL},
+                            {"--logits-dtype", o->logits_dtype != MOE_DTYPE_INVALID},
+                            {"--input-ids", o->input_ids != NULL}};
+        for (size_t i = 0; i < sizeof routing_opts / sizeof routing_opts[0]; i++)
+            if (routing_opts[i].given)
+                return cli_usage_error(a, "%s is for the router, which --ids replaces",
+                                       routing_opts[i].name);
+    }
     return check_outputs(a, o);
 }
 
@@ -170,9 +198,12 @@ static int parse_args(run_args *o, int argc, char **argv)
         {"--ids-out", &o->ids_out}, {"--weights-out", &o->weights_out},
         {"--threads", &threads},    {"--logits-dtype", &dtype},
         {"--repeat", &repeat},      {"--recipe", &recipe},
+        {"--ids", &o->ids},         {"--weights", &o->weights},
     };
-    const cli_flag_option flags[] = {
-        {"--trace", &o->trace}, {"--explain", &o->explain}, {"--no-mmap", &o->no_mmap}};
+    const cli_flag_option flags[] = {{"--trace", &o->trace},
+                                     {"--explain", &o->explain},
+                                     {"--no-mmap", &o->no_mmap},
+                                     {"--no-shared", &o->no_shared}};
     int rc = cli_take_options(&a, flags, sizeof flags / sizeof flags[0], values,
                               sizeof values / sizeof values[0]);
     if (rc) return rc;
@@ -230,42 +261,83 @@ static int check_options(const run_args *o, const moe_model_desc *d, int layer)
                                 "%s: layer %d of %s is dense (one always-on MLP): it has no "
                                 "router",
                                 router_opts[i].name, layer, o->model);
+        if (o->ids)
+            return cli_fail(PROG, 1,
+                            "--ids: layer %d of %s is dense (one always-on MLP): it has no "
+                            "routed experts",
+                            layer, o->model);
     }
-    if (l->kind == MOE_LAYER_HASH && !o->input_ids)
+    if (l->kind == MOE_LAYER_HASH && !o->input_ids && !o->ids)
         return cli_fail(PROG, 1,
                         "layer %d is hash-routed (num_hash_layers = %d): --input-ids is "
                         "required (the token id of each row of --hidden)",
                         layer, d->num_hash_layers);
-    if (l->kind != MOE_LAYER_HASH && o->input_ids)
+    /* Token ids are an input of the whole model in a family with hash layers: a caller
+     * running every layer passes them to each, and the score-routed ones ignore them. */
+    if (o->input_ids && d->family != MOE_FAMILY_DEEPSEEK_V4)
         return cli_fail(PROG, 1,
-                        "--input-ids is for hash-routed layers only; layer %d of %s is %s "
-                        "(%s)",
-                        layer, o->model, moe_layer_kind_name(l->kind),
-                        l->kind == MOE_LAYER_DENSE ? "no router"
-                                                   : moe_route_method_name(l->routing.method));
+                        "--input-ids: %s routes every layer by router scores (no family member "
+                        "has hash layers), so no layer uses token ids",
+                        d->model_type);
     return 0;
 }
 
 /* ---- Input arrays -------------------------------------------------------------------- */
 
 typedef struct run_inputs {
-    moe_npy hidden, ids;
-    bool has_ids;
+    moe_npy hidden, ids;         /* ids: --input-ids, the token ids */
+    moe_npy expert_ids, weights; /* --ids and --weights, the caller's routing */
+    bool has_ids, has_routing;
 } run_inputs;
 
 static void inputs_free(run_inputs *in)
 {
     moe_npy_free(&in->hidden);
     if (in->has_ids) moe_npy_free(&in->ids);
+    if (in->has_routing) {
+        moe_npy_free(&in->expert_ids);
+        moe_npy_free(&in->weights);
+    }
 }
 
-static int read_inputs(const run_args *o, const moe_model_desc *d, run_inputs *in)
+/* OPT's array is [T, K]: the rows of --hidden, the layer's top-k. */
+static int check_routing_shape(const char *opt, const char *path, const moe_npy *a, int64_t t,
+                               int64_t k, int layer)
+{
+    if (a->shape[0] == t && a->shape[1] == k) return 0;
+    char shape[128];
+    return cli_fail(PROG, 1,
+                    "%s %s: shape %s, want [%" PRId64 ", %" PRId64 "]: a row per row of --hidden, "
+                    "top-k = %" PRId64 " slots of layer %d",
+                    opt, path, moe_shape_text(a->shape, a->ndim, shape, sizeof shape), t, k, k,
+                    layer);
+}
+
+/* --ids and --weights: dtypes, rank and shape here; ids' range and repeats, and the weights'
+ * finiteness, where the library validates them (moe_layer_forward_experts). */
+static int read_routing(const run_args *o, const moe_layer_desc *l, int layer, run_inputs *in)
+{
+    const int64_t t = in->hidden.shape[0], k = l->routing.top_k;
+    if (cli_read_npy(PROG, "--ids", o->ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 2, "[tokens, top_k]",
+                     &in->expert_ids))
+        return 1;
+    if (cli_read_npy(PROG, "--weights", o->weights, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2,
+                     "[tokens, top_k]", &in->weights)) {
+        moe_npy_free(&in->expert_ids);
+        return 1;
+    }
+    in->has_routing = true;
+    if (check_routing_shape("--ids", o->ids, &in->expert_ids, t, k, layer) ||
+        check_routing_shape("--weights", o->weights, &in->weights, t, k, layer))
+        return 1;
+    return 0;
+}
+
+static int read_inputs(const run_args *o, const moe_model_desc *d, int layer, run_inputs *in)
 {
     char shape[128];
     memset(in, 0, sizeof *in);
-    if (cli_read_npy(PROG, "--hidden", o->hidden, MOE_DTYPE_F32, MOE_DTYPE_INVALID, 2,
-                     "[tokens, hidden]", &in->hidden))
-        return 1;
+    if (cli_read_npy_f32(PROG, "--hidden", o->hidden, 2, "[tokens, hidden]", &in->hidden)) return 1;
     if (in->hidden.shape[1] != d->hidden) {
         cli_fail(PROG, 1,
                  "--hidden %s: shape %s: hidden size %" PRId64
@@ -274,6 +346,7 @@ static int read_inputs(const run_args *o, const moe_model_desc *d, run_inputs *i
                  in->hidden.shape[1], d->hidden);
         goto fail;
     }
+    if (o->ids && read_routing(o, &d->layers[layer], layer, in)) goto fail;
     if (!o->input_ids) return 0;
     if (cli_read_npy(PROG, "--input-ids", o->input_ids, MOE_DTYPE_I32, MOE_DTYPE_I64, 1, "[tokens]",
                      &in->ids))
@@ -417,6 +490,45 @@ static void print_trace(const moe_trace *tr, int layer, size_t t, size_t repeat,
     printf("  %-20s %-52s %14s %14s %12.0f\n", "forward (wall)", "", "", "", wall_ns);
 }
 
+/* The input a failed forward's status points at: the library checks --hidden's size and dtype
+ * (which the CLI checked first) and then the one input of each forward it reads values from:
+ * the token ids (a hash layer), or the caller's ids and weights. */
+static int forward_failed(const run_args *o, const run_inputs *in, int index, moe_status st)
+{
+    const char *opt = NULL, *path = NULL;
+    if (in->has_routing && st == MOE_ERANGE)
+        opt = "--ids", path = o->ids;
+    else if (in->has_routing && st == MOE_EVALUE)
+        opt = "--weights", path = o->weights;
+    else if (in->has_ids && !in->has_routing && (st == MOE_ERANGE || st == MOE_EDTYPE))
+        opt = "--input-ids", path = o->input_ids;
+    if (opt) return cli_fail(PROG, 1, "%s %s: %s", opt, path, moe_last_error());
+    return cli_fail(PROG, 1, "layer %d: %s", index, moe_last_error());
+}
+
+/* The experts-only forward on the caller's ids and weights; ARGS carries the rest. */
+static moe_status forward_experts(const run_args *o, const moe_layer *layer,
+                                  const moe_forward_args *args, const run_inputs *in)
+{
+    moe_experts_args x;
+    memset(&x, 0, sizeof x);
+    x.size = sizeof x;
+    x.n_tokens = args->n_tokens;
+    x.hidden_size = args->hidden_size;
+    x.hidden = args->hidden;
+    x.hidden_dtype = args->hidden_dtype;
+    x.top_k = (size_t)in->expert_ids.shape[1];
+    x.ids = in->expert_ids.data;
+    x.ids_dtype = in->expert_ids.dtype;
+    x.weights = in->weights.data;
+    x.shared = !o->no_shared;
+    x.out = args->out;
+    x.workspace = args->workspace;
+    x.workspace_size = args->workspace_size;
+    x.trace = args->trace;
+    return moe_layer_forward_experts(layer, &x);
+}
+
 static int forward(const run_args *o, const moe_layer *layer, int index, const run_inputs *in,
                    run_outputs *r)
 {
@@ -439,9 +551,9 @@ static int forward(const run_args *o, const moe_layer *layer, int index, const r
     for (size_t i = 0; i < (size_t)o->repeat; i++) {
         args.trace = r->traces ? &r->traces[i] : NULL;
         const double t0 = now_ns();
-        if (moe_layer_forward(layer, &args) != MOE_OK)
-            return cli_fail(PROG, 1, "layer %d, --hidden %s: %s", index, o->hidden,
-                            moe_last_error());
+        const moe_status st = in->has_routing ? forward_experts(o, layer, &args, in)
+                                              : moe_layer_forward(layer, &args);
+        if (st != MOE_OK) return forward_failed(o, in, index, st);
         r->ns[i] = now_ns() - t0;
     }
     return 0;
@@ -460,8 +572,13 @@ static void describe_kind(const moe_layer_desc *l, char *buf, size_t cap)
 static void print_summary(const run_args *o, const moe_model_desc *d, int index, size_t t,
                           double ns)
 {
-    char kind[96];
+    char kind[160];
     describe_kind(&d->layers[index], kind, sizeof kind);
+    if (o->ids) {
+        const size_t n = strlen(kind);
+        snprintf(kind + n, sizeof kind - n, "; experts only, on --ids and --weights%s",
+                 o->no_shared ? ", no shared experts" : "");
+    }
     printf("ran %zu token%s through layer %d of %s (%s): %.3f ms per forward", t, t == 1 ? "" : "s",
            index, d->model_type, kind, ns / 1e6);
     if (o->repeat > 1) printf(" (median of %" PRId64 ")", o->repeat);
@@ -525,7 +642,7 @@ int moe_cmd_run(int argc, char **argv)
     run_inputs in;
     rc = pick_layer(&o, d, &layer);
     if (!rc) rc = check_options(&o, d, layer);
-    if (!rc) rc = read_inputs(&o, d, &in);
+    if (!rc) rc = read_inputs(&o, d, layer, &in);
     if (!rc) {
         rc = run_layer(&o, model, layer, &in);
         inputs_free(&in);
