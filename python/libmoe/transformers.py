@@ -117,7 +117,11 @@ def _family(config) -> tuple[str, _Family]:
 
 
 def _check_config(family: str, config) -> None:
-    """Refuses configs where transformers' block and libmoe would compute different things."""
+    """Refuses configs where transformers' block and libmoe would compute different things:
+    fields transformers' block fixes or ignores where libmoe honours them. Fields both read
+    alike (gpt-oss ``swiglu_alpha`` and ``swiglu_limit``, DeepSeek-V4 ``swiglu_limit``) need no
+    check here, and libmoe refuses at open what it does not support (e.g. a ``hidden_act``
+    other than silu, ``mlp_bias``, DeepSeek-V4 ``norm_topk_prob`` false)."""
     def get(name, default=None):
         value = getattr(config, name, default)
         return default if value is None else value
@@ -143,21 +147,11 @@ def _check_config(family: str, config) -> None:
             problems.append(f"topk_method {get('topk_method')!r}: transformers' DeepSeek-V3 "
                             "router always runs noaux_tc")
     elif family == "deepseek_v4":
-        # transformers' V4: always renormalised; one shared expert of moe_intermediate_size.
-        if not get("norm_topk_prob", False):
-            problems.append("norm_topk_prob is false, but transformers' DeepSeek-V4 router "
-                            "always renormalises (libmoe would not)")
-        if get("n_shared_experts", 0) != 1:
-            problems.append(f"n_shared_experts {get('n_shared_experts', 0)}: transformers' "
+        # transformers' V4 block: one shared expert of moe_intermediate_size, whatever the
+        # config says; libmoe reads n_shared_experts.
+        if get("n_shared_experts", 1) != 1:
+            problems.append(f"n_shared_experts {get('n_shared_experts')}: transformers' "
                             "DeepSeek-V4 block has exactly one shared expert")
-        if get("mlp_bias", False):
-            problems.append("mlp_bias is true: libmoe's shared expert has no biases")
-    elif family == "gpt_oss":
-        if abs(float(get("swiglu_alpha", 1.702)) - 1.702) > 0:
-            problems.append(f"swiglu_alpha {get('swiglu_alpha')}: libmoe's gpt-oss activation "
-                            "uses 1.702")
-    if family != "gpt_oss" and get("hidden_act", "silu") != "silu":
-        problems.append(f"hidden_act {get('hidden_act')!r}: libmoe's experts use silu")
     if problems:
         raise PatchError("; ".join(problems))
 
@@ -280,6 +274,33 @@ def _check_weights(model: nn.Module, prefix: str, block: nn.Module, ckpt: _Check
                              "checkpoint, so patch() refuses weights changed after loading")
 
 
+# The GLU constants a block computes with (set from the model's config when the block was
+# built), by family: (submodule, attribute, the config.json field libmoe reads).
+_GLU_CONSTANTS = {
+    "gpt_oss": (("experts", "alpha", "swiglu_alpha"), ("experts", "limit", "swiglu_limit")),
+    "deepseek_v4": (("experts", "limit", "swiglu_limit"),
+                    ("shared_experts", "limit", "swiglu_limit")),
+}
+
+
+def _check_glu_constants(family: str, config, prefix: str, block: nn.Module, path: str) -> None:
+    """The block's GLU constants against the checkpoint's config.json (transformers' default
+    where it has none), which is what libmoe reads: a model loaded with an override
+    (``from_pretrained(..., swiglu_alpha=...)``) computes something else."""
+    fields = _GLU_CONSTANTS.get(family, ())
+    if not fields:
+        return
+    with open(os.path.join(path, "config.json")) as f:
+        stored = json.load(f)
+    for module, attr, key in fields:
+        have = float(getattr(getattr(block, module), attr))
+        want = stored.get(key)
+        want = float(getattr(type(config), key) if want is None else want)
+        if have != want:
+            raise PatchError(f"{prefix}.{module}.{attr} is {have}, but {key} in "
+                             f"{path}/config.json is {want} (what libmoe reads)")
+
+
 # ---- patch / unpatch -----------------------------------------------------------------------
 
 _LAYER_NAME = re.compile(r"(?:^|\.)layers\.(\d+)$")
@@ -316,12 +337,15 @@ def patch(model: nn.Module, path: str | os.PathLike | None = None, *, threads: i
 
     - the family is one this module knows, and the config has no field transformers'
       block fixes or ignores where libmoe would honour it (e.g. DeepSeek-V2's
-      ``norm_topk_prob``, DeepSeek-V4's ``norm_topk_prob`` false or ``n_shared_experts`` ≠ 1);
-    - libmoe opens the checkpoint (its errors are chained), it is the same family with the
-      same layer count and hidden size;
+      ``norm_topk_prob``, DeepSeek-V4's ``n_shared_experts`` ≠ 1);
+    - libmoe opens the checkpoint (its errors are chained: a config field it refuses, such
+      as DeepSeek-V4's ``norm_topk_prob`` false, a ``hidden_act`` other than silu or
+      ``mlp_bias``), it is the same family with the same layer count and hidden size;
     - every decoder layer's ``mlp`` is the family's MoE block exactly where libmoe's layer
       is 'moe' or 'hash' (DeepSeek-V4: hash exactly where transformers' block is), and a
       known dense MLP elsewhere;
+    - gpt-oss ``swiglu_alpha`` and ``swiglu_limit``, DeepSeek-V4 ``swiglu_limit``: the
+      values each block computes with equal the checkpoint's config.json, which libmoe reads;
     - weights: every parameter and buffer of every MoE block (router weight and bias,
       correction bias, ``tid2eid``, routed and shared experts), renamed to the checkpoint's
       names by transformers' own save-time conversion, equals the checkpoint tensor of that
@@ -364,6 +388,7 @@ def patch(model: nn.Module, path: str | os.PathLike | None = None, *, threads: i
                 raise PatchError(f"{name}.mlp {'is' if mlp.is_hash else 'is not'} hash-routed, "
                                  f"but libmoe's layer {i} is {kind}")
             _check_weights(model, f"{name}.mlp", mlp, ckpt)
+            _check_glu_constants(family, model.config, f"{name}.mlp", mlp, path)
             plan.append((i, decoder, mlp, kind))
         elif cls in spec.dense:
             if kind != "dense":

@@ -1,6 +1,5 @@
 # hf_util — tiny transformers MoE models, checkpoints and float64 references for the hf tests.
 import copy
-import json
 import os
 import subprocess
 import warnings
@@ -35,13 +34,19 @@ _MOE = {
                         n_shared_experts=1, first_k_dense_replace=1, intermediate_size=96,
                         n_group=4, topk_group=2),
     "deepseek_v4": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
-                        n_shared_experts=1, mlp_layer_types=["hash_moe", "moe", "moe"]),
+                        n_shared_experts=1, mlp_layer_types=["hash_moe", "moe", "moe"],
+                        swiglu_limit=0.25),
     "qwen3_moe": dict(moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
                       intermediate_size=96, mlp_only_layers=[0], norm_topk_prob=True),
     "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48),
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
-                    layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                    swiglu_alpha=1.25, swiglu_limit=0.25),
 }
+# The GLU constants above are not transformers' defaults (gpt-oss 1.702 and 7, DeepSeek-V4's
+# limit 10): libmoe must read them from config.json. The limit clamps a share of the
+# projections of these tiny models (pre-activations of order 0.2). `moe gen` checkpoints
+# keep the defaults.
 
 
 def config(family, **over):
@@ -87,37 +92,23 @@ def make_model(family, seed=0):
     return model
 
 
-@torch.no_grad()
-def round_moe_to_bf16(model):
-    """Rounds every MoE block parameter and buffer to bf16-representable values, in place."""
-    for _, block in moe_blocks(model):
-        for t in list(block.parameters()) + list(block.buffers()):
-            if t.is_floating_point():
-                t.copy_(t.to(torch.bfloat16).to(t.dtype))
-    return model
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 
 def save(model, folder, dtype):
-    """save_pretrained in DTYPE; Qwen3-MoE's config gets the hub's 'num_experts' spelling
-    too (transformers writes only 'num_local_experts')."""
-    model.to(dtype).save_pretrained(folder)
-    model.to(torch.float32)
-    if model.config.model_type == "qwen3_moe":
-        add_to_config(folder, num_experts=model.config.num_experts)
+    """save_pretrained in DTYPE ('bf16', 'f16' or 'f32'), the config.json as transformers
+    writes it; returns the folder."""
+    model.to(DTYPES[dtype]).save_pretrained(folder)
     return str(folder)
 
 
-def add_to_config(folder, **fields):
-    path = os.path.join(folder, "config.json")
-    with open(path) as f:
-        cfg = json.load(f)
-    cfg.update(fields)
-    with open(path, "w") as f:
-        json.dump(cfg, f, indent=2)
-
-
-def load(folder, dtype, family=None, **kw):
-    cfg = tf.AutoConfig.from_pretrained(folder, **(dict(_COMMON, **_ATTN[family]) if family else {}))
+def load(folder, dtype, family=None, **overrides):
+    """transformers' model from FOLDER in DTYPE, the config's fields OVERRIDES replaced (and
+    FAMILY's test attention shapes added: a `moe gen` config has none); FP8 and MXFP4
+    checkpoints dequantised."""
+    attn = dict(_COMMON, **_ATTN[family]) if family else {}
+    cfg = tf.AutoConfig.from_pretrained(folder, **attn, **overrides)
+    kw = {}
     qc = getattr(cfg, "quantization_config", None) or {}
     if qc.get("quant_method") == "fp8":
         kw["quantization_config"] = tf.FineGrainedFP8Config(

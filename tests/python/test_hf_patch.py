@@ -1,4 +1,7 @@
 # test_hf_patch — libmoe.transformers.patch(): generation, the block contract, refusals.
+import json
+import os
+
 import pytest
 import torch
 
@@ -6,23 +9,11 @@ import libmoe
 import libmoe.transformers as lt
 import hf_util as hu
 
-# DeepSeek-V4 as transformers saves it is not readable by libmoe (test_hf_blocks' V4_SAVED):
-# its patched model comes from a `moe gen` FP8 checkpoint loaded by transformers.
-SAVED = [f for f in hu.FAMILIES if f != "deepseek_v4"]
 
-
-def saved_model(tmp_path, family):
-    """A tiny f32 model whose MoE weights are bf16 values, saved in bf16 and loaded in f32."""
-    folder = hu.save(hu.round_moe_to_bf16(hu.make_model(family)), tmp_path / family,
-                     torch.bfloat16)
-    return hu.load(folder, torch.float32)
-
-
-def patched_model(tmp_path, family):
-    if family == "deepseek_v4":
-        torch.manual_seed(0)  # the attention weights the gen checkpoint lacks
-        return hu.load(hu.gen(tmp_path / family, family, "fp8"), torch.float32, family)
-    return saved_model(tmp_path, family)
+def saved_model(hf_saved, family):
+    """hf_util's tiny f32 model of FAMILY as transformers saved it, loaded in f32 (a fresh
+    copy: patch() changes it)."""
+    return hu.load(hf_saved(family, "f32"), torch.float32)
 
 
 def greedy(model, ids):
@@ -30,15 +21,25 @@ def greedy(model, ids):
                           pad_token_id=0)
 
 
-@pytest.mark.parametrize("family", hu.FAMILIES)
-def test_generate_equals_unpatched(tmp_path, family):
-    model = patched_model(tmp_path, family)
+# Every family as transformers saves it (f32), and a DeepSeek-V4 FP8 `moe gen` checkpoint
+# loaded by transformers (dequantised to f32).
+GENERATE = [(f, "saved") for f in hu.FAMILIES] + [("deepseek_v4", "gen-fp8")]
+
+
+@pytest.mark.parametrize("family,source", GENERATE, ids=[f"{f}-{s}" for f, s in GENERATE])
+def test_generate_equals_unpatched(hf_saved, hf_gen, family, source):
+    if source == "saved":
+        model = saved_model(hf_saved, family)
+    else:
+        torch.manual_seed(0)  # the attention weights the gen checkpoint lacks
+        model = hu.load(hf_gen(family, "fp8"), torch.float32, family)
     ids = torch.randint(1, 64, (1, 8), generator=torch.Generator().manual_seed(3))
     want = greedy(model, ids)
     assert lt.patch(model) is model
-    n = sum(isinstance(layer.mlp, lt.LibmoeBlock) for layer in model.model.layers)
-    assert n == len([k for k in range(3) if model.model.layers[k].mlp.__class__ is
-                     lt.LibmoeBlock]) and n >= 2
+    patched = [isinstance(layer.mlp, lt.LibmoeBlock) for layer in model.model.layers]
+    assert patched == [hasattr(layer.mlp.original if p else layer.mlp, "experts")
+                       for p, layer in zip(patched, model.model.layers)]
+    assert sum(patched) >= 2
     got = greedy(model, ids)
     assert got.shape == (1, 24)
     assert torch.equal(got, want)
@@ -47,13 +48,14 @@ def test_generate_equals_unpatched(tmp_path, family):
 
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])
-def test_block_contract(tmp_path, family):
-    model = saved_model(tmp_path, family)
+def test_block_contract(hf_saved, family):
+    model = saved_model(hf_saved, family)
     i, original = hu.moe_blocks(model)[0]
     lt.patch(model)
     block = model.model.layers[i].mlp
     x = torch.randn(2, 5, hu.HIDDEN, generator=torch.Generator().manual_seed(1))
-    want = original(x)
+    with torch.no_grad():
+        want = original(x)
     got = block(x.to(torch.bfloat16))
     if family == "gpt_oss":  # (hidden_states, router_scores [T, K])
         assert isinstance(got, tuple) and got[1].shape == want[1].shape
@@ -64,11 +66,12 @@ def test_block_contract(tmp_path, family):
     assert hu.rel_error(got.float(), want.double()) < 2e-2  # bf16 input and output
     f32 = block(x)
     f32 = f32[0] if isinstance(f32, tuple) else f32
-    assert f32.dtype == torch.float32 and hu.rel_error(f32, want.double()) < 1e-5
+    # transformers' f32 block against libmoe's, both on the f32 weights.
+    assert f32.dtype == torch.float32 and hu.rel_error(f32, want.double()) < 1e-6
 
 
-def test_changed_weight_is_refused(tmp_path):
-    model = saved_model(tmp_path, "deepseek_v3")
+def test_changed_weight_is_refused(hf_saved):
+    model = saved_model(hf_saved, "deepseek_v3")
     with torch.no_grad():
         model.model.layers[2].mlp.experts.down_proj[3, 5, 7] += 1.0
     with pytest.raises(lt.PatchError, match="experts.3.down_proj.weight"):
@@ -76,8 +79,8 @@ def test_changed_weight_is_refused(tmp_path):
     assert not any(isinstance(layer.mlp, lt.LibmoeBlock) for layer in model.model.layers)
 
 
-def test_changed_correction_bias_is_refused(tmp_path):
-    model = saved_model(tmp_path, "deepseek_v3")
+def test_changed_correction_bias_is_refused(hf_saved):
+    model = saved_model(hf_saved, "deepseek_v3")
     with torch.no_grad():
         model.model.layers[1].mlp.gate.e_score_correction_bias[0] += 0.5
     with pytest.raises(lt.PatchError, match="e_score_correction_bias"):
@@ -97,31 +100,68 @@ def test_model_without_folder_needs_path():
         lt.patch(hu.make_model("mixtral"))
 
 
-def test_deepseek_v2_norm_topk_prob_is_refused(tmp_path):
-    model = saved_model(tmp_path, "deepseek_v2")
+def test_deepseek_v2_norm_topk_prob_is_refused(hf_saved):
+    model = saved_model(hf_saved, "deepseek_v2")
     model.config.norm_topk_prob = True
     with pytest.raises(lt.PatchError, match="norm_topk_prob"):
         lt.patch(model)
 
 
-def test_hash_layer_needs_input_ids(tmp_path):
-    model = patched_model(tmp_path, "deepseek_v4")
+def test_deepseek_v4_shared_experts_other_than_one_is_refused(hf_saved):
+    model = saved_model(hf_saved, "deepseek_v4")
+    model.config.n_shared_experts = 2
+    with pytest.raises(lt.PatchError, match="n_shared_experts"):
+        lt.patch(model)
+
+
+@pytest.mark.parametrize("family,field,module", [("gpt_oss", "swiglu_alpha", "experts.alpha"),
+                                                 ("deepseek_v4", "swiglu_limit", "experts.limit")])
+def test_glu_constant_other_than_the_checkpoints_is_refused(hf_saved, family, field, module):
+    """transformers' block computes with the config it was built from; libmoe reads
+    config.json: a load-time override makes them differ."""
+    model = hu.load(hf_saved(family, "f32"), torch.float32, **{field: 0.5})
+    with pytest.raises(lt.PatchError, match=f"{module} is 0.5, but {field}"):
+        lt.patch(model)
+    assert not any(isinstance(layer.mlp, lt.LibmoeBlock) for layer in model.model.layers)
+
+
+def test_what_libmoe_refuses_is_a_patch_error(hf_saved, tmp_path):
+    """A config field libmoe refuses at open (DeepSeek-V4 norm_topk_prob false: transformers'
+    V4 router renormalises whatever it says) is a PatchError chaining libmoe's error."""
+    folder = hf_saved("deepseek_v4", "f32")
+    model = saved_model(hf_saved, "deepseek_v4")
+    other = tmp_path / "v4"
+    other.mkdir()
+    (other / "model.safetensors").symlink_to(os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["norm_topk_prob"] = False
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(lt.PatchError, match="norm_topk_prob") as e:
+        lt.patch(model, other)
+    assert isinstance(e.value.__cause__, libmoe.MoeError)
+    assert not any(isinstance(layer.mlp, lt.LibmoeBlock) for layer in model.model.layers)
+
+
+def test_hash_layer_needs_input_ids(hf_saved):
+    model = saved_model(hf_saved, "deepseek_v4")
     lt.patch(model)
     block = model.model.layers[0].mlp
     assert block.kind == "hash"
     with pytest.raises(ValueError, match="input_ids"):
-        block(torch.randn(1, 3, 128))
+        block(torch.randn(1, 3, hu.HIDDEN))
 
 
-def test_experts_backend_matches_transformers(tmp_path):
-    model = saved_model(tmp_path, "qwen3_moe")
+def test_experts_backend_matches_transformers(hf_saved):
+    model = saved_model(hf_saved, "qwen3_moe")
     x = torch.randn(1, 7, hu.HIDDEN, generator=torch.Generator().manual_seed(2))
     blocks = hu.moe_blocks(model)
-    want = [block(x) for _, block in blocks]
-    lt.register_experts_backend(model)
-    assert model.config._experts_implementation == "libmoe"
-    for (_, block), w in zip(blocks, want):
-        assert block.experts.libmoe_layer is not None
-        assert hu.rel_error(block(x), w.double()) < 1e-5
+    with torch.no_grad():
+        want = [block(x) for _, block in blocks]
+        lt.register_experts_backend(model)
+        assert model.config._experts_implementation == "libmoe"
+        for (_, block), w in zip(blocks, want):
+            assert block.experts.libmoe_layer is not None
+            assert hu.rel_error(block(x), w.double()) < 1e-6
     lt.unpatch(model)
     assert "libmoe_layer" not in blocks[0][1].experts.__dict__
