@@ -15,10 +15,10 @@ FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral",
 HIDDEN = 64
 # Attention shapes small enough for a test, per family (the MoE shapes come from each config).
 _ATTN = {
-    "deepseek_v2": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=16,
-                        qk_rope_head_dim=8, v_head_dim=16),
-    "deepseek_v3": dict(num_key_value_heads=4, head_dim=8, kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=16,
-                        qk_rope_head_dim=8, v_head_dim=16),
+    "deepseek_v2": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
+    "deepseek_v3": dict(num_key_value_heads=4, head_dim=8, kv_lora_rank=16, q_lora_rank=None,
+                        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
     "deepseek_v4": dict(q_lora_rank=16, o_lora_rank=16, o_groups=2, index_n_heads=2,
                         index_head_dim=16, index_topk=8, sliding_window=8),
     "qwen3_moe": {}, "mixtral": {}, "gpt_oss": {},
