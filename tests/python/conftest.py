@@ -48,3 +48,38 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def hf_saved(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], str]:
+    """hf_saved(family, dtype) -> the folder of hf_util's tiny random FAMILY model saved by
+    transformers' save_pretrained in DTYPE ('bf16', 'f16' or 'f32'), made once per session
+    (the model is seeded: the same weights every time)."""
+    import hf_util  # torch and transformers: only the tests that use it import them
+
+    made: Dict[Tuple[str, str], str] = {}
+
+    def make(family: str, dtype: str) -> str:
+        if (family, dtype) not in made:
+            folder = tmp_path_factory.mktemp("hf_%s_%s" % (family, dtype))
+            made[family, dtype] = hf_util.save(hf_util.make_model(family), folder, dtype)
+        return made[family, dtype]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def hf_gen(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], str]:
+    """hf_gen(family, dtype) -> the folder of a `moe gen` checkpoint in the hf tests' shape
+    (hf_util.gen), made once per session."""
+    import hf_util
+
+    made: Dict[Tuple[str, str], str] = {}
+
+    def make(family: str, dtype: str) -> str:
+        if (family, dtype) not in made:
+            folder = tmp_path_factory.mktemp("hfgen_%s_%s" % (family, dtype))
+            made[family, dtype] = hf_util.gen(folder, family, dtype)
+        return made[family, dtype]
+
+    return make
