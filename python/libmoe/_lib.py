@@ -126,11 +126,26 @@ def library_path() -> str:
 
 
 def _load() -> ctypes.CDLL:
+    """Loads the library with its OpenMP runtime's idle workers sleeping, not spinning.
+
+    In a Python process libmoe's OpenMP runtime shares the cores with PyTorch's (torch bundles
+    its own): the default wait policy keeps each runtime's idle workers spinning after its
+    work, taking the cores from the other's threads (a patched model decoded slower than the
+    unpatched one; bench/NOTES.md). The runtime reads OMP_WAIT_POLICY once, as it loads, so
+    it is set to PASSIVE for the load alone when the caller has not set it, and removed
+    again: torch, or anything loaded later, sees the environment as it was.
+    """
     path = library_path()
+    passive = "OMP_WAIT_POLICY" not in os.environ
+    if passive:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:
         return ctypes.CDLL(path)
     except OSError as e:
         raise ImportError("libmoe: cannot load %s: %s" % (path, e)) from e
+    finally:
+        if passive:
+            del os.environ["OMP_WAIT_POLICY"]
 
 
 lib = _load()
