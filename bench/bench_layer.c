@@ -372,7 +372,8 @@ static void run_layer(const bench_case *c, const moe_model *model, const options
     moe_layer_options lo = {.size = sizeof lo,
                             .threads = threads,
                             .experts_recipe = recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
-                                                                        : MOE_EXPERTS_RECIPE_F32};
+                                                                        : MOE_EXPERTS_RECIPE_F32,
+                            .fixed_threads = true};
     moe_layer *layer = NULL;
     const double t0 = bench_now_ns();
     if (moe_layer_create(model, 0, &lo, &layer) != MOE_OK) die(moe_last_error());

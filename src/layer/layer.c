@@ -187,6 +187,12 @@ moe_status moe_layer_create_tuned(const moe_model *model, int layer,
         goto fail;
     }
     atomic_init(l->state, p->logits_origin ? MOE_LAYER_LOGITS_SET : 0u);
+    l->team = moe_malloc(sizeof *l->team);
+    if (!l->team) {
+        st = moe_error(MOE_ENOMEM, "moe_layer_create: allocating layer %d", layer);
+        goto fail;
+    }
+    moe_team_init(l->team, p->threads, p->fixed_threads);
     if (p->moe) {
         if ((st = create_gate(l)) || (st = router_explain(p, &l->router))) goto fail;
         const moe_ckpt *ckpt = moe_model_ckpt_of(model);
@@ -225,6 +231,7 @@ void moe_layer_destroy(moe_layer *layer)
     moe_router_destroy(layer->router);
     moe_layer_plan_free(&layer->plan);
     moe_free(layer->state);
+    moe_free(layer->team);
     moe_free(layer->explain);
     moe_free(layer->explain_old);
     moe_free(layer);

@@ -148,6 +148,11 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
     put(&t, "  threads: %d (%s)\n", p->threads,
         p->threads_default ? "default: options->threads 0 = the number of cores"
                            : "options->threads");
+    if (p->threads > 1)
+        put(&t, "  while preempted: %s\n",
+            p->fixed_threads ? "every forward on all threads (options->fixed_threads)"
+                             : "fewer threads, all tried again after a pause (default: "
+                               "options->fixed_threads false)");
     put(&t, "  recipe asked of the expert kernels: %s (%s)%s\n",
         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "f32",
         p->recipe_default ? "default: f32 gives the same bits at every ISA level"

@@ -116,6 +116,8 @@ typedef struct fwd {
     moe_trace_rec trace;
     moe_experts_job job;
     bool experts_only; /* moe_layer_forward_experts: the caller's ids and weights, no gate or route */
+    bool watch;        /* count the threads' preemptions (moe_team_watching) */
+    atomic_long preempted;
     _Atomic int route_status;
 } fwd;
 
@@ -229,7 +231,7 @@ static void route_step(fwd *f)
     }
 }
 
-static void team(fwd *f)
+static void steps(fwd *f)
 {
     /* The calling thread's entry into the team (a few microseconds on a decode step), so the
      * first step's time is its own. */
@@ -242,6 +244,26 @@ static void team(fwd *f)
         if (f->route_status != MOE_OK) return; /* read after the route loop's barrier */
     }
     moe_experts_run_team(&f->job);
+}
+
+/* Each thread's part, counting how often the kernel preempted it (layer_team.h). */
+static void team(fwd *f)
+{
+    const long before = f->watch ? moe_team_preemptions() : 0;
+    steps(f);
+    if (f->watch) atomic_fetch_add(&f->preempted, moe_team_preemptions() - before);
+}
+
+/* Runs F's steps on the team size the layer's watch chooses, and reports back. */
+static void run(fwd *f)
+{
+    moe_team *t = f->l->team;
+    const int size = moe_team_size(t, moe_team_now_ns());
+    f->watch = size > 1 && moe_team_watching(t);
+    atomic_init(&f->preempted, 0);
+#pragma omp parallel num_threads(size)
+    team(f);
+    if (f->watch) moe_team_report(t, size, atomic_load(&f->preempted), moe_team_now_ns());
 }
 
 /* Points F at the workspace and the caller's optional outputs. */
@@ -299,8 +321,7 @@ moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *arg
     f.a = args;
     moe_trace_start(&f.trace, args->trace);
     bind(&f);
-#pragma omp parallel num_threads(layer->plan.threads)
-    team(&f);
+    run(&f);
     if (f.route_status != MOE_OK)
         return moe_error(f.route_status, FWD ": layer %d: the router failed after validation",
                          layer->plan.index);
@@ -417,7 +438,6 @@ moe_status moe_layer_forward_experts(const moe_layer *layer, const moe_experts_a
     }
     f.job.weights = args->weights;
     if (!args->shared && layer->routed) f.job.always = NULL;
-#pragma omp parallel num_threads(layer->plan.threads)
-    team(&f);
+    run(&f);
     return f.job.status;
 }

@@ -10,6 +10,7 @@
 #include "experts/experts.h"
 #include "gate/gate.h"
 #include "io/checkpoint.h"
+#include "layer/layer_team.h"
 #include "model/model.h"
 #include "moe.h"
 #include "select/select.h"
@@ -56,6 +57,7 @@ typedef struct moe_layer_plan {
     moe_cpu_caps allowed;
     int threads;
     bool threads_default;
+    bool fixed_threads;       /* options->fixed_threads: no fewer threads while preempted */
     moe_expert_recipe recipe; /* asked of the expert eligibility function for every bf16 and
                                  FP8 group; MXFP4 groups are asked for their one recipe, Q8 */
     bool recipe_default;      /* not asked for by the caller (options->experts_recipe) */
@@ -146,6 +148,7 @@ struct moe_layer {
     /* bit 0: a forward has run; bit 1: the logits dtype was decided (options or a set call).
      * Separate from the layer so forward, which gets a const layer, can set it. */
     atomic_uint *state;
+    moe_team *team; /* how many threads forwards run on now (layer_team.h) */
     char *explain;     /* the current text */
     char *explain_old; /* the text before moe_layer_set_logits_dtype, kept for old pointers */
 };

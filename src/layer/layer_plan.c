@@ -18,6 +18,7 @@
 /* The bytes of moe_layer_options this version needs, and those that hold experts_recipe. */
 #define OPTIONS_MIN_SIZE (offsetof(moe_layer_options, logits_dtype) + sizeof(moe_dtype))
 #define RECIPE_END (offsetof(moe_layer_options, experts_recipe) + sizeof(moe_experts_recipe))
+#define FIXED_THREADS_END (offsetof(moe_layer_options, fixed_threads) + sizeof(bool))
 
 const char *const moe_layer_group_label[MOE_LG_COUNT_] = {"routed experts", "shared experts",
                                                           "dense mlp"};
@@ -29,6 +30,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
     int threads = 0;
     moe_dtype logits = MOE_DTYPE_INVALID;
     moe_experts_recipe recipe = MOE_EXPERTS_RECIPE_DEFAULT;
+    bool fixed = false;
     if (o) {
         if (o->size < OPTIONS_MIN_SIZE)
             return moe_error(MOE_EINVAL,
@@ -38,6 +40,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
         threads = o->threads;
         logits = o->logits_dtype;
         if (o->size >= RECIPE_END) recipe = o->experts_recipe;
+        if (o->size >= FIXED_THREADS_END) fixed = o->fixed_threads;
     }
     if (threads < 0 || threads > MAX_THREADS)
         return moe_error(MOE_EINVAL,
@@ -58,6 +61,7 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
     p->threads_default = threads == 0;
     if (threads == 0) threads = omp_get_num_procs();
     p->threads = threads > 0 ? threads : 1;
+    p->fixed_threads = fixed;
     p->logits_origin = logits == MOE_DTYPE_INVALID ? 0 : 1;
     p->logits_dtype = logits == MOE_DTYPE_INVALID ? MOE_DTYPE_F32 : logits;
     p->recipe_default = recipe == MOE_EXPERTS_RECIPE_DEFAULT;

@@ -120,6 +120,51 @@ moe_status moe_cfg_str(const moe_cfg *c, const char *key, bool required, const c
     return MOE_OK;
 }
 
+moe_status moe_cfg_int_either(const moe_cfg *c, const char *key, const char *alias, bool required,
+                              int64_t def, int64_t lo, int64_t hi, int64_t *out, const char **used)
+{
+    const bool has_key = moe_cfg_has(c, key), has_alias = moe_cfg_has(c, alias);
+    int64_t a = def, b = def;
+    moe_status st;
+    if (has_key && (st = moe_cfg_int(c, key, true, def, lo, hi, &a))) return st;
+    if (has_alias && (st = moe_cfg_int(c, alias, true, def, lo, hi, &b))) return st;
+    if (!has_key && !has_alias && required)
+        return moe_cfg_fail(c, MOE_EMISSING, key, "required field is missing (nor is %s%s present)",
+                            c->prefix, alias);
+    if (has_key && has_alias && a != b)
+        return moe_cfg_fail(c, MOE_ECONFIG, key, "%lld disagrees with %s%s = %lld", (long long)a,
+                            c->prefix, alias, (long long)b);
+    *out = has_key ? a : has_alias ? b : def;
+    if (used) *used = has_key || !has_alias ? key : alias;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_check_act(const moe_cfg *c)
+{
+    /* transformers' ACT2FN maps both names to x·sigmoid(x). */
+    const char *act;
+    moe_status st = moe_cfg_str(c, "hidden_act", false, "silu", &act);
+    if (st) return st;
+    if (strcmp(act, "silu") && strcmp(act, "swish"))
+        return moe_cfg_fail(c, MOE_EUNSUPPORTED, "hidden_act",
+                            "'%.64s' is not supported (only silu, which transformers also calls "
+                            "swish)",
+                            act);
+    return MOE_OK;
+}
+
+moe_status moe_cfg_check_no_mlp_bias(const moe_cfg *c)
+{
+    bool bias;
+    moe_status st = moe_cfg_bool(c, "mlp_bias", false, false, &bias);
+    if (st) return st;
+    if (bias)
+        return moe_cfg_fail(c, MOE_EUNSUPPORTED, "mlp_bias",
+                            "true is not supported (the MLPs of this model_type have no biases "
+                            "in libmoe)");
+    return MOE_OK;
+}
+
 moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d)
 {
     int64_t layers, hidden, vocab;
@@ -162,11 +207,17 @@ static moe_status quant_fp8(const moe_cfg *q, moe_cfg_quant_info *out)
     if (strcmp(scheme, "dynamic"))
         return moe_cfg_fail(q, MOE_EUNSUPPORTED, "activation_scheme",
                             "'%.64s' is not supported (only dynamic)", scheme);
-    st = moe_cfg_str(q, "scale_fmt", false, "", &scale_fmt);
+    /* transformers' FineGrainedFP8Config writes "float" (f32 scales) unless told "ue8m0". */
+    st = moe_cfg_str(q, "scale_fmt", false, "float", &scale_fmt);
     if (st) return st;
-    if (*scale_fmt && strcmp(scale_fmt, "ue8m0"))
+    if (strcmp(scale_fmt, "float") && strcmp(scale_fmt, "ue8m0"))
         return moe_cfg_fail(q, MOE_EUNSUPPORTED, "scale_fmt",
-                            "'%.64s' is not supported (only ue8m0)", scale_fmt);
+                            "'%.64s' is not supported (supported: float, ue8m0)", scale_fmt);
+    st = moe_cfg_str(q, "expert_dtype", false, NULL, &out->expert_dtype);
+    if (st) return st;
+    if (out->expert_dtype && strcmp(out->expert_dtype, "fp8") && strcmp(out->expert_dtype, "fp4"))
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "expert_dtype",
+                            "'%.64s' is not supported (supported: fp8, fp4)", out->expert_dtype);
     const json_t *bs = json_object_get(q->obj, "weight_block_size");
     if (!bs || json_is_null(bs))
         return moe_cfg_fail(q, MOE_EUNSUPPORTED, "weight_block_size",
@@ -185,13 +236,13 @@ static moe_status quant_fp8(const moe_cfg *q, moe_cfg_quant_info *out)
                             "only [128, 128] is supported (got %zu elements, [%lld, %lld])",
                             json_array_size(bs), (long long)b[0], (long long)b[1]);
     out->kind = MOE_QUANT_FP8_BLOCK;
-    out->scale_ue8m0 = *scale_fmt != '\0';
+    out->scale_ue8m0 = !strcmp(scale_fmt, "ue8m0");
     return MOE_OK;
 }
 
 moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_info *out)
 {
-    moe_cfg_quant_info info = {MOE_QUANT_NONE, false};
+    moe_cfg_quant_info info = {MOE_QUANT_NONE, false, NULL};
     const json_t *v = cfg_get(c, "quantization_config");
     if (!v) {
         *out = info;
@@ -213,6 +264,16 @@ moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_
                             method, allow_mxfp4 ? ", mxfp4" : "");
     }
     *out = info;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_plain_format(const moe_cfg *c, const moe_cfg_quant_info *q,
+                                moe_weight_format *out)
+{
+    if (q->expert_dtype && !strcmp(q->expert_dtype, "fp4"))
+        return moe_cfg_fail(c, MOE_EUNSUPPORTED, "quantization_config.expert_dtype",
+                            "'fp4' is supported for deepseek_v4 only");
+    *out = q->kind == MOE_QUANT_FP8_BLOCK ? MOE_WFMT_FP8_BLOCK : MOE_WFMT_BF16;
     return MOE_OK;
 }
 

@@ -45,6 +45,20 @@ moe_status moe_cfg_fail(const moe_cfg *c, moe_status status, const char *key, co
 
 /* ---- Fields several families read the same way --------------------------------------- */
 
+/* An integer a config may spell KEY or ALIAS (transformers' attribute_map: configs written by
+ * transformers 5 use one name, hub configs the other). Either may be absent; both present with
+ * different values is MOE_ECONFIG naming both. *USED (may be NULL) gets the name present (KEY
+ * when both or neither are), for later messages. */
+moe_status moe_cfg_int_either(const moe_cfg *c, const char *key, const char *alias, bool required,
+                              int64_t def, int64_t lo, int64_t hi, int64_t *out, const char **used);
+
+/* hidden_act must be "silu" (or "swish", the same function in transformers' ACT2FN), the
+ * activation of every SiLU-GLU MLP libmoe computes; anything else is MOE_EUNSUPPORTED. */
+moe_status moe_cfg_check_act(const moe_cfg *c);
+
+/* mlp_bias (deepseek_v2, deepseek_v4) must be absent or false: MOE_EUNSUPPORTED otherwise. */
+moe_status moe_cfg_check_no_mlp_bias(const moe_cfg *c);
+
 /* num_hidden_layers, hidden_size, vocab_size (optional; 0 when absent) and
  * torch_dtype (or the newer "dtype"; default bfloat16) into D. */
 moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d);
@@ -58,12 +72,18 @@ typedef enum moe_cfg_quant {
 
 typedef struct moe_cfg_quant_info {
     moe_cfg_quant kind;
-    bool scale_ue8m0; /* scale_fmt "ue8m0" */
+    bool scale_ue8m0;         /* scale_fmt "ue8m0" (absent or "float": f32 scales) */
+    const char *expert_dtype; /* fp8: "fp8", "fp4" or NULL when absent (points into the JSON) */
 } moe_cfg_quant_info;
 
 /* Reads quantization_config. ALLOW_MXFP4 is true for gpt-oss only. Any other quant_method,
- * fmt or block size is MOE_EUNSUPPORTED naming it. */
+ * fmt, scale_fmt, expert_dtype or block size is MOE_EUNSUPPORTED naming it. */
 moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_info *out);
+
+/* The expert format of a non-V4 family from its quantization: FP8_BLOCK or BF16; an
+ * expert_dtype "fp4" is MOE_EUNSUPPORTED (only deepseek_v4 has fp4 experts). */
+moe_status moe_cfg_plain_format(const moe_cfg *c, const moe_cfg_quant_info *q,
+                                moe_weight_format *out);
 
 /* The plain SiLU-GLU MLP description in format BF16 or FP8_BLOCK (with SCALE for FP8). */
 moe_mlp_desc moe_cfg_mlp(int64_t hidden, int64_t intermediate, moe_weight_format format,

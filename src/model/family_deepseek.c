@@ -11,13 +11,16 @@ typedef struct ds_fields {
     int64_t experts, top_k, moe_inter, inter, n_shared, first_dense, freq, n_group, topk_group;
     double rsf;
     bool norm;
-    const char *method, *scoring;
+    const char *method, *scoring, *experts_key;
 } ds_fields;
 
-static moe_status read_counts(const moe_cfg *c, ds_fields *f)
+static moe_status read_counts(const moe_cfg *c, moe_family family, ds_fields *f)
 {
-    moe_status st =
-        moe_cfg_int(c, "n_routed_experts", true, 0, 0, MOE_CFG_MAX_EXPERTS, &f->experts);
+    /* transformers' attribute_map: deepseek_v2 also takes num_experts, deepseek_v3 (and
+     * kimi_k2, which it reads as deepseek_v3) num_local_experts. */
+    const char *alias = family == MOE_FAMILY_DEEPSEEK_V2 ? "num_experts" : "num_local_experts";
+    moe_status st = moe_cfg_int_either(c, "n_routed_experts", alias, true, 0, 0,
+                                       MOE_CFG_MAX_EXPERTS, &f->experts, &f->experts_key);
     if (st) return st;
     st =
         moe_cfg_int(c, "num_experts_per_tok", f->experts > 0, 1, 1, MOE_CFG_MAX_EXPERTS, &f->top_k);
@@ -90,10 +93,8 @@ static bool ds_is_moe(const ds_fields *f, int layer)
 }
 
 static moe_status fill_layers(const moe_cfg *c, const ds_fields *f, const moe_routing_desc *r,
-                              const moe_cfg_quant_info *q, moe_model_desc *d)
+                              moe_weight_format fmt, moe_model_desc *d)
 {
-    const moe_weight_format fmt =
-        q->kind == MOE_QUANT_FP8_BLOCK ? MOE_WFMT_FP8_BLOCK : MOE_WFMT_BF16;
     /* V3.1's scale_fmt "ue8m0" rounds scales to powers of two but still stores them as f32
      * weight_scale_inv, so the scale dtype does not follow it here. */
     moe_status st = moe_cfg_alloc_layers(c, d);
@@ -121,7 +122,11 @@ moe_status moe_family_deepseek_parse(const moe_cfg *c, moe_family family, moe_mo
     memset(&f, 0, sizeof f);
     moe_status st = moe_cfg_common(c, d);
     if (st) return st;
-    if ((st = read_counts(c, &f)) || (st = read_routing(c, family, &f))) return st;
+    if ((st = read_counts(c, family, &f)) || (st = read_routing(c, family, &f)) ||
+        (st = moe_cfg_check_act(c)))
+        return st;
+    /* Only deepseek_v2's config class has mlp_bias (biases on every MLP). */
+    if (family == MOE_FAMILY_DEEPSEEK_V2 && (st = moe_cfg_check_no_mlp_bias(c))) return st;
     bool any_dense = false, any_moe = false;
     for (int i = 0; i < d->n_layers; i++) {
         any_moe |= ds_is_moe(&f, i);
@@ -138,11 +143,13 @@ moe_status moe_family_deepseek_parse(const moe_cfg *c, moe_family family, moe_mo
     memset(&r, 0, sizeof r);
     /* Names are checked even when every layer is dense; the counts only matter for MoE. */
     if ((st = map_routing(c, &f, &r))) return st;
-    if (any_moe && (st = moe_cfg_check_routing(c, &r, "n_routed_experts", "num_experts_per_tok")))
+    if (any_moe && (st = moe_cfg_check_routing(c, &r, f.experts_key, "num_experts_per_tok")))
         return st;
     moe_cfg_quant_info q;
-    if ((st = moe_cfg_quant_read(c, false, &q))) return st;
-    return fill_layers(c, &f, &r, &q, d);
+    moe_weight_format fmt;
+    if ((st = moe_cfg_quant_read(c, false, &q)) || (st = moe_cfg_plain_format(c, &q, &fmt)))
+        return st;
+    return fill_layers(c, &f, &r, fmt, d);
 }
 
 static const moe_mlp_names ds_names = {"gate_proj", "up_proj", "down_proj", "weight",

@@ -6,8 +6,21 @@
 #include "core/error.h"
 #include "model/family.h"
 
-/* The GLU slope of gpt-oss: g·sigmoid(1.702·g), fixed in the model code, not in config.json. */
-#define GPT_OSS_ALPHA 1.702f
+/* The defaults of transformers' GptOssConfig: the GLU g·sigmoid(alpha·g)·(u + 1) with the
+ * gate clamped to <= limit and the up projection to ±limit. */
+#define GPT_OSS_ALPHA 1.702
+#define GPT_OSS_LIMIT 7.0
+
+/* A positive float of the GLU: finite, > 0 and representable in f32. */
+static moe_status read_glu_param(const moe_cfg *c, const char *key, double def, float *out)
+{
+    double v;
+    moe_status st = moe_cfg_num(c, key, false, def, 0.0, FLT_MAX, &v);
+    if (st) return st;
+    if (!(v > 0.0)) return moe_cfg_fail(c, MOE_ECONFIG, key, "%g must be > 0", v);
+    *out = (float)v;
+    return MOE_OK;
+}
 
 /* top-k is "num_experts_per_tok" in the HF config and "experts_per_token" in OpenAI's. */
 static moe_status read_top_k(const moe_cfg *c, int64_t *out)
@@ -34,13 +47,12 @@ static moe_status read_top_k(const moe_cfg *c, int64_t *out)
 static moe_status read_experts(const moe_cfg *c, const moe_model_desc *d, moe_mlp_desc *m)
 {
     int64_t inter;
-    double limit;
+    float limit, alpha;
     moe_status st = moe_cfg_int(c, "intermediate_size", true, 0, 1, MOE_CFG_MAX_DIM, &inter);
     if (st) return st;
-    st = moe_cfg_num(c, "swiglu_limit", false, 7.0, 0.0, FLT_MAX, &limit);
-    if (st) return st;
-    if (!(limit > 0.0))
-        return moe_cfg_fail(c, MOE_ECONFIG, "swiglu_limit", "%g must be > 0", limit);
+    if ((st = read_glu_param(c, "swiglu_limit", GPT_OSS_LIMIT, &limit)) ||
+        (st = read_glu_param(c, "swiglu_alpha", GPT_OSS_ALPHA, &alpha)))
+        return st;
     moe_cfg_quant_info q;
     if ((st = moe_cfg_quant_read(c, true, &q))) return st;
     if (q.kind == MOE_QUANT_FP8_BLOCK)
@@ -53,8 +65,8 @@ static moe_status read_experts(const moe_cfg *c, const moe_model_desc *d, moe_ml
                             (long long)(d->hidden % 32 ? d->hidden : inter));
     *m = moe_cfg_mlp(d->hidden, inter, mx ? MOE_WFMT_MXFP4 : MOE_WFMT_BF16, MOE_DTYPE_INVALID);
     m->activation = MOE_ACT_GPTOSS_GLU;
-    m->swiglu_limit = (float)limit;
-    m->alpha = GPT_OSS_ALPHA;
+    m->swiglu_limit = limit;
+    m->alpha = alpha;
     m->has_bias = true;
     return MOE_OK;
 }
@@ -62,9 +74,13 @@ static moe_status read_experts(const moe_cfg *c, const moe_model_desc *d, moe_ml
 moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d)
 {
     int64_t experts = 0, k = 0;
+    /* hidden_act is not read: transformers' GptOssExperts computes the GLU above whatever it
+     * says. */
     moe_status st = moe_cfg_common(c, d);
     if (st) return st;
-    st = moe_cfg_int(c, "num_local_experts", true, 0, 1, MOE_CFG_MAX_EXPERTS, &experts);
+    const char *experts_key;
+    st = moe_cfg_int_either(c, "num_local_experts", "num_experts", true, 0, 1, MOE_CFG_MAX_EXPERTS,
+                            &experts, &experts_key);
     if (st) return st;
     if ((st = read_top_k(c, &k))) return st;
     moe_routing_desc r;
@@ -77,7 +93,7 @@ moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d)
     r.has_router_bias = true;
     r.norm_topk_prob = true; /* the softmax over the selected k sums to 1 */
     r.routed_scaling_factor = 1.0f;
-    if ((st = moe_cfg_check_routing(c, &r, "num_local_experts", "num_experts_per_tok"))) return st;
+    if ((st = moe_cfg_check_routing(c, &r, experts_key, "num_experts_per_tok"))) return st;
     moe_mlp_desc m;
     if ((st = read_experts(c, d, &m))) return st;
     if ((st = moe_cfg_alloc_layers(c, d))) return st;

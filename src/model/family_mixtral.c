@@ -10,8 +10,11 @@ moe_status moe_family_mixtral_parse(const moe_cfg *c, moe_model_desc *d)
     int64_t experts, k, inter;
     moe_status st = moe_cfg_common(c, d);
     if (st) return st;
-    st = moe_cfg_int(c, "num_local_experts", true, 0, 1, MOE_CFG_MAX_EXPERTS, &experts);
+    const char *experts_key;
+    st = moe_cfg_int_either(c, "num_local_experts", "num_experts", true, 0, 1, MOE_CFG_MAX_EXPERTS,
+                            &experts, &experts_key);
     if (st) return st;
+    if ((st = moe_cfg_check_act(c))) return st;
     st = moe_cfg_int(c, "num_experts_per_tok", true, 0, 1, MOE_CFG_MAX_EXPERTS, &k);
     if (st) return st;
     st = moe_cfg_int(c, "intermediate_size", true, 0, 1, MOE_CFG_MAX_DIM, &inter);
@@ -25,11 +28,12 @@ moe_status moe_family_mixtral_parse(const moe_cfg *c, moe_model_desc *d)
     r.n_group = r.topk_group = 1;
     r.norm_topk_prob = true; /* Mixtral always renormalises; its config has no switch */
     r.routed_scaling_factor = 1.0f;
-    if ((st = moe_cfg_check_routing(c, &r, "num_local_experts", "num_experts_per_tok"))) return st;
+    if ((st = moe_cfg_check_routing(c, &r, experts_key, "num_experts_per_tok"))) return st;
+    /* router_jitter_noise multiplies the input by noise in training only: not read. */
     moe_cfg_quant_info q;
-    if ((st = moe_cfg_quant_read(c, false, &q))) return st;
-    const moe_weight_format fmt =
-        q.kind == MOE_QUANT_FP8_BLOCK ? MOE_WFMT_FP8_BLOCK : MOE_WFMT_BF16;
+    moe_weight_format fmt;
+    if ((st = moe_cfg_quant_read(c, false, &q)) || (st = moe_cfg_plain_format(c, &q, &fmt)))
+        return st;
     if ((st = moe_cfg_alloc_layers(c, d))) return st;
     for (int i = 0; i < d->n_layers; i++) {
         d->layers[i].kind = MOE_LAYER_MOE;

@@ -46,7 +46,8 @@ static moe_status plan_layers(const moe_cfg *c, int n_layers, int64_t experts, b
     return MOE_OK;
 }
 
-static moe_status read_routing(const moe_cfg *c, int64_t experts, moe_routing_desc *r)
+static moe_status read_routing(const moe_cfg *c, int64_t experts, const char *experts_key,
+                               moe_routing_desc *r)
 {
     int64_t k;
     moe_status st = moe_cfg_int(c, "num_experts_per_tok", true, 0, 1, MOE_CFG_MAX_EXPERTS, &k);
@@ -60,29 +61,34 @@ static moe_status read_routing(const moe_cfg *c, int64_t experts, moe_routing_de
     r->routed_scaling_factor = 1.0f;
     st = moe_cfg_bool(c, "norm_topk_prob", false, false, &r->norm_topk_prob);
     if (st) return st;
-    return moe_cfg_check_routing(c, r, "num_experts", "num_experts_per_tok");
+    return moe_cfg_check_routing(c, r, experts_key, "num_experts_per_tok");
 }
 
 static moe_status parse_with(const moe_cfg *c, moe_model_desc *d, bool *dense)
 {
     int64_t experts, moe_inter = 0, inter = 0;
-    moe_status st = moe_cfg_int(c, "num_experts", true, 0, 0, MOE_CFG_MAX_EXPERTS, &experts);
+    const char *experts_key;
+    /* Hub configs say num_experts; transformers 5 writes num_local_experts (its attribute_map
+     * makes the two one field). */
+    moe_status st = moe_cfg_int_either(c, "num_experts", "num_local_experts", true, 0, 0,
+                                       MOE_CFG_MAX_EXPERTS, &experts, &experts_key);
     if (st) return st;
+    if ((st = moe_cfg_check_act(c))) return st;
     bool any_dense, any_moe;
     if ((st = plan_layers(c, d->n_layers, experts, dense, &any_dense, &any_moe))) return st;
     moe_routing_desc r;
     memset(&r, 0, sizeof r);
     if (any_moe) {
-        if ((st = read_routing(c, experts, &r))) return st;
+        if ((st = read_routing(c, experts, experts_key, &r))) return st;
         st = moe_cfg_int(c, "moe_intermediate_size", true, 0, 1, MOE_CFG_MAX_DIM, &moe_inter);
         if (st) return st;
     }
     st = moe_cfg_int(c, "intermediate_size", any_dense, 0, 1, MOE_CFG_MAX_DIM, &inter);
     if (st) return st;
     moe_cfg_quant_info q;
-    if ((st = moe_cfg_quant_read(c, false, &q))) return st;
-    const moe_weight_format fmt =
-        q.kind == MOE_QUANT_FP8_BLOCK ? MOE_WFMT_FP8_BLOCK : MOE_WFMT_BF16;
+    moe_weight_format fmt;
+    if ((st = moe_cfg_quant_read(c, false, &q)) || (st = moe_cfg_plain_format(c, &q, &fmt)))
+        return st;
     if ((st = moe_cfg_alloc_layers(c, d))) return st;
     for (int i = 0; i < d->n_layers; i++) {
         moe_layer_desc *l = &d->layers[i];

@@ -1,4 +1,5 @@
-/* model_info.c — moe_model_get_info, moe_model_get_layer_info: the sizes a caller's buffers need. */
+/* model_info.c — moe_model_get_info, moe_model_get_layer_info: the sizes a caller's buffers need.
+ */
 #include <string.h>
 
 #include "core/error.h"

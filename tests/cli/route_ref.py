@@ -15,7 +15,7 @@ the routing methods, then compares with what `moe route` wrote:
   head SRC DST N         write the first N rows of a 2-D array
   batch CMD ARGS ; CMD ARGS ; ...   several of the above in one process
 
-Tolerances (DESIGN.md): ids exact except where two of the reference's keys that decide the
+Tolerances (docs/design.md): ids exact except where two of the reference's keys that decide the
 selection are within 1e-5 (relative) without being equal; weights within 1e-5 relative.
 """
 import json

@@ -22,7 +22,7 @@
                                     `moe route`), the routed experts and shared experts from
                                     the checkpoint's weights: relative Frobenius error of Y
                                     <= 1e-2 (bf16 activations), <= 2e-2 for MXFP4 experts
-                                    (activations quantised per 32-block to int8: DESIGN.md),
+                                    (activations quantised per 32-block to int8: docs/design.md),
                                     and <= 1e-4 against a reference that quantises x and h
                                     as the q8 recipe does.
                                     qwen3_moe, mixtral, deepseek_v2/v3, kimi_k2 (bf16 or FP8

@@ -355,7 +355,7 @@ static const void *pack_ref(const xset *xs, const mat *a, const mat *b, guarded 
 
 static bool is_bf16_recipe(const xset *xs) { return xs->set->recipe == MOE_RECIPE_BF16; }
 
-/* Against the exact activations a recipe with bf16 activations must stay within DESIGN.md's
+/* Against the exact activations a recipe with bf16 activations must stay within docs/design.md's
  * 1e-2 overall: the cases' relative errors pooled (weighted by their outputs), as a block
  * output pools many rows. A small case alone (ten outputs of one row) strays above it by
  * chance (2.1e-2 seen, with the random draws of a run that skipped other sets), so each case

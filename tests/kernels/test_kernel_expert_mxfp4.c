@@ -299,7 +299,7 @@ static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat 
 
 /* ---- One case: a kernel set, a shape, an activation, a bias, scales --------------------- */
 
-/* Against the exact activations the Q8 recipe must stay within DESIGN.md's 2e-2 overall: the
+/* Against the exact activations the Q8 recipe must stay within docs/design.md's 2e-2 overall: the
  * cases' relative errors pooled (weighted by their outputs), as a block output pools many
  * rows. One small case alone (a single block of one row) may stray a little above it by
  * chance, so each case is only held to 5e-2. */

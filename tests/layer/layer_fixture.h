@@ -111,16 +111,27 @@ static const fam_case fam_cases[] = {
      "\"expert_dtype\":\"fp4\",\"quantization_config\":{\"quant_method\":\"fp8\","
      "\"fmt\":\"e4m3\",\"weight_block_size\":[128,128]}}",
      1, 0},
+    /* As transformers 5 saves a DeepSeek-V4 model: mlp_layer_types instead of num_hash_layers
+     * (here a hash layer after a score-routed one), no quantization_config, so float experts;
+     * the rest from DeepseekV4Config's defaults (renormalised, scaling 1.5, limit 10). */
+    {"deepseek_v4_bf16",
+     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"moe_intermediate_size\":96,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+     "\"n_shared_experts\":1,\"mlp_layer_types\":[\"moe\",\"hash_moe\"],\"vocab_size\":1000,"
+     "\"scoring_func\":\"sqrtsoftplus\",\"hidden_act\":\"silu\",\"dtype\":\"bfloat16\"}",
+     0, 1},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
 /* The public request for an internal recipe (MOE_RECIPE_F32 or MOE_RECIPE_BF16), and the
- * options of a layer with THREADS threads asking for it. */
+ * options of a layer with THREADS threads asking for it, every forward on all of them (a busy
+ * machine must not take the tests' many-thread paths away: layer_team.h). */
 static inline moe_layer_options fx_options(int threads, int recipe)
 {
     const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID,
                                  recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
-                                                           : MOE_EXPERTS_RECIPE_F32};
+                                                           : MOE_EXPERTS_RECIPE_F32,
+                                 true};
     return o;
 }
 

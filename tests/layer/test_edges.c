@@ -8,7 +8,7 @@
 
 /*
  * The reference is float64 from the checkpoint (layer_fixture.h, route_oracle.h), with the
- * tolerances of DESIGN.md: logits 1e-5 of sum |x·w|, routing ids exact except at the oracle's
+ * tolerances of docs/design.md: logits 1e-5 of sum |x·w|, routing ids exact except at the oracle's
  * near-ties, combine weights 1e-5, block output relative Frobenius error 1e-2.
  *
  * Denormals: a forward leaves MXCSR's control bits as they were (checked). The f32 kernels

@@ -537,10 +537,9 @@ static int idx_not_object(void)
 
 /* ---- config.json ---- */
 
-/* A folder whose config.json is the base config with FROM replaced by TO (FROM must occur). */
-static int cfg_case(const char *from, const char *to)
+/* A folder whose config.json is BASE with FROM replaced by TO (FROM must occur). */
+static int cfg_case_in(const char *base, const char *from, const char *to)
 {
-    const char *base = fam_cases[1].config;
     const char *at = strstr(base, from);
     REQUIRE(at);
     char text[2048], d[128], p[256];
@@ -549,6 +548,12 @@ static int cfg_case(const char *from, const char *to)
     path_in(p, sizeof p, d, "config.json");
     write_text(p, text);
     return open_case(d);
+}
+
+/* The same from the deepseek_v3 base config. */
+static int cfg_case(const char *from, const char *to)
+{
+    return cfg_case_in(fam_cases[1].config, from, to);
 }
 
 static int cfg_absent(void)
@@ -575,6 +580,28 @@ static int cfg_topk_group(void) { return cfg_case("\"topk_group\":2", "\"topk_gr
 static int cfg_group_of_one(void)
 {
     return cfg_case("\"n_group\":4,\"topk_group\":2", "\"n_group\":16,\"topk_group\":4");
+}
+static int cfg_count_names(void)
+{
+    return cfg_case("\"n_routed_experts\":16", "\"n_routed_experts\":16,\"num_local_experts\":8");
+}
+static int cfg_hidden_act(void)
+{
+    return cfg_case("\"scoring_func\"", "\"hidden_act\":\"gelu\",\"scoring_func\"");
+}
+static int cfg_swiglu_alpha(void)
+{
+    return cfg_case_in(fam_cases[6].config, "\"swiglu_limit\"",
+                       "\"swiglu_alpha\":0,\"swiglu_limit\"");
+}
+static int cfg_mlp_layer_types(void)
+{
+    return cfg_case_in(fam_cases[11].config, "[\"moe\",\"hash_moe\"]", "[\"moe\",\"dense\"]");
+}
+static int cfg_hash_layers_disagree(void)
+{
+    return cfg_case_in(fam_cases[11].config, "\"vocab_size\"",
+                       "\"num_hash_layers\":1,\"vocab_size\"");
 }
 static int cfg_scoring(void) { return cfg_case("\"sigmoid\"", "\"tanh\""); }
 static int cfg_rsf(void)
@@ -1288,7 +1315,27 @@ static const matrix_case cases[] = {
     {"config.json", "hidden_size negative", OPEN, false, MOE_ECONFIG,
      "*/config.json: field 'hidden_size': -320 is outside [1, 1048576]", cfg_negative},
     {"config.json", "n_routed_experts absent", OPEN, false, MOE_EMISSING,
-     "*/config.json: field 'n_routed_experts': required field is missing", cfg_missing},
+     "*/config.json: field 'n_routed_experts': required field is missing (nor is "
+     "num_local_experts present)",
+     cfg_missing},
+    {"config.json", "n_routed_experts and num_local_experts disagree", OPEN, false, MOE_ECONFIG,
+     "*/config.json: field 'n_routed_experts': 16 disagrees with num_local_experts = 8",
+     cfg_count_names},
+    {"config.json", "hidden_act gelu", OPEN, false, MOE_EUNSUPPORTED,
+     "*/config.json: field 'hidden_act': 'gelu' is not supported (only silu, which transformers "
+     "also calls swish)",
+     cfg_hidden_act},
+    {"config.json", "gpt-oss swiglu_alpha 0", OPEN, false, MOE_ECONFIG,
+     "*/config.json: field 'swiglu_alpha': 0 must be > 0", cfg_swiglu_alpha},
+    {"config.json", "DeepSeek-V4 mlp_layer_types entry 'dense'", OPEN, false, MOE_ECONFIG,
+     "*/config.json: field 'mlp_layer_types': element 1 'dense' is not one of \"hash_moe\", "
+     "\"moe\"",
+     cfg_mlp_layer_types},
+    {"config.json", "DeepSeek-V4 mlp_layer_types and num_hash_layers disagree", OPEN, false,
+     MOE_ECONFIG,
+     "*/config.json: field 'mlp_layer_types': element 0 'moe' disagrees with num_hash_layers = 1 "
+     "(layers below it are \"hash_moe\", the rest \"moe\")",
+     cfg_hash_layers_disagree},
     {"config.json", "a key twice", OPEN, false, MOE_EDUPLICATE,
      "*/config.json: line 1: key 'hidden_size' appears twice in one object", cfg_dup},
     {"config.json", "num_experts_per_tok 17 of 16 experts", OPEN, false, MOE_ECONFIG,

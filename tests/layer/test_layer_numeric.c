@@ -429,7 +429,7 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
                                          ? MOE_RECIPE_Q8
                                          : (moe_expert_recipe)recipe),
                    "%s: kernel set %s", what, g->ks->name);
-        /* DESIGN.md: 1e-2 for bf16 (or f32) activations, 2e-2 where they are quantised per
+        /* docs/design.md: 1e-2 for bf16 (or f32) activations, 2e-2 where they are quantised per
          * 32-block to int8 (the Q8 recipe of MXFP4 groups). */
         const bool q8 = moe_layer_q8_group(&l->plan) != NULL;
         CHECKF(rel <= (q8 ? 2e-2 : 1e-2),

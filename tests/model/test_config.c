@@ -91,6 +91,23 @@ static const want wants[] = {
      {MOE_ROUTE_TOPK_SOFTMAX, MOE_SCORE_SOFTMAX, 128, 4, 1, 1, false, true, true, 1.0f},
      {2880, 0, 0, MOE_WFMT_MXFP4, MOE_WFMT_BF16, MOE_DTYPE_F8_E8M0, MOE_DTYPE_INVALID,
       MOE_ACT_GPTOSS_GLU, 7.0f, 1.702f}},
+    /* Written by transformers 5.25's save_pretrained from each config class's defaults: the
+     * expected values are those classes' defaults (configuration_*.py). */
+    {{"qwen3-moe-transformers5.json", "qwen3_moe", MOE_FAMILY_QWEN3_MOE},
+     {24, 2048, 151936, 0, 0},
+     {MOE_ROUTE_SOFTMAX_TOPK, MOE_SCORE_SOFTMAX, 128, 8, 1, 1, false, false, false, 1.0f},
+     {768, 0, 0, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    {{"deepseek-v4-transformers5.json", "deepseek_v4", MOE_FAMILY_DEEPSEEK_V4},
+     {43, 4096, 129280, 0, 3},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SQRTSOFTPLUS, 256, 6, 1, 1, true, false, true, 1.5f},
+     {2048, 0, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU_CLAMP, 10.0f, 0}},
+    {{"gpt-oss-transformers5.json", "gpt_oss", MOE_FAMILY_GPT_OSS},
+     {36, 2880, 201088, 0, 0},
+     {MOE_ROUTE_TOPK_SOFTMAX, MOE_SCORE_SOFTMAX, 128, 4, 1, 1, false, true, true, 1.0f},
+     {2880, 0, 0, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_GPTOSS_GLU, 7.0f, 1.702f}},
 };
 
 static int blocks_out(moe_weight_format f)
@@ -368,6 +385,28 @@ static void test_gpt_oss_variants(void)
                 "experts_per_token");
     parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_limit\":0"), MOE_ECONFIG,
                 "swiglu_limit");
+    /* swiglu_alpha (transformers' GptOssConfig; 1.702 when absent) reaches the activation. */
+    if (parse_ok(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_alpha\":1.25,\"swiglu_limit\":3"),
+                 &d)) {
+        CHECK(d.layers[0].experts.alpha == 1.25f && d.layers[1].experts.alpha == 1.25f);
+        CHECK(d.layers[0].experts.swiglu_limit == 3.0f);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_alpha\":0"), MOE_ECONFIG,
+                "field 'swiglu_alpha': 0 must be > 0");
+    parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_alpha\":-1.702"), MOE_ECONFIG,
+                "field 'swiglu_alpha'");
+    parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_alpha\":1e39"), MOE_ECONFIG,
+                "field 'swiglu_alpha'");
+    parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_alpha\":\"1.702\""), MOE_EJSON,
+                "field 'swiglu_alpha'");
+    parse_fails(GPTOSS(",\"num_experts_per_tok\":4,\"swiglu_limit\":1e39"), MOE_ECONFIG,
+                "field 'swiglu_limit'");
+    /* transformers' GptOssExperts does not read hidden_act: neither does libmoe. */
+    if (parse_ok(GPTOSS(",\"num_experts_per_tok\":4,\"hidden_act\":\"gelu\""), &d)) {
+        CHECK(d.layers[0].experts.activation == MOE_ACT_GPTOSS_GLU);
+        moe_model_desc_free(&d);
+    }
     parse_fails(
         GPTOSS(",\"num_experts_per_tok\":4,\"quantization_config\":{\"quant_method\":\"fp8\","
                "\"weight_block_size\":[128,128]}"),
@@ -383,41 +422,251 @@ static void test_gpt_oss_variants(void)
 
 #define DSV4(extra)                                                                                \
     "{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":4,"                 \
-    "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":64" extra "}"
+    "\"vocab_size\":1000,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"                       \
+    "\"moe_intermediate_size\":64" extra "}"
+
+#define V4_FP8 "\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]"
 
 static void test_deepseek_v4_variants(void)
 {
     moe_model_desc d;
-    /* expert_dtype fp8 with ue8m0 scales; no swiglu_limit means no clamp; defaults. */
-    if (parse_ok(DSV4(",\"expert_dtype\":\"fp8\",\"n_shared_experts\":2,\"quantization_config\":{"
-                      "\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"weight_block_size\":[128,128],"
-                      "\"scale_fmt\":\"ue8m0\"}"),
+    /* expert_dtype fp8 with ue8m0 scales; the defaults of transformers' DeepseekV4Config:
+     * 3 hash layers, renormalised, routed scaling 1.5, swiglu_limit 10 on every expert. */
+    if (parse_ok(DSV4(",\"expert_dtype\":\"fp8\",\"n_shared_experts\":2," V4_FP8
+                      ",\"scale_fmt\":\"ue8m0\"}"),
                  &d)) {
-        const moe_layer_desc *l = &d.layers[0];
-        CHECK(d.num_hash_layers == 0 && l->kind == MOE_LAYER_MOE);
+        const moe_layer_desc *l = &d.layers[3];
+        CHECK(d.num_hash_layers == 3 && l->kind == MOE_LAYER_MOE);
+        CHECK(d.layers[2].kind == MOE_LAYER_HASH);
         CHECK(l->experts.format == MOE_WFMT_FP8_BLOCK &&
               l->experts.scale_dtype == MOE_DTYPE_F8_E8M0);
         CHECK(l->shared.format == MOE_WFMT_FP8_BLOCK && l->shared.intermediate == 128);
-        CHECK(l->experts.activation == MOE_ACT_SILU_GLU);
-        CHECK(l->routing.score == MOE_SCORE_SQRTSOFTPLUS && !l->routing.norm_topk_prob);
+        CHECK(l->experts.activation == MOE_ACT_SILU_GLU_CLAMP && l->experts.swiglu_limit == 10.0f);
+        CHECK(l->shared.activation == MOE_ACT_SILU_GLU_CLAMP && l->shared.swiglu_limit == 10.0f);
+        CHECK(l->routing.score == MOE_SCORE_SQRTSOFTPLUS && l->routing.norm_topk_prob);
+        CHECK(l->routing.routed_scaling_factor == 1.5f);
         moe_model_desc_free(&d);
     }
-    /* Without quantization_config the shared expert is bf16. */
-    if (parse_ok(DSV4(",\"n_shared_experts\":1"), &d)) {
+    /* Without quantization_config every expert is a float tensor (a dequantised checkpoint),
+     * whatever a leftover top-level expert_dtype says; one shared expert by default. */
+    if (parse_ok("{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":4,"
+                 "\"vocab_size\":1000,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+                 "\"moe_intermediate_size\":48,\"expert_dtype\":\"fp4\"}",
+                 &d)) {
+        CHECK(d.layers[3].experts.format == MOE_WFMT_BF16);
+        CHECK(d.layers[3].experts.scale_dtype == MOE_DTYPE_INVALID);
+        CHECK(d.layers[3].n_shared == 1 && d.layers[3].shared.format == MOE_WFMT_BF16);
+        moe_model_desc_free(&d);
+    }
+    /* transformers 5 keeps expert_dtype in quantization_config; absent anywhere it is fp8
+     * (FineGrainedFP8Config's default), and scale_fmt "float" means f32 scales. */
+    if (parse_ok(DSV4("," V4_FP8 ",\"expert_dtype\":\"fp4\",\"scale_fmt\":\"ue8m0\"}"), &d)) {
         CHECK(d.layers[3].experts.format == MOE_WFMT_MXFP4);
-        CHECK(d.layers[3].shared.format == MOE_WFMT_BF16);
+        CHECK(d.layers[3].shared.format == MOE_WFMT_FP8_BLOCK);
         moe_model_desc_free(&d);
     }
-    parse_fails(DSV4(",\"num_hash_layers\":2"), MOE_EMISSING, "vocab_size");
-    parse_fails(DSV4(",\"num_hash_layers\":5,\"vocab_size\":100"), MOE_ECONFIG, "num_hash_layers");
-    parse_fails(DSV4(",\"expert_dtype\":\"fp8\""), MOE_EMISSING, "quantization_config");
+    if (parse_ok(DSV4("," V4_FP8 ",\"scale_fmt\":\"float\"}"), &d)) {
+        CHECK(d.layers[3].experts.format == MOE_WFMT_FP8_BLOCK);
+        CHECK(d.layers[3].experts.scale_dtype == MOE_DTYPE_F32);
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(DSV4(",\"expert_dtype\":\"fp4\"," V4_FP8 ",\"expert_dtype\":\"fp4\"}"), &d)) {
+        CHECK(d.layers[0].experts.format == MOE_WFMT_MXFP4);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(DSV4(",\"expert_dtype\":\"fp4\"," V4_FP8 ",\"expert_dtype\":\"fp8\"}"), MOE_ECONFIG,
+                "field 'expert_dtype': 'fp4' disagrees with quantization_config.expert_dtype");
+    parse_fails(DSV4("," V4_FP8 ",\"expert_dtype\":\"int4\"}"), MOE_EUNSUPPORTED,
+                "field 'quantization_config.expert_dtype'");
+    parse_fails(DSV4("," V4_FP8 ",\"scale_fmt\":\"e5m2\"}"), MOE_EUNSUPPORTED,
+                "field 'quantization_config.scale_fmt'");
     parse_fails(DSV4(",\"expert_dtype\":\"int4\""), MOE_EUNSUPPORTED, "expert_dtype");
     parse_fails(DSV4(",\"topk_method\":\"greedy\""), MOE_ECONFIG, "topk_method");
     parse_fails(DSV4(",\"swiglu_limit\":-1"), MOE_ECONFIG, "swiglu_limit");
+    parse_fails(DSV4(",\"swiglu_limit\":0"), MOE_ECONFIG, "swiglu_limit");
+    parse_fails(DSV4(",\"norm_topk_prob\":false"), MOE_EUNSUPPORTED, "field 'norm_topk_prob'");
+    parse_fails(DSV4(",\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "field 'hidden_act'");
+    parse_fails(DSV4(",\"mlp_bias\":true"), MOE_EUNSUPPORTED, "field 'mlp_bias'");
     parse_fails(DSV4(",\"moe_intermediate_size\":48"), MOE_EDUPLICATE, "moe_intermediate_size");
+    parse_fails(DSV4(",\"moe_intermediate_size\":48,\"expert_dtype\":\"fp4\"," V4_FP8 "}"),
+                MOE_EDUPLICATE, "moe_intermediate_size");
     parse_fails("{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":4,"
-                "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":48}",
+                "\"vocab_size\":1000,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+                "\"moe_intermediate_size\":48,\"expert_dtype\":\"fp4\"," V4_FP8 "}}",
                 MOE_ECONFIG, "moe_intermediate_size");
+}
+
+/* mlp_layer_types (transformers 5) and num_hash_layers (hub configs). */
+static void test_deepseek_v4_layer_types(void)
+{
+    moe_model_desc d;
+    if (parse_ok(DSV4(",\"mlp_layer_types\":[\"moe\",\"hash_moe\",\"moe\",\"hash_moe\"]"), &d)) {
+        for (int i = 0; i < 4; i++) {
+            CHECKF(d.layers[i].kind == (i % 2 ? MOE_LAYER_HASH : MOE_LAYER_MOE), "layer %d", i);
+            CHECK(d.layers[i].routing.method == (i % 2 ? MOE_ROUTE_HASH : MOE_ROUTE_NOAUX_TC));
+        }
+        CHECK(d.num_hash_layers == 2);
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(DSV4(",\"num_hash_layers\":2,"
+                      "\"mlp_layer_types\":[\"hash_moe\",\"hash_moe\",\"moe\",\"moe\"]"),
+                 &d)) {
+        CHECK(d.num_hash_layers == 2 && d.layers[1].kind == MOE_LAYER_HASH);
+        CHECK(d.layers[2].kind == MOE_LAYER_MOE);
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(DSV4(",\"num_hash_layers\":0"), &d)) {
+        CHECK(d.num_hash_layers == 0 && d.layers[0].kind == MOE_LAYER_MOE);
+        moe_model_desc_free(&d);
+    }
+    /* The default of 3 hash layers is cut to the layers there are. */
+    if (parse_ok("{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+                 "\"vocab_size\":1000,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+                 "\"moe_intermediate_size\":64}",
+                 &d)) {
+        CHECK(d.num_hash_layers == 2 && d.layers[1].kind == MOE_LAYER_HASH);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(DSV4(",\"num_hash_layers\":1,"
+                     "\"mlp_layer_types\":[\"hash_moe\",\"hash_moe\",\"moe\",\"moe\"]"),
+                MOE_ECONFIG,
+                "field 'mlp_layer_types': element 1 'hash_moe' disagrees with num_hash_layers = 1");
+    parse_fails(DSV4(",\"num_hash_layers\":2,"
+                     "\"mlp_layer_types\":[\"hash_moe\",\"moe\",\"hash_moe\",\"moe\"]"),
+                MOE_ECONFIG, "element 1 'moe' disagrees with num_hash_layers = 2");
+    parse_fails(DSV4(",\"mlp_layer_types\":[\"hash_moe\",\"moe\",\"moe\"]"), MOE_ECONFIG,
+                "field 'mlp_layer_types': has 3 entries; num_hidden_layers is 4");
+    parse_fails(DSV4(",\"mlp_layer_types\":[\"hash_moe\",\"moe\",\"moe\",\"moe\",\"moe\"]"),
+                MOE_ECONFIG, "has 5 entries");
+    parse_fails(DSV4(",\"mlp_layer_types\":[\"hash_moe\",\"dense\",\"moe\",\"moe\"]"), MOE_ECONFIG,
+                "field 'mlp_layer_types': element 1 'dense' is not one of");
+    parse_fails(DSV4(",\"mlp_layer_types\":[\"moe\",\"moe\",\"moe\",7]"), MOE_EJSON,
+                "field 'mlp_layer_types': element 3 is not a string");
+    parse_fails(DSV4(",\"mlp_layer_types\":\"moe\""), MOE_EJSON, "field 'mlp_layer_types'");
+    parse_fails(DSV4(",\"num_hash_layers\":5"), MOE_ECONFIG, "num_hash_layers");
+    parse_fails("{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+                "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":64,"
+                "\"mlp_layer_types\":[\"moe\",\"hash_moe\"]}",
+                MOE_EMISSING, "field 'vocab_size'");
+    if (parse_ok("{\"model_type\":\"deepseek_v4\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+                 "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":64,"
+                 "\"mlp_layer_types\":[\"moe\",\"moe\"]}",
+                 &d)) {
+        CHECK(d.num_hash_layers == 0 && d.vocab_size == 0);
+        moe_model_desc_free(&d);
+    }
+}
+
+/* The expert count under both of its names (transformers' attribute_map): the hub's and the
+ * one transformers 5 writes; both present must agree. */
+static void test_expert_count_names(void)
+{
+    static const struct {
+        const char *head, *tail, *key, *alias;
+    } cases[] = {
+        {"{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32",
+         "}", "num_experts", "num_local_experts"},
+        {"{\"model_type\":\"mixtral\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"intermediate_size\":32",
+         "}", "num_local_experts", "num_experts"},
+        {"{\"model_type\":\"gpt_oss\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"intermediate_size\":32",
+         "}", "num_local_experts", "num_experts"},
+        {"{\"model_type\":\"deepseek_v2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32",
+         "}", "n_routed_experts", "num_experts"},
+        {"{\"model_type\":\"deepseek_v3\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32",
+         "}", "n_routed_experts", "num_local_experts"},
+        {"{\"model_type\":\"kimi_k2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32",
+         "}", "n_routed_experts", "num_local_experts"},
+        {"{\"model_type\":\"deepseek_v4\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"num_hash_layers\":0",
+         "}", "n_routed_experts", "num_local_experts"},
+    };
+    char text[512], needle[160];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *h = cases[i].head, *t = cases[i].tail, *k = cases[i].key, *a = cases[i].alias;
+        moe_model_desc d;
+        const int layer = 1;
+        snprintf(text, sizeof text, "%s,\"%s\":16%s", h, a, t);
+        if (parse_ok(text, &d)) {
+            CHECKF(d.layers[layer].routing.n_experts == 16, "%s", text);
+            moe_model_desc_free(&d);
+        }
+        snprintf(text, sizeof text, "%s,\"%s\":16,\"%s\":16%s", h, k, a, t);
+        if (parse_ok(text, &d)) {
+            CHECKF(d.layers[layer].routing.n_experts == 16, "%s", text);
+            moe_model_desc_free(&d);
+        }
+        snprintf(text, sizeof text, "%s,\"%s\":16,\"%s\":8%s", h, k, a, t);
+        snprintf(needle, sizeof needle, "field '%s': 16 disagrees with %s = 8", k, a);
+        parse_fails(text, MOE_ECONFIG, needle);
+        snprintf(text, sizeof text, "%s%s", h, t);
+        snprintf(needle, sizeof needle, "field '%s': required field is missing (nor is %s", k, a);
+        parse_fails(text, MOE_EMISSING, needle);
+        /* Routing messages name the spelling the config used. */
+        snprintf(text, sizeof text, "%s,\"%s\":3%s", h, a, t);
+        snprintf(needle, sizeof needle, "must be in [1, %s = 3]", a);
+        parse_fails(text, MOE_ECONFIG, needle);
+    }
+    /* The other family's alias is no name for the count. */
+    parse_fails("{\"model_type\":\"deepseek_v2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+                "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"num_local_experts\":16}",
+                MOE_EMISSING, "n_routed_experts");
+}
+
+/* Fields that change the MLP's arithmetic are read or refused: hidden_act, mlp_bias, and
+ * an fp4 expert_dtype where only DeepSeek-V4 has fp4 experts. */
+static void test_refused_fields(void)
+{
+    static const char *const heads[] = {
+        "{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"num_experts\":16",
+        "{\"model_type\":\"mixtral\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_experts_per_tok\":4,\"intermediate_size\":32,\"num_local_experts\":16",
+        "{\"model_type\":\"deepseek_v2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"n_routed_experts\":16",
+        "{\"model_type\":\"deepseek_v3\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"n_routed_experts\":16",
+        "{\"model_type\":\"kimi_k2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"n_routed_experts\":16",
+    };
+    char text[512];
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        moe_model_desc d;
+        snprintf(text, sizeof text, "%s,\"hidden_act\":\"gelu\"}", heads[i]);
+        parse_fails(text, MOE_EUNSUPPORTED, "field 'hidden_act': 'gelu' is not supported");
+        snprintf(text, sizeof text, "%s,\"hidden_act\":\"relu\"}", heads[i]);
+        parse_fails(text, MOE_EUNSUPPORTED, "field 'hidden_act'");
+        snprintf(text, sizeof text, "%s,\"hidden_act\":1}", heads[i]);
+        parse_fails(text, MOE_EJSON, "field 'hidden_act'");
+        snprintf(text, sizeof text, "%s,\"hidden_act\":\"swish\"}", heads[i]);
+        if (parse_ok(text, &d)) moe_model_desc_free(&d);
+        snprintf(text, sizeof text, "%s,\"hidden_act\":\"silu\"}", heads[i]);
+        if (parse_ok(text, &d)) moe_model_desc_free(&d);
+        /* What transformers' FineGrainedFP8Config writes, and an fp4 expert_dtype. */
+        snprintf(text, sizeof text,
+                 "%s,\"quantization_config\":{\"quant_method\":\"fp8\",\"activation_scheme\":"
+                 "\"dynamic\",\"weight_block_size\":[128,128],\"dequantize\":false,"
+                 "\"scale_fmt\":\"float\",\"expert_dtype\":\"fp8\"}}",
+                 heads[i]);
+        if (parse_ok(text, &d)) {
+            CHECK(d.layers[1].experts.format == MOE_WFMT_FP8_BLOCK);
+            moe_model_desc_free(&d);
+        }
+        snprintf(text, sizeof text,
+                 "%s,\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":"
+                 "[128,128],\"expert_dtype\":\"fp4\"}}",
+                 heads[i]);
+        parse_fails(text, MOE_EUNSUPPORTED, "field 'quantization_config.expert_dtype': 'fp4'");
+    }
+    parse_fails(DSV2(",\"mlp_bias\":true"), MOE_EUNSUPPORTED, "field 'mlp_bias'");
+    parse_fails(DSV2(",\"mlp_bias\":\"no\""), MOE_EJSON, "field 'mlp_bias'");
+    moe_model_desc d;
+    if (parse_ok(DSV2(",\"mlp_bias\":false"), &d)) moe_model_desc_free(&d);
 }
 
 static void test_names(void)
@@ -450,6 +699,9 @@ int main(void)
     test_common_fields();
     test_gpt_oss_variants();
     test_deepseek_v4_variants();
+    test_deepseek_v4_layer_types();
+    test_expert_count_names();
+    test_refused_fields();
     test_names();
     return TEST_END();
 }

@@ -146,7 +146,7 @@ static inline void o_topk(const double *key, int n, int k, int *ids)
     }
 }
 
-/* Two keys the tests cannot order reliably: within 1e-5 relative (DESIGN.md), plus FLOOR
+/* Two keys the tests cannot order reliably: within 1e-5 relative (docs/design.md), plus FLOOR
  * absolute for keys that are sums (s + bias) and so carry the bias's rounding. */
 static inline bool o_near(double a, double b, double floor)
 {

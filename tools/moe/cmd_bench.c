@@ -366,7 +366,8 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
 static int create_layer(const moe_model *model, int index, const bench_args *o, int threads,
                         double expected, bench_layer_info *info, moe_layer **out)
 {
-    moe_layer_options lo = {.size = sizeof lo, .threads = threads, .experts_recipe = o->recipe};
+    moe_layer_options lo = {
+        .size = sizeof lo, .threads = threads, .experts_recipe = o->recipe, .fixed_threads = true};
     /* Experts past the resident ones run on the copies (resident = experts: all packed). */
     const moe_layer_tuning tuning = {.allowed = NULL, .resident_experts = (int)info->resident};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};

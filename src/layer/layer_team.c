@@ -1,0 +1,55 @@
+/* layer_team.c — fewer threads while a forward's cores are shared, and probes back to all. */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
+#include <sys/resource.h>
+#include <time.h>
+
+#include "layer/layer_team.h"
+
+long long moe_team_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void moe_team_init(moe_team *t, int full, bool fixed)
+{
+    t->full = full;
+    t->fixed = fixed;
+    atomic_init(&t->size, full);
+    atomic_init(&t->probe_at, 0);
+    atomic_init(&t->backoff, MOE_TEAM_BACKOFF_MIN_NS);
+}
+
+int moe_team_size(moe_team *t, long long now_ns)
+{
+    const int size = atomic_load_explicit(&t->size, memory_order_relaxed);
+    if (size >= t->full || t->fixed) return t->full;
+    return now_ns >= atomic_load_explicit(&t->probe_at, memory_order_relaxed) ? t->full : size;
+}
+
+long moe_team_preemptions(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_nivcsw : 0;
+}
+
+void moe_team_report(moe_team *t, int used, long preempted, long long now_ns)
+{
+    if (!moe_team_watching(t)) return;
+    if (preempted > 0 && used > 1) {
+        /* From the full team in steady state: the shortest pause; a probe that was preempted
+         * again: twice the last one. */
+        const bool probe = atomic_load_explicit(&t->size, memory_order_relaxed) < used;
+        long long pause = atomic_load_explicit(&t->backoff, memory_order_relaxed);
+        pause = !probe                             ? MOE_TEAM_BACKOFF_MIN_NS
+                : pause * 2 > MOE_TEAM_BACKOFF_MAX_NS ? MOE_TEAM_BACKOFF_MAX_NS
+                                                   : pause * 2;
+        atomic_store_explicit(&t->backoff, pause, memory_order_relaxed);
+        atomic_store_explicit(&t->probe_at, now_ns + pause, memory_order_relaxed);
+        atomic_store_explicit(&t->size, used - 1, memory_order_relaxed);
+    } else if (preempted == 0 && used == t->full) {
+        atomic_store_explicit(&t->backoff, MOE_TEAM_BACKOFF_MIN_NS, memory_order_relaxed);
+        atomic_store_explicit(&t->size, t->full, memory_order_relaxed);
+    }
+}

@@ -1,0 +1,51 @@
+/* layer_team.h — internal: how many threads a forward runs on while its cores are shared. */
+#ifndef MOE_LAYER_LAYER_TEAM_H
+#define MOE_LAYER_LAYER_TEAM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * A forward's steps end in barriers, so a team waits at each for its slowest thread. When one
+ * of the cores is busy with other work (another process, PyTorch's own threads in the same
+ * one), the thread scheduled there runs only in time slices, and every barrier can cost a
+ * slice of that other work: measured, one of two cores busy took a two-thread gpt-oss-20b
+ * decode step from 4.3 ms to 40 ms. The layer watches for it: every thread counts its
+ * involuntary context switches (the kernel preempting it) over the forward; a preempted
+ * forward makes the next ones run on one thread fewer, and all the threads are tried again
+ * after a pause that doubles (10 ms to 1 s) while the probe is preempted too and resets when
+ * it is not. The thread count changes no bit of any result (principle 7), so this is a
+ * matter of time only. options->fixed_threads turns it off (benchmarks).
+ */
+typedef struct moe_team {
+    int full;             /* the layer's threads */
+    bool fixed;           /* options->fixed_threads */
+    atomic_int size;      /* the team size forwards use now, in [1, full] */
+    atomic_llong probe_at; /* CLOCK_MONOTONIC ns after which a forward tries full again */
+    atomic_llong backoff; /* ns from a preempted forward to the next probe */
+} moe_team;
+
+#define MOE_TEAM_BACKOFF_MIN_NS 10000000LL  /* 10 ms */
+#define MOE_TEAM_BACKOFF_MAX_NS 1000000000LL /* 1 s */
+
+void moe_team_init(moe_team *t, int full, bool fixed);
+
+/* The number of threads for a forward starting at NOW_NS (CLOCK_MONOTONIC): the current size,
+ * or all of them when a probe is due. */
+int moe_team_size(moe_team *t, long long now_ns);
+
+/* True when forwards must count preemptions (more than one thread, not fixed). */
+static inline bool moe_team_watching(const moe_team *t) { return !t->fixed && t->full > 1; }
+
+/* The calling thread's involuntary context switches so far (0 where they cannot be read). */
+long moe_team_preemptions(void);
+
+/* After a forward on USED threads that were preempted PREEMPTED times in all, ending at
+ * NOW_NS. */
+void moe_team_report(moe_team *t, int used, long preempted, long long now_ns);
+
+/* CLOCK_MONOTONIC in ns. */
+long long moe_team_now_ns(void);
+
+#endif

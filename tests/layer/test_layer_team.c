@@ -1,0 +1,104 @@
+/* test_layer_team.c — fewer threads while preempted, probes back with a doubling pause, same bits. */
+#include "fwd_io.h"
+
+#define MS 1000000LL
+
+/* The policy of layer_team.h, step by step on a made-up clock. */
+static void check_policy(void)
+{
+    moe_team t;
+    moe_team_init(&t, 2, false);
+    CHECK(moe_team_watching(&t));
+    CHECK(moe_team_size(&t, 0) == 2);
+    moe_team_report(&t, 2, 0, 1 * MS); /* quiet: stays at two */
+    CHECK(moe_team_size(&t, 2 * MS) == 2);
+    moe_team_report(&t, 2, 3, 10 * MS); /* preempted: one thread for 10 ms */
+    CHECK(moe_team_size(&t, 10 * MS) == 1);
+    CHECK(moe_team_size(&t, 20 * MS - 1) == 1);
+    CHECK(moe_team_size(&t, 20 * MS) == 2);  /* the probe */
+    moe_team_report(&t, 2, 1, 21 * MS);     /* the probe preempted too: 20 ms */
+    CHECK(moe_team_size(&t, 40 * MS) == 1);
+    CHECK(moe_team_size(&t, 41 * MS) == 2);
+    moe_team_report(&t, 1, 0, 42 * MS);     /* a one-thread forward changes nothing */
+    CHECK(moe_team_size(&t, 41 * MS - 1) == 1);
+    moe_team_report(&t, 2, 2, 50 * MS);     /* 40 ms */
+    CHECK(moe_team_size(&t, 90 * MS - 1) == 1 && moe_team_size(&t, 90 * MS) == 2);
+    for (long long now = 100 * MS; now < 100000 * MS; now += 1000 * MS)
+        moe_team_report(&t, 2, 1, now);     /* the pause stops growing at 1 s */
+    CHECK(atomic_load(&t.backoff) == MOE_TEAM_BACKOFF_MAX_NS);
+    moe_team_report(&t, 2, 0, 200000 * MS); /* a quiet probe: all threads, shortest pause */
+    CHECK(moe_team_size(&t, 200000 * MS) == 2);
+    CHECK(atomic_load(&t.backoff) == MOE_TEAM_BACKOFF_MIN_NS);
+    moe_team_report(&t, 2, 1, 300000 * MS);
+    CHECK(moe_team_size(&t, 300000 * MS + 10 * MS - 1) == 1);
+
+    /* Three threads step down one at a time. */
+    moe_team_init(&t, 3, false);
+    moe_team_report(&t, 3, 1, 0);
+    CHECK(moe_team_size(&t, 1) == 2);
+    moe_team_report(&t, 2, 1, 2);
+    CHECK(moe_team_size(&t, 3) == 1);
+
+    /* fixed_threads, and a single thread, never change. */
+    moe_team_init(&t, 2, true);
+    CHECK(!moe_team_watching(&t));
+    moe_team_report(&t, 2, 5, 0);
+    CHECK(moe_team_size(&t, 1) == 2);
+    moe_team_init(&t, 1, false);
+    CHECK(!moe_team_watching(&t));
+    CHECK(moe_team_size(&t, 0) == 1);
+
+    const long a = moe_team_preemptions(), b = moe_team_preemptions();
+    CHECK(a >= 0 && b >= a);
+}
+
+/* A layer that watches its threads gives the bits of one that does not, on one thread. */
+static void check_layer(const moe_model *m, int index)
+{
+    moe_layer_options o1 = fx_options(1, MOE_RECIPE_F32);
+    moe_layer_options o2 = fx_options(2, MOE_RECIPE_F32);
+    o2.fixed_threads = false;
+    moe_layer *l1 = fx_layer(m, index, &o1, NULL), *l2 = fx_layer(m, index, &o2, NULL);
+    CHECK(strstr(moe_layer_explain(l2), "while preempted: fewer threads") != NULL);
+    CHECK(strstr(moe_layer_explain(l1), "while preempted") == NULL); /* one thread */
+    fwd_io a, b;
+    io_make(&a, l1, 37);
+    io_make(&b, l2, 37);
+    for (int rep = 0; rep < 20; rep++) {
+        moe_forward_args fa = args_of(&a), fb = args_of(&b);
+        REQUIRE(moe_layer_forward(l1, &fa) == MOE_OK);
+        REQUIRE(moe_layer_forward(l2, &fb) == MOE_OK);
+        CHECKF(!memcmp(a.out, b.out, a.n * a.h * 4), "layer %d forward %d", index, rep);
+    }
+    /* An older caller's options, without fixed_threads: the default (watching). */
+    moe_layer_options old = o2;
+    old.size = offsetof(moe_layer_options, fixed_threads);
+    moe_layer *l3 = fx_layer(m, index, &old, NULL);
+    CHECK(strstr(moe_layer_explain(l3), "while preempted: fewer threads") != NULL);
+    moe_layer_options fixed = o2;
+    fixed.fixed_threads = true;
+    moe_layer *l4 = fx_layer(m, index, &fixed, NULL);
+    CHECK(strstr(moe_layer_explain(l4), "while preempted: every forward") != NULL);
+    moe_layer_destroy(l4);
+    moe_layer_destroy(l3);
+    io_free(&a);
+    io_free(&b);
+    moe_layer_destroy(l1);
+    moe_layer_destroy(l2);
+}
+
+int main(void)
+{
+    check_policy();
+    char dir[] = "/tmp/moe_test_layer_team_XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL);
+    const fam_case *fc = &fam_cases[2]; /* DeepSeek-V3 FP8: a dense and an MoE layer */
+    fx_write_model(dir, fc->config, 77);
+    moe_model *m = fx_open(dir, false);
+    check_layer(m, fc->moe_layer);
+    check_layer(m, fc->other_layer);
+    moe_model_close(m);
+    fx_remove_model(dir);
+    CHECK(rmdir(dir) == 0);
+    return TEST_END();
+}
