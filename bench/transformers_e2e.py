@@ -86,6 +86,8 @@ SHAPES = {
 }
 MOE_BLOCKS = ("Qwen3MoeSparseMoeBlock", "DeepseekV3MoE", "LibmoeBlock")
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
+WARM_TOKENS = 16  # the warm-up round's prefill
+OMP_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")
 
 
 def parse_args(argv):
@@ -163,23 +165,25 @@ def gather_gb(config, tokens):
 
 
 def rounds(model, prompt, steps, reps, prefill_impl=None, decode_impl=None):
-    """Medians of prefill and decode (whole model and MoE blocks), and the warm-up logits."""
+    """Medians of prefill and decode (whole model and MoE blocks), and the first timed
+    prefill's logits."""
     timer = BlockTimer(model)
     prefill, prefill_moe, decode, decode_moe = [], [], [], []
     logits = None
     try:
-        for r in range(reps + 1):  # round 0 warms up
+        for r in range(reps + 1):  # round 0 warms up, on the prompt's first WARM_TOKENS
             if prefill_impl:
                 model.set_experts_implementation(prefill_impl)
             timer.total = 0.0
             t0 = time.perf_counter()
-            out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=prompt if r else prompt[:, :WARM_TOKENS], use_cache=True,
+                        logits_to_keep=1)
             t = time.perf_counter() - t0
-            if r == 0:
-                logits = out.logits[0, -1].float().clone()
-            else:
+            if r:
                 prefill.append(t)
                 prefill_moe.append(timer.total)
+            if r == 1:
+                logits = out.logits[0, -1].float().clone()
             cache, token = out.cache, out.logits[:, -1:].argmax(-1)
             if decode_impl:
                 model.set_experts_implementation(decode_impl)
@@ -207,6 +211,7 @@ def run_shape(shape, args):
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
         model.eval()
         setup_s = time.perf_counter() - t0
+        progress(f"{shape} built, saved and loaded in {setup_s:.0f} s")
         g = torch.Generator().manual_seed(1)
         prompt = torch.randint(0, config.vocab_size, (1, args.prompt), generator=g)
         rows, ref = [], None
@@ -228,7 +233,7 @@ def run_shape(shape, args):
                 rows.append(dict(row=f"transformers {impl}", backend="transformers",
                                  implementation=actual, **res,
                                  logits_rel_diff=rel_diff(logits, ref)))
-                print(f"  {rows[-1]['row']}: done", file=sys.stderr, flush=True)
+                progress(rows[-1]["row"])
             model.set_experts_implementation("grouped_mm")
             for recipe in args.recipes:
                 t1 = time.perf_counter()
@@ -241,11 +246,20 @@ def run_shape(shape, args):
                                  logits_rel_diff=rel_diff(logits, ref)))
                 lt.unpatch(model)
                 gc.collect()
-                print(f"  {rows[-1]['row']}: done", file=sys.stderr, flush=True)
+                progress(rows[-1]["row"])
         del model
         gc.collect()
     return dict(shape=shape, layers=config.num_hidden_layers, prompt=args.prompt,
                 setup_s=round(setup_s, 1), rows=rows, ratios=ratios(rows))
+
+
+def progress(what):
+    """One line on stderr with the resident and peak memory so far."""
+    with open("/proc/self/status") as f:
+        mem = {k: v.split()[0] for k, v in (line.split(":", 1) for line in f) if k in
+               ("VmRSS", "VmHWM")}
+    print(f"  {what}: RSS {int(mem['VmRSS']) >> 10} MB, peak {int(mem['VmHWM']) >> 10} MB",
+          file=sys.stderr, flush=True)
 
 
 def rel_diff(a, b):
@@ -306,7 +320,9 @@ def main(argv):
     print(f"\nthreads {args.threads} (torch.set_num_threads and libmoe), load average "
           f"{load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end, "
           f"peak RSS {peak_mb:.0f} MB")
-    print(json.dumps(dict(bench="transformers_e2e", torch=torch.__version__,
+    env = {k: os.environ[k] for k in OMP_ENV if k in os.environ}
+    print(f"OpenMP environment: {env or 'none set'}")
+    print(json.dumps(dict(bench="transformers_e2e", torch=torch.__version__, omp_env=env,
                           transformers=transformers.__version__, threads=args.threads,
                           steps=args.steps, reps=args.reps, load_start=load_start[0],
                           load_end=load_end[0], peak_rss_mb=round(peak_mb), shapes=results)))
