@@ -37,17 +37,22 @@ Shapes (``--shapes``):
 - ``deepseek-v3``: deepseek_v3, hidden 7168, MLA (q_lora 1536, kv_lora 512, 128 heads),
   moe_intermediate 2048, top-8, 1 shared expert, routed_scaling_factor 2.5; 16 of the 256
   routed experts, in 4 groups keeping 3 (12 candidates for the top-8; the real model's 8
-  groups keeping 4 would leave exactly 8 of 16 candidates); 2 decoder layers, both MoE
+  groups keeping 4 would leave exactly 8 of 16 candidates); one decoder layer, an MoE one
   (first_k_dense_replace 0, so the whole model has the real model's MoE/attention mix per
-  layer), vocabulary 1024 (about 3.8 GB of bf16 weights).
+  layer; a second layer would take the peak past 10 GB), vocabulary 1024 (about 1.9 GB of
+  bf16 weights).
 
-Peak memory is the model, libmoe's packed copy of the experts and patch()'s weight check:
-about 6 GB for qwen3-30b-a3b and 9 GB for deepseek-v3 (printed at the end).
+Peak memory is the model, the checkpoint's mapped pages, libmoe's packed copy of the experts
+and patch()'s weight check: about 10 GB for qwen3-30b-a3b (printed at the end).
 
-Run it (about 3 minutes for qwen3-30b-a3b on two cores, 5 for deepseek-v3):
+On a machine shared with other work, run with ``OMP_WAIT_POLICY=PASSIVE`` (both torch's and
+libmoe's OpenMP read it): with OpenMP's default spin-waiting, a thread descheduled by other
+load stalls every parallel region of the other threads (bench/NOTES.md, issue 29).
+
+Run it (about 2 minutes per shape on two cores, far longer when they are busy):
 
     make build BUILD=build        # or: cmake --build build -j2 --target moe_shared
-    LIBMOE_LIBRARY=path/to/libmoe.so PYTHONPATH=python \\
+    OMP_WAIT_POLICY=PASSIVE LIBMOE_LIBRARY=path/to/libmoe.so PYTHONPATH=python \\
         /path/to/venv/bin/python bench/transformers_e2e.py --shapes qwen3-30b-a3b,deepseek-v3
 
 Needs torch, transformers (5.x, with experts implementations), safetensors and libmoe.
@@ -81,7 +86,7 @@ SHAPES = {
         qk_rope_head_dim=64, v_head_dim=128, intermediate_size=18432, moe_intermediate_size=2048,
         n_routed_experts=16, n_shared_experts=1, num_experts_per_tok=8, n_group=4, topk_group=3,
         norm_topk_prob=True, routed_scaling_factor=2.5, first_k_dense_replace=0,
-        rms_norm_eps=1e-6, max_position_embeddings=4096, num_hidden_layers=2, vocab_size=1024,
+        rms_norm_eps=1e-6, max_position_embeddings=4096, num_hidden_layers=1, vocab_size=1024,
         tie_word_embeddings=False),
 }
 MOE_BLOCKS = ("Qwen3MoeSparseMoeBlock", "DeepseekV3MoE", "LibmoeBlock")
@@ -257,8 +262,9 @@ def progress(what):
     """One line on stderr with the resident and peak memory so far."""
     with open("/proc/self/status") as f:
         mem = {k: v.split()[0] for k, v in (line.split(":", 1) for line in f) if k in
-               ("VmRSS", "VmHWM")}
-    print(f"  {what}: RSS {int(mem['VmRSS']) >> 10} MB, peak {int(mem['VmHWM']) >> 10} MB",
+               ("VmRSS", "VmHWM", "RssAnon")}
+    print(f"  {what}: RSS {int(mem['VmRSS']) >> 10} MB ({int(mem['RssAnon']) >> 10} MB anonymous),"
+          f" peak {int(mem['VmHWM']) >> 10} MB",
           file=sys.stderr, flush=True)
 
 
