@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# transformers_e2e.py — a transformers MoE model's decode and prefill on the CPU, as is and patched with libmoe.
+# transformers_e2e.py — a transformers MoE model's CPU decode and prefill, as is and libmoe-patched.
 """End-to-end benchmark of ``libmoe.transformers.patch`` (issue 29); a benchmark, not a test.
 
 What it measures. For each shape it builds a transformers (5.x) model at the released model's
@@ -42,16 +42,22 @@ Shapes (``--shapes``):
   layer; a second layer would take the peak past 10 GB), vocabulary 1024 (about 1.9 GB of
   bf16 weights).
 
-Peak memory is the model, the checkpoint's mapped pages, libmoe's packed copy of the experts
-and patch()'s weight check: about 10 GB for qwen3-30b-a3b (printed at the end).
+Peak memory (printed at the end) is the model, the checkpoint's mapped pages, libmoe's packed
+copy of the experts and patch()'s weight check: 10.3 GB RSS for qwen3-30b-a3b (2.6 GB of it
+the checkpoint's file pages), 7.0 GB for deepseek-v3.
 
-On a machine shared with other work, run with ``OMP_WAIT_POLICY=PASSIVE`` (both torch's and
-libmoe's OpenMP read it): with OpenMP's default spin-waiting, a thread descheduled by other
-load stalls every parallel region of the other threads (bench/NOTES.md, issue 29).
+Run with ``OMP_WAIT_POLICY=PASSIVE`` (torch's bundled OpenMP runtime and the one libmoe links
+both read it). With the default spin-waiting, a patched model's decode was slower than the
+unpatched one here: after each MoE block libmoe's idle OpenMP worker spins on a core torch's
+next operators need (and torch's on libmoe's), and on a machine busy with other work every
+spinning or descheduled thread stalls the other threads' parallel regions (bench/NOTES.md,
+issue 29, has both runs).
 
 Run it (about 2 minutes per shape on two cores, far longer when they are busy):
 
-    make build BUILD=build        # or: cmake --build build -j2 --target moe_shared
+    make build BUILD=build        # libmoe.so: the moe_shared target, or where there is none
+    gcc -shared -o libmoe.so -Wl,--whole-archive build/libmoe.a -Wl,--no-whole-archive \\
+        $(pkg-config --libs jansson) -fopenmp -lm
     OMP_WAIT_POLICY=PASSIVE LIBMOE_LIBRARY=path/to/libmoe.so PYTHONPATH=python \\
         /path/to/venv/bin/python bench/transformers_e2e.py --shapes qwen3-30b-a3b,deepseek-v3
 
