@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+# transformers_e2e.py — a transformers MoE model's CPU decode and prefill, with and without libmoe.
 # transformers_e2e.py — a transformers MoE model's CPU decode and prefill, as is and libmoe-patched.
 """End-to-end benchmark of ``libmoe.transformers.patch`` (issue 29); a benchmark, not a test.
 
