@@ -10,18 +10,6 @@ import torch
 
 import libmoe
 
-
-@pytest.fixture(scope="module")
-def model(checkpoint):
-    with libmoe.open(checkpoint("deepseek_v3", "fp8")) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def layer(model):
-    return model.layer(1)
-
-
 X = np.zeros((2, 128), np.float32)
 
 
