@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _buffers, _lib
-from ._buffers import NUMPY, TORCH, aligned_bytes, kind_of, np_address, view
+from ._buffers import (ID_DTYPES, NUMPY, TORCH, aligned_bytes, kind_of, new_routing,
+                       np_address, rows, view)
 from ._handle import Handle
 from .errors import InvalidArgumentError, ShapeError, SizeOverflowError
 from .model import LayerInfo, layer_info_from_c
@@ -26,9 +27,8 @@ if TYPE_CHECKING:
     from .model import Model
 
 _NP_F32 = np.dtype(np.float32)
-_F32, _BF16, _I32, _I64 = _lib.DTYPE_F32, _lib.DTYPE_BF16, _lib.DTYPE_I32, _lib.DTYPE_I64
+_F32, _BF16 = _lib.DTYPE_F32, _lib.DTYPE_BF16
 _HIDDEN_DTYPES = (_F32, _BF16)
-_ID_DTYPES = (_I32, _I64)
 _WEIGHT_DTYPES = (_F32,)
 _ITEMSIZE = {_F32: 4, _BF16: 2}
 _forward = _lib.lib.moe_layer_forward
@@ -151,15 +151,6 @@ class Layer(Handle):
                       "while it writes out")
         return out, address
 
-    def _rows(self, x: Array, name: str, tokens: int, width: int, allowed: Tuple[int, ...],
-              ndim: int) -> Tuple[int, int]:
-        """(address, dtype) of an id or weight buffer of shape [T] (ndim 1) or [T, WIDTH]."""
-        address, dtype, shape = view(x, kind_of(x, name), name, allowed, ndim)
-        want = (tokens,) if ndim == 1 else (tokens, width)
-        if shape != want:
-            _lib.fail(ShapeError, "%s: shape %s, expected %s" % (name, list(shape), list(want)))
-        return address, dtype
-
     def __call__(self, hidden: Array, input_ids: Optional[Array] = None, *,
                  out: Optional[Array] = None, return_routing: bool = False
                  ) -> Union[Array, Tuple[Array, Array, Array]]:
@@ -178,19 +169,13 @@ class Layer(Handle):
         if input_ids is None:
             a.token_ids = None
         else:
-            a.token_ids, a.token_id_dtype = self._rows(input_ids, "input_ids", tokens, 0,
-                                                       _ID_DTYPES, 1)
+            a.token_ids, a.token_id_dtype = rows(input_ids, "input_ids", tokens, 0, ID_DTYPES, 1)
         out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
         if return_routing:
             if not self._top_k:
                 _lib.fail(InvalidArgumentError, "return_routing: layer %d is dense; it routes "
                           "nothing" % self.info.index)
-            ids = np.empty((tokens, self._top_k), np.int32)
-            weights = np.empty((tokens, self._top_k), _NP_F32)
-            a.ids_out, a.weights_out = np_address(ids), np_address(weights)
-            if kind == TORCH:
-                torch = sys.modules["torch"]
-                ids, weights = torch.from_numpy(ids), torch.from_numpy(weights)
+            ids, weights, a.ids_out, a.weights_out = new_routing(kind, tokens, self._top_k)
         else:
             a.ids_out = a.weights_out = None
         a.hidden = hidden_address
@@ -216,8 +201,8 @@ class Layer(Handle):
         weights = _float32_weights(weights)
         st = self._state(tokens)
         a = st.eargs
-        a.ids, a.ids_dtype = self._rows(ids, "ids", tokens, K, _ID_DTYPES, 2)
-        a.weights, _ = self._rows(weights, "weights", tokens, K, _WEIGHT_DTYPES, 2)
+        a.ids, a.ids_dtype = rows(ids, "ids", tokens, K, ID_DTYPES, 2)
+        a.weights, _ = rows(weights, "weights", tokens, K, _WEIGHT_DTYPES, 2)
         out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
         a.hidden = hidden_address
         a.hidden_dtype = hidden_dtype

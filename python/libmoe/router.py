@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from . import _buffers, _lib
-from ._buffers import NUMPY, empty, kind_of, view
+from . import _lib
+from ._buffers import ID_DTYPES, kind_of, new_routing, rows, view
 from ._handle import Handle
 from .errors import ShapeError
 
@@ -46,17 +46,8 @@ class Router(Handle):
         tokens = shape[0]
         ids_address, ids_dtype = None, _lib.DTYPE_INVALID
         if input_ids is not None:
-            ids_address, ids_dtype, ishape = view(input_ids, kind_of(input_ids, "input_ids"),
-                                                  "input_ids", (_lib.DTYPE_I32, _lib.DTYPE_I64), 1)
-            if ishape != (tokens,):
-                _lib.fail(ShapeError, "input_ids: shape %s, expected [%d]" % (list(ishape),
-                                                                              tokens))
-        ids = empty(kind, (tokens, self.top_k), _lib.DTYPE_I32)
-        weights = empty(kind, (tokens, self.top_k), _lib.DTYPE_F32)
-        if kind == NUMPY:
-            ia, wa = _buffers.np_address(ids), _buffers.np_address(weights)
-        else:
-            ia, wa = ids.data_ptr(), weights.data_ptr()
+            ids_address, ids_dtype = rows(input_ids, "input_ids", tokens, 0, ID_DTYPES, 1)
+        ids, weights, ia, wa = new_routing(kind, tokens, self.top_k)
         _lib.check(_route(handle, tokens, address, ids_address, ids_dtype, ia, wa))
         return ids, weights
 
