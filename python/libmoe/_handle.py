@@ -15,18 +15,18 @@ _Self = TypeVar("_Self", bound="Handle")
 
 
 class Handle:
-    """Owner of one library object; a subclass sets ``_destroy``, the C function that frees
-    it (as a staticmethod), and calls :meth:`_create` in its ``__init__``."""
+    """Owner of one library object; a subclass's ``__init__`` makes it with :meth:`_create`."""
 
     _handle: Optional[int] = None  # None before creation succeeds and after close()
-    _destroy: Callable[[int], None]
 
-    def _create(self, name: str, create: Callable[..., int], *args: Any) -> None:
-        """Call ``CREATE(*ARGS, &handle)``, raise its error, and own the handle it made;
-        NAME is what the "closed" error calls this object ("layer 3")."""
+    def _create(self, name: str, create: Callable[..., int], destroy: Callable[[int], None],
+                *args: Any) -> None:
+        """Call ``CREATE(*ARGS, &handle)``, raise its error, and own the handle it made, which
+        ``DESTROY(handle)`` frees; NAME is what the "closed" error calls this object."""
         out = ctypes.c_void_p()
         _lib.check(create(*args, ctypes.byref(out)))
         self._handle = out.value
+        self._destroy = destroy
         self._name = name
 
     def _live(self) -> int:

@@ -60,8 +60,6 @@ class Layer(Handle):
     """A created MoE block (or dense MLP) of a model. Call it; close it when done (or use it
     as a context manager). Closing while another thread runs a forward is the caller's bug."""
 
-    _destroy = staticmethod(_lib.lib.moe_layer_destroy)
-
     def __init__(self, model: "Model", index: int, threads: Optional[int] = None,
                  recipe: Optional[str] = None, logits_dtype: Optional[str] = None) -> None:
         """Create layer INDEX of MODEL (see :meth:`libmoe.Model.layer`)."""
@@ -75,8 +73,8 @@ class Layer(Handle):
         opts = _lib.LayerOptions(size=ctypes.sizeof(_lib.LayerOptions), threads=threads or 0,
                                  logits_dtype=_lib.LOGITS_DTYPES[logits_dtype],
                                  experts_recipe=_lib.RECIPES[recipe])
-        self._create("layer %d" % index, _lib.lib.moe_layer_create, model.handle, index,
-                     ctypes.byref(opts))
+        self._create("layer %d" % index, _lib.lib.moe_layer_create, _lib.lib.moe_layer_destroy,
+                     model.handle, index, ctypes.byref(opts))
         c = _lib.LayerInfo(size=ctypes.sizeof(_lib.LayerInfo))
         _lib.check(_lib.lib.moe_layer_get_info(self._handle, ctypes.byref(c)))
         self.info: LayerInfo = layer_info_from_c(c)

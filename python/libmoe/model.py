@@ -68,15 +68,13 @@ class Model(Handle):
     """An opened Hugging Face model folder. Use as a context manager or call :meth:`close`;
     layers and routers created from it stay valid after it is closed."""
 
-    _destroy = staticmethod(_lib.lib.moe_model_close)
-
     def __init__(self, path: Union[str, "os.PathLike[str]"], no_mmap: bool = False) -> None:
         """Open PATH (config.json and model.safetensors or its shards); ``no_mmap`` reads
         the tensors into memory instead of mapping the files."""
         self.path = os.fspath(path)
         opts = _lib.OpenOptions(ctypes.sizeof(_lib.OpenOptions), bool(no_mmap))
-        self._create("model %s" % self.path, _lib.lib.moe_model_open, os.fsencode(path),
-                     ctypes.byref(opts))
+        self._create("model %s" % self.path, _lib.lib.moe_model_open, _lib.lib.moe_model_close,
+                     os.fsencode(path), ctypes.byref(opts))
         c = _lib.ModelInfo(size=ctypes.sizeof(_lib.ModelInfo))
         _lib.check(_lib.lib.moe_model_get_info(self._handle, ctypes.byref(c)))
         self.info = ModelInfo(family=_lib.text(c.family), n_layers=c.n_layers,

@@ -20,13 +20,11 @@ _route = _lib.lib.moe_router_forward
 class Router(Handle):
     """The routing of one MoE or hash layer. Immutable; any number of threads may call it."""
 
-    _destroy = staticmethod(_lib.lib.moe_router_destroy)
-
     def __init__(self, model: "Model", index: int) -> None:
         """Create the router of layer INDEX of MODEL (a dense layer is InvalidArgumentError)."""
         info = model.layer_info(index)
         self._create("router of layer %d" % index, _lib.lib.moe_router_create_from_model,
-                     model.handle, index)
+                     _lib.lib.moe_router_destroy, model.handle, index)
         self.index = index
         self.n_experts = info.n_experts
         self.top_k = info.top_k
