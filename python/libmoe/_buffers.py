@@ -25,6 +25,7 @@ _NP_DTYPES = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.int32): _lib.DTY
 _TORCH_NAMES = {"float32": _lib.DTYPE_F32, "bfloat16": _lib.DTYPE_BF16,
                 "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64}
 _torch_dtypes: dict = {}  # torch.dtype -> moe dtype, filled once torch is seen
+ID_DTYPES = (_lib.DTYPE_I32, _lib.DTYPE_I64)  # token and expert ids, read in their own width
 _DTYPE_NAMES = {_lib.DTYPE_F32: "float32", _lib.DTYPE_BF16: "bfloat16",
                 _lib.DTYPE_I32: "int32", _lib.DTYPE_I64: "int64"}
 
@@ -111,11 +112,28 @@ def view(x: Any, kind: int, name: str, allowed: Tuple[int, ...], ndim: int,
     return (np_address(x) if kind == NUMPY else x.data_ptr()), dtype, shape
 
 
-def empty(kind: int, shape: Tuple[int, ...], dtype: int) -> Any:
-    """A new uninitialised C-contiguous buffer of KIND (float32 or int32)."""
-    a = np.empty(shape, _NP_F32 if dtype == _lib.DTYPE_F32 else _NP_I32)
-    # torch.from_numpy shares the array's memory and costs less than torch.empty(dtype=...).
-    return a if kind == NUMPY else sys.modules["torch"].from_numpy(a)
+def rows(x: Any, name: str, tokens: int, width: int, allowed: Tuple[int, ...],
+         ndim: int) -> Tuple[int, int]:
+    """(address, moe dtype) of X, an id or weight buffer of shape [TOKENS] (NDIM 1) or
+    [TOKENS, WIDTH] and a dtype in ALLOWED, checked as :func:`view` checks."""
+    address, dtype, shape = view(x, kind_of(x, name), name, allowed, ndim)
+    want = (tokens,) if ndim == 1 else (tokens, width)
+    if shape != want:
+        _lib.fail(ShapeError, "%s: shape %s, expected %s" % (name, list(shape), list(want)))
+    return address, dtype
+
+
+def new_routing(kind: int, tokens: int, k: int) -> Tuple[Any, Any, int, int]:
+    """New uninitialised ids [TOKENS, K] int32 and weights [TOKENS, K] float32 of KIND, and
+    their addresses."""
+    ids = np.empty((tokens, k), _NP_I32)
+    weights = np.empty((tokens, k), _NP_F32)
+    ids_address, weights_address = np_address(ids), np_address(weights)
+    if kind == TORCH:
+        # torch.from_numpy shares the array's memory and costs less than torch.empty(dtype=...).
+        torch = sys.modules["torch"]
+        ids, weights = torch.from_numpy(ids), torch.from_numpy(weights)
+    return ids, weights, ids_address, weights_address
 
 
 def aligned_bytes(n: int, alignment: int = 64) -> Tuple[np.ndarray, int]:

@@ -9,7 +9,10 @@ the built-in exception a Python caller would expect (``ValueError``, ``TypeError
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
+
+# moe_status value -> its class; each class below adds itself as it is defined.
+ERROR_CLASSES: Dict[int, Type["MoeError"]] = {}
 
 
 class MoeError(Exception):
@@ -18,6 +21,14 @@ class MoeError(Exception):
 
     status: int = -1
     status_name: str = ""  # moe_status_string(status), filled in when the library loads
+
+    def __init_subclass__(cls, status: Optional[int] = None, **kwargs: Any) -> None:
+        """``class X(MoeError, status=N)`` makes X the class of moe_status N; a subclass
+        without ``status`` (a caller's own) inherits its parent's."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+            ERROR_CLASSES[status] = cls
 
     def __init__(self, message: str, status: Optional[int] = None,
                  status_name: Optional[str] = None) -> None:
@@ -31,101 +42,75 @@ class MoeError(Exception):
         return str(self.args[0]) if self.args else ""
 
 
-class InvalidArgumentError(MoeError, ValueError):
+class InvalidArgumentError(MoeError, ValueError, status=1):
     """MOE_EINVAL: a NULL, missing or disallowed argument (also: a buffer of the wrong kind,
     a non-contiguous array, a closed model or layer)."""
-    status = 1
 
 
-class OutOfMemoryError(MoeError, MemoryError):
+class OutOfMemoryError(MoeError, MemoryError, status=2):
     """MOE_ENOMEM: an allocation failed."""
-    status = 2
 
 
-class MoeIOError(MoeError, OSError):
+class MoeIOError(MoeError, OSError, status=3):
     """MOE_EIO: a file could not be opened, read, written or mapped."""
-    status = 3
 
 
-class StateError(MoeError, RuntimeError):
+class StateError(MoeError, RuntimeError, status=4):
     """MOE_ESTATE: a call in the wrong order."""
-    status = 4
 
 
-class UnsupportedError(MoeError):
+class UnsupportedError(MoeError, status=5):
     """MOE_EUNSUPPORTED: well-formed but not supported (model type, format, ISA)."""
-    status = 5
 
 
-class SizeOverflowError(MoeError, OverflowError):
+class SizeOverflowError(MoeError, OverflowError, status=6):
     """MOE_EOVERFLOW: size arithmetic overflows 64 bits or a documented limit."""
-    status = 6
 
 
-class RangeError(MoeError, ValueError):
+class RangeError(MoeError, ValueError, status=7):
     """MOE_ERANGE: a value out of range (expert id, token id, table entry)."""
-    status = 7
 
 
-class MissingError(MoeError, LookupError):
+class MissingError(MoeError, LookupError, status=8):
     """MOE_EMISSING: a required file, tensor or config field is absent."""
-    status = 8
 
 
-class TruncatedError(MoeError):
+class TruncatedError(MoeError, status=9):
     """MOE_ETRUNCATED: a file is shorter than its own header says."""
-    status = 9
 
 
-class HeaderError(MoeError):
+class HeaderError(MoeError, status=10):
     """MOE_EHEADER: a malformed file header."""
-    status = 10
 
 
-class JsonError(MoeError, ValueError):
+class JsonError(MoeError, ValueError, status=11):
     """MOE_EJSON: JSON that does not parse, or a value of the wrong JSON type."""
-    status = 11
 
 
-class DuplicateError(MoeError):
+class DuplicateError(MoeError, status=12):
     """MOE_EDUPLICATE: a name or key that appears twice."""
-    status = 12
 
 
-class OffsetError(MoeError):
+class OffsetError(MoeError, status=13):
     """MOE_EOFFSET: tensor offsets with holes, overlaps, or bytes past the end."""
-    status = 13
 
 
-class DtypeError(MoeError, TypeError):
+class DtypeError(MoeError, TypeError, status=14):
     """MOE_EDTYPE: an unknown or disallowed dtype (also: an array of the wrong dtype)."""
-    status = 14
 
 
-class ShapeError(MoeError, ValueError):
+class ShapeError(MoeError, ValueError, status=15):
     """MOE_ESHAPE: a shape that disagrees with its byte size, config or peers."""
-    status = 15
 
 
-class PathError(MoeError, ValueError):
+class PathError(MoeError, ValueError, status=16):
     """MOE_EPATH: a path that is not a plain file name."""
-    status = 16
 
 
-class ConfigError(MoeError, ValueError):
+class ConfigError(MoeError, ValueError, status=17):
     """MOE_ECONFIG: an inconsistent config.json or a bad field."""
-    status = 17
 
 
-class BadValueError(MoeError, ValueError):
+class BadValueError(MoeError, ValueError, status=18):
     """MOE_EVALUE: a bad value inside tensor data (a NaN block scale, a non-finite weight)."""
-    status = 18
 
-
-ERROR_CLASSES: Dict[int, Type[MoeError]] = {
-    cls.status: cls
-    for cls in (InvalidArgumentError, OutOfMemoryError, MoeIOError, StateError,
-                UnsupportedError, SizeOverflowError, RangeError, MissingError, TruncatedError,
-                HeaderError, JsonError, DuplicateError, OffsetError, DtypeError, ShapeError,
-                PathError, ConfigError, BadValueError)
-}

@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _buffers, _lib
-from ._buffers import NUMPY, TORCH, aligned_bytes, kind_of, np_address, view
-from .errors import InvalidArgumentError, ShapeError, SizeOverflowError, StateError
+from ._buffers import (ID_DTYPES, NUMPY, TORCH, aligned_bytes, kind_of, new_routing,
+                       np_address, rows, view)
+from ._handle import Handle
+from .errors import InvalidArgumentError, ShapeError, SizeOverflowError
 from .model import LayerInfo, layer_info_from_c
 
 if TYPE_CHECKING:
     from .model import Model
 
 _NP_F32 = np.dtype(np.float32)
-_F32, _BF16, _I32, _I64 = _lib.DTYPE_F32, _lib.DTYPE_BF16, _lib.DTYPE_I32, _lib.DTYPE_I64
+_F32, _BF16 = _lib.DTYPE_F32, _lib.DTYPE_BF16
 _HIDDEN_DTYPES = (_F32, _BF16)
-_ID_DTYPES = (_I32, _I64)
 _WEIGHT_DTYPES = (_F32,)
 _ITEMSIZE = {_F32: 4, _BF16: 2}
 _forward = _lib.lib.moe_layer_forward
@@ -55,14 +56,13 @@ class _ThreadState:
         self.need = 0                              # moe_layer_workspace_size(T)
 
 
-class Layer:
+class Layer(Handle):
     """A created MoE block (or dense MLP) of a model. Call it; close it when done (or use it
     as a context manager). Closing while another thread runs a forward is the caller's bug."""
 
     def __init__(self, model: "Model", index: int, threads: Optional[int] = None,
                  recipe: Optional[str] = None, logits_dtype: Optional[str] = None) -> None:
         """Create layer INDEX of MODEL (see :meth:`libmoe.Model.layer`)."""
-        self._handle: Optional[int] = None
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             _lib.fail(InvalidArgumentError, "threads: a positive int or None, got %r" % threads)
         if recipe not in _lib.RECIPES:
@@ -73,10 +73,8 @@ class Layer:
         opts = _lib.LayerOptions(size=ctypes.sizeof(_lib.LayerOptions), threads=threads or 0,
                                  logits_dtype=_lib.LOGITS_DTYPES[logits_dtype],
                                  experts_recipe=_lib.RECIPES[recipe])
-        out = ctypes.c_void_p()
-        _lib.check(_lib.lib.moe_layer_create(model.handle, index, ctypes.byref(opts),
-                                             ctypes.byref(out)))
-        self._handle = out.value
+        self._create("layer %d" % index, _lib.lib.moe_layer_create, _lib.lib.moe_layer_destroy,
+                     model.handle, index, ctypes.byref(opts))
         c = _lib.LayerInfo(size=ctypes.sizeof(_lib.LayerInfo))
         _lib.check(_lib.lib.moe_layer_get_info(self._handle, ctypes.byref(c)))
         self.info: LayerInfo = layer_info_from_c(c)
@@ -85,12 +83,6 @@ class Layer:
         self._tls = threading.local()
 
     # ---- Per-thread state ----------------------------------------------------------------
-
-    def _handle_or_raise(self) -> int:
-        handle = self._handle
-        if handle is None:
-            _lib.fail(StateError, "layer %d: closed" % self.info.index)
-        return handle
 
     def _state(self, tokens: int) -> _ThreadState:
         """This thread's state, its workspace large enough for TOKENS rows."""
@@ -113,7 +105,7 @@ class Layer:
     def workspace_size(self, tokens: int) -> int:
         """Bytes of workspace a forward of TOKENS rows needs (the binding allocates it, per
         thread, and grows it as needed)."""
-        return _workspace_size(self._handle_or_raise(), tokens)
+        return _workspace_size(self._live(), tokens)
 
     # ---- Forwards --------------------------------------------------------------------------
 
@@ -157,15 +149,6 @@ class Layer:
                       "while it writes out")
         return out, address
 
-    def _rows(self, x: Array, name: str, tokens: int, width: int, allowed: Tuple[int, ...],
-              ndim: int) -> Tuple[int, int]:
-        """(address, dtype) of an id or weight buffer of shape [T] (ndim 1) or [T, WIDTH]."""
-        address, dtype, shape = view(x, kind_of(x, name), name, allowed, ndim)
-        want = (tokens,) if ndim == 1 else (tokens, width)
-        if shape != want:
-            _lib.fail(ShapeError, "%s: shape %s, expected %s" % (name, list(shape), list(want)))
-        return address, dtype
-
     def __call__(self, hidden: Array, input_ids: Optional[Array] = None, *,
                  out: Optional[Array] = None, return_routing: bool = False
                  ) -> Union[Array, Tuple[Array, Array, Array]]:
@@ -177,26 +160,20 @@ class Layer:
         kind as HIDDEN, written in place. Returns the output [T, H] float32 (OUT itself when
         given); with ``return_routing``, (out, ids [T, K] int32, weights [T, K] float32), the
         experts each token visited and their combine weights."""
-        handle = self._handle_or_raise()
+        handle = self._live()
         kind, hidden_address, hidden_dtype, tokens = self._hidden(hidden)
         st = self._state(tokens)
         a = st.args
         if input_ids is None:
             a.token_ids = None
         else:
-            a.token_ids, a.token_id_dtype = self._rows(input_ids, "input_ids", tokens, 0,
-                                                       _ID_DTYPES, 1)
+            a.token_ids, a.token_id_dtype = rows(input_ids, "input_ids", tokens, 0, ID_DTYPES, 1)
         out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
         if return_routing:
             if not self._top_k:
                 _lib.fail(InvalidArgumentError, "return_routing: layer %d is dense; it routes "
                           "nothing" % self.info.index)
-            ids = np.empty((tokens, self._top_k), np.int32)
-            weights = np.empty((tokens, self._top_k), _NP_F32)
-            a.ids_out, a.weights_out = np_address(ids), np_address(weights)
-            if kind == TORCH:
-                torch = sys.modules["torch"]
-                ids, weights = torch.from_numpy(ids), torch.from_numpy(weights)
+            ids, weights, a.ids_out, a.weights_out = new_routing(kind, tokens, self._top_k)
         else:
             a.ids_out = a.weights_out = None
         a.hidden = hidden_address
@@ -213,7 +190,7 @@ class Layer:
         sum over k of weights[t, k] · expert(ids[t, k]) [T, H] float32, plus the shared
         experts when ``shared`` (then bit for bit the full forward for the ids and weights it
         returned). An id outside [0, E) or repeated in a row raises RangeError."""
-        handle = self._handle_or_raise()
+        handle = self._live()
         kind, hidden_address, hidden_dtype, tokens = self._hidden(hidden)
         K = self._top_k
         if not K:
@@ -222,8 +199,8 @@ class Layer:
         weights = _float32_weights(weights)
         st = self._state(tokens)
         a = st.eargs
-        a.ids, a.ids_dtype = self._rows(ids, "ids", tokens, K, _ID_DTYPES, 2)
-        a.weights, _ = self._rows(weights, "weights", tokens, K, _WEIGHT_DTYPES, 2)
+        a.ids, a.ids_dtype = rows(ids, "ids", tokens, K, ID_DTYPES, 2)
+        a.weights, _ = rows(weights, "weights", tokens, K, _WEIGHT_DTYPES, 2)
         out, a.out = self._out(out, kind, tokens, hidden_address, hidden_dtype)
         a.hidden = hidden_address
         a.hidden_dtype = hidden_dtype
@@ -233,28 +210,11 @@ class Layer:
             _lib.raise_status(status)
         return out
 
-    # ---- Description and life cycle -----------------------------------------------------------
+    # ---- Description ---------------------------------------------------------------------------
 
     def explain(self) -> str:
         """Every kernel chosen and why, the recipe, packed bytes, every default resolved."""
-        return _lib.text(_lib.lib.moe_layer_explain(self._handle_or_raise()))
-
-    def close(self) -> None:
-        """Destroy the layer (a no-op when already closed)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _lib.lib.moe_layer_destroy(handle)
-
-    def __enter__(self) -> "Layer":
-        """The layer itself; leaving the block destroys it."""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+        return _lib.text(_lib.lib.moe_layer_explain(self._live()))
 
     def __repr__(self) -> str:
         i = self.info

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Union
 
 from . import _lib
-from .errors import InvalidArgumentError, StateError
+from ._handle import Handle
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from .layer import Layer
@@ -63,20 +64,17 @@ def layer_info_from_c(c: _lib.LayerInfo) -> LayerInfo:
         score_func=text(lib.moe_score_func_name(c.score_func)) if routed else None)
 
 
-class Model:
+class Model(Handle):
     """An opened Hugging Face model folder. Use as a context manager or call :meth:`close`;
     layers and routers created from it stay valid after it is closed."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], no_mmap: bool = False) -> None:
         """Open PATH (config.json and model.safetensors or its shards); ``no_mmap`` reads
         the tensors into memory instead of mapping the files."""
-        self._handle: Optional[int] = None
-        opts = _lib.OpenOptions(ctypes.sizeof(_lib.OpenOptions), bool(no_mmap))
-        out = ctypes.c_void_p()
-        _lib.check(_lib.lib.moe_model_open(os.fsencode(path), ctypes.byref(opts),
-                                           ctypes.byref(out)))
-        self._handle = out.value
         self.path = os.fspath(path)
+        opts = _lib.OpenOptions(ctypes.sizeof(_lib.OpenOptions), bool(no_mmap))
+        self._create("model %s" % self.path, _lib.lib.moe_model_open, _lib.lib.moe_model_close,
+                     os.fsencode(path), ctypes.byref(opts))
         c = _lib.ModelInfo(size=ctypes.sizeof(_lib.ModelInfo))
         _lib.check(_lib.lib.moe_model_get_info(self._handle, ctypes.byref(c)))
         self.info = ModelInfo(family=_lib.text(c.family), n_layers=c.n_layers,
@@ -87,9 +85,7 @@ class Model:
     @property
     def handle(self) -> int:
         """The moe_model pointer; StateError once the model is closed."""
-        if self._handle is None:
-            _lib.fail(StateError, "model %s: closed" % getattr(self, "path", "?"))
-        return self._handle
+        return self._live()
 
     def _index(self, i: int, name: str = "layer") -> int:
         """I, checked to be an int (the C library checks its range)."""
@@ -123,23 +119,6 @@ class Model:
     def __len__(self) -> int:
         """The number of decoder layers."""
         return self.info.n_layers
-
-    def close(self) -> None:
-        """Release the model (a no-op when already closed)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _lib.lib.moe_model_close(handle)
-
-    def __enter__(self) -> "Model":
-        """The model itself; leaving the block closes it."""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else "%d layers" % self.info.n_layers

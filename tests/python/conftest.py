@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 import pytest
 
@@ -28,6 +28,22 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     if p.returncode != 0:
         pytest.fail("moe %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr))
     return p
+
+
+@pytest.fixture(scope="session")
+def model(checkpoint: Callable[..., str]) -> Iterator[Any]:
+    """The generated DeepSeek-V3 FP8 model (layer 0 dense, layer 1 MoE with a shared expert),
+    open for the whole session."""
+    import libmoe  # after LIBMOE_LIBRARY is set above
+
+    with libmoe.open(checkpoint("deepseek_v3", "fp8")) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def layer(model: Any) -> Any:
+    """Layer 1 of ``model``, created once per session."""
+    return model.layer(1)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import libmoe
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT
 
 
 def test_version_is_the_header_version():

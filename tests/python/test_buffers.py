@@ -2,16 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import libmoe
-
-
-@pytest.fixture(scope="module")
-def layer(checkpoint):
-    with libmoe.open(checkpoint("deepseek_v3", "fp8")) as model:
-        yield model.layer(1)
 
 
 def test_out_is_written_in_place(layer):

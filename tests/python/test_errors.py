@@ -10,18 +10,6 @@ import torch
 
 import libmoe
 
-
-@pytest.fixture(scope="module")
-def model(checkpoint):
-    with libmoe.open(checkpoint("deepseek_v3", "fp8")) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def layer(model):
-    return model.layer(1)
-
-
 X = np.zeros((2, 128), np.float32)
 
 
@@ -35,6 +23,8 @@ def test_class_hierarchy():
     assert all(issubclass(c, libmoe.MoeError) for c in errors)
     statuses = sorted(c.status for c in errors if c is not libmoe.MoeError)
     assert statuses == list(range(1, 19))  # one class per moe_status of include/moe.h
+    # C statuses are raised as the class of that status (a failing call picks it from here)
+    assert libmoe.errors.ERROR_CLASSES == {c.status: c for c in errors if c is not libmoe.MoeError}
     assert libmoe.InvalidArgumentError.status_name == "invalid argument"
 
 
@@ -164,19 +154,28 @@ def test_bad_config(checkpoint, tmp_path):
         libmoe.open(d)
 
 
-def test_closed_model_and_layer(checkpoint):
-    model = libmoe.open(checkpoint("mixtral", "bf16"))
-    layer = model.layer(0)
+def test_closed_model_layer_and_router(checkpoint):
+    d = checkpoint("mixtral", "bf16")
+    model = libmoe.open(d)
+    layer, router = model.layer(0), model.router(1)
     model.close()
     for call in (lambda: model.layer(0), lambda: model.layer_info(0), lambda: model.router(0)):
-        with pytest.raises(libmoe.StateError, match="closed"):
+        with pytest.raises(libmoe.StateError, match="model .*mixtral.*: closed"):
             call()
     layer.close()
-    with pytest.raises(libmoe.StateError, match="layer 0: closed"):
-        layer(X)
-    with pytest.raises(libmoe.StateError):
-        layer.explain()
-    with libmoe.open(checkpoint("mixtral", "bf16")) as m:
-        pass
-    with pytest.raises(libmoe.StateError):
-        m.layer(0)
+    router.close()
+    router.close()  # a second close is a no-op
+    for call in (lambda: layer(X), layer.explain, lambda: layer.workspace_size(1)):
+        with pytest.raises(libmoe.StateError, match="^layer 0: closed$"):
+            call()
+    for call in (lambda: router(np.zeros((2, 8), np.float32)), router.explain):
+        with pytest.raises(libmoe.StateError, match="^router of layer 1: closed$"):
+            call()
+    # each is its own context manager, closed when the block ends
+    with libmoe.open(d) as m, m.layer(1) as lay, m.router(1) as r:
+        assert isinstance(m, libmoe.Model) and isinstance(lay, libmoe.Layer)
+        assert isinstance(r, libmoe.Router) and "closed" not in repr(lay)
+    assert "closed" in repr(lay) and "closed" in repr(m)
+    for call in (lambda: m.layer(0), lambda: lay(X), r.explain):
+        with pytest.raises(libmoe.StateError, match="closed"):
+            call()

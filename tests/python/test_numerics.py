@@ -8,6 +8,7 @@ output, bit for bit."""
 from __future__ import annotations
 
 import os
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -40,13 +41,19 @@ def inputs(seed: int, H: int, vocab: int):
         rng.integers(0, vocab, T).astype(np.int64)
 
 
+def with_reference(checkpoint, family: str, dtype: str, index: int,
+                   make: Callable[[libmoe.Model, int], Any] = libmoe.Model.layer):
+    """(MAKE(model, INDEX), the float64 reference of layer INDEX, the model's info) for the
+    generated FAMILY/DTYPE checkpoint; the model is closed, what MAKE built outlives it."""
+    d = checkpoint(family, dtype)
+    with libmoe.open(d) as model:
+        return make(model, index), LayerRef(Checkpoint(d), index), model.info
+
+
 @pytest.mark.parametrize("family,dtype,index,tol", CASES)
 def test_forward_matches_reference(checkpoint, family, dtype, index, tol):
-    d = checkpoint(family, dtype)
-    ref = LayerRef(Checkpoint(d), index)
-    with libmoe.open(d) as model:
-        layer = model.layer(index)
-    x, tok = inputs(index + 11, model.info.hidden_size, model.info.vocab_size)
+    layer, ref, info = with_reference(checkpoint, family, dtype, index)
+    x, tok = inputs(index + 11, info.hidden_size, info.vocab_size)
     want, routing = ref.forward(x.astype(np.float64), tok)
     if routing is None:
         assert layer.info.kind == "dense"
@@ -64,11 +71,8 @@ def test_forward_matches_reference(checkpoint, family, dtype, index, tol):
                                                 ("deepseek_v4", "mxfp4", 0)])
 def test_torch_bf16_input(checkpoint, family, dtype, index):
     """bf16 hidden states are read as they are: the reference sees the same bf16 values."""
-    d = checkpoint(family, dtype)
-    ref = LayerRef(Checkpoint(d), index)
-    with libmoe.open(d) as model:
-        layer = model.layer(index)
-    x, tok = inputs(5, model.info.hidden_size, model.info.vocab_size)
+    layer, ref, info = with_reference(checkpoint, family, dtype, index)
+    x, tok = inputs(5, info.hidden_size, info.vocab_size)
     xb = torch.from_numpy(x).to(torch.bfloat16)
     want, routing = ref.forward(xb.to(torch.float64).numpy(), tok)
     got, ids, w = layer(xb, torch.from_numpy(tok), return_routing=True)
@@ -99,10 +103,7 @@ def test_bf16_recipe(checkpoint):
 def test_experts_only(checkpoint, family, dtype, index, tol):
     """The caller's ids (int32 and int64) and weights (float64, converted): the reference's
     sum over those experts, with and without the shared experts."""
-    d = checkpoint(family, dtype)
-    ref = LayerRef(Checkpoint(d), index)
-    with libmoe.open(d) as model:
-        layer = model.layer(index)
+    layer, ref, _ = with_reference(checkpoint, family, dtype, index)
     rng = np.random.default_rng(9)
     x = rng.standard_normal((T, 128)).astype(np.float32)
     ids = np.stack([rng.permutation(ref.E)[:ref.K] for _ in range(T)])
@@ -120,10 +121,7 @@ def test_experts_only(checkpoint, family, dtype, index, tol):
                                                 ("deepseek_v4", "mxfp4", 0),
                                                 ("deepseek_v4", "mxfp4", 1)])
 def test_router(checkpoint, family, dtype, index):
-    d = checkpoint(family, dtype)
-    ref = LayerRef(Checkpoint(d), index)
-    with libmoe.open(d) as model:
-        router = model.router(index)
+    router, ref, _ = with_reference(checkpoint, family, dtype, index, libmoe.Model.router)
     rng = np.random.default_rng(4)
     z = (rng.standard_normal((33, ref.E)) * 3).astype(np.float32)
     tok = rng.integers(0, 512, 33).astype(np.int32)

@@ -9,8 +9,7 @@ import subprocess
 import pytest
 
 from libmoe import _lib
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT
 
 
 def c_layout(tmp_path):
