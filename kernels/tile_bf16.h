@@ -1,4 +1,5 @@
-/* tile_bf16.h — internal: one tdpbf16ps (AMX-BF16) tile operation, its portable reference and the instruction. */
+/* tile_bf16.h — internal: one tdpbf16ps (AMX-BF16) tile operation, its portable reference and the
+ * instruction. */
 #ifndef MOE_KERNELS_TILE_BF16_H
 #define MOE_KERNELS_TILE_BF16_H
 
@@ -55,8 +56,7 @@ void moe_tile_bf16_dp_ref(size_t m, size_t n, size_t kp, float *c, size_t ldc, c
  * tdpbf16ps, stores C and releases the tiles. Needs amx_bf16 in the allowed caps (the CPU's
  * AMX-TILE and AMX-BF16 and the OS's grant of the tile data). */
 void moe_tile_bf16_dp__avx512amxbf16(size_t m, size_t n, size_t kp, float *c, size_t ldc,
-                                     const uint16_t *a, size_t lda, const uint16_t *b,
-                                     size_t ldb);
+                                     const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb);
 #endif
 
 #endif

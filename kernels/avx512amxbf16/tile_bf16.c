@@ -12,8 +12,7 @@ typedef struct tile_config {
 } tile_config;
 
 void moe_tile_bf16_dp__avx512amxbf16(size_t m, size_t n, size_t kp, float *c, size_t ldc,
-                                     const uint16_t *a, size_t lda, const uint16_t *b,
-                                     size_t ldb)
+                                     const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb)
 {
     tile_config cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);

@@ -35,9 +35,9 @@ void moe_cpu_mask_format(uint32_t mask, char *buf, size_t size);
 
 /*
  * Makes a caps struct consistent with the level order of moe.h: avx512 and avx_vnni need
- * avx2, and bf16, vnni, fp16, vbmi, amx_int8 and amx_bf16 each need avx512; a flag whose prerequisite
- * is missing is cleared.
- * Detection already yields consistent caps; this matters for caps built by hand or masks.
+ * avx2, and bf16, vnni, fp16, vbmi, amx_int8 and amx_bf16 each need avx512; a flag whose
+ * prerequisite is missing is cleared. Detection already yields consistent caps; this matters for
+ * caps built by hand or masks.
  */
 moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
 
@@ -64,8 +64,8 @@ moe_status moe_isa_level_parse(const char *name, moe_isa_level *level);
 
 /*
  * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512,
- * VNNI and VBMI; avx512bf16 adds BF16, FP16, AMX-INT8 and AMX-BF16 (everything). An out-of-range level
- * permits nothing.
+ * VNNI and VBMI; avx512bf16 adds BF16, FP16, AMX-INT8 and AMX-BF16 (everything). An out-of-range
+ * level permits nothing.
  */
 uint32_t moe_isa_level_mask(moe_isa_level level);
 

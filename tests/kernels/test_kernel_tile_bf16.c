@@ -1,10 +1,12 @@
 /* test_kernel_tile_bf16.c — the tdpbf16ps reference against hand-derived cases, an independent
- * double-precision model and, where AMX-BF16 is allowed, the instruction itself, bit for bit. */
+ * double-precision model and, where AMX-BF16 is allowed, the instruction, bit for bit; and the
+ * vdpbf16ps reference's flush and NaN order. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "moe.h"
+#include "kernels/ref/expert_ref.h"
 #include "kernels/tile_bf16.h"
 #include "test.h"
 #include "xorshift.h"
@@ -47,8 +49,11 @@ static const hand_case hand_cases[] = {
     {"C last", 0x3F800000u, 1, {{0x3380, 0x3F80, 0x3380, 0x3F80}}, 0x3F800001u},
     /* e: 1, then 1 + 2^-24 (a tie: 1), then 1 again; one rounding of 1 + 2^-23 would be
      * 1 + 2^-23. The chain rounds each step. */
-    {"even chain rounds each step", 0, 3,
-     {{0x3F80, 0x3F80, 0, 0}, {0x3380, 0x3F80, 0, 0}, {0x3380, 0x3F80, 0, 0}}, 0x3F800000u},
+    {"even chain rounds each step",
+     0,
+     3,
+     {{0x3F80, 0x3F80, 0, 0}, {0x3380, 0x3F80, 0, 0}, {0x3380, 0x3F80, 0, 0}},
+     0x3F800000u},
     /* e = 2^24, o = 1: e + o = 2^24 + 1, a tie between 2^24 and 2^24 + 2: 2^24 (even). */
     {"pair sum needs 25 bits", 0, 1, {{0x4580, 0x4580, 0x3F80, 0x3F80}}, 0x4B800000u},
     /* e = 2^30, o = -2^30: t = +0, 1 + 0 = 1. (From C: 1 + 2^30 = 2^30, then 0.) */
@@ -61,21 +66,36 @@ static const hand_case hand_cases[] = {
     {"FTZ of a tiny product", 0, 1, {{0x0D80, 0x3080, 0, 0}}, 0x00000000u},
     /* e = 2^-126, then fma(1.5·2^-75, 2^-75, e): exact 2^-126 + 1.5·2^-150, rounded to
      * 2^-126 + 2^-149 (the product is not flushed on its own) */
-    {"denormal product into a normal sum", 0, 2,
-     {{0x0080, 0x3F80, 0, 0}, {0x1A40, 0x1A00, 0, 0}}, 0x00800001u},
+    {"denormal product into a normal sum",
+     0,
+     2,
+     {{0x0080, 0x3F80, 0, 0}, {0x1A40, 0x1A00, 0, 0}},
+     0x00800001u},
     /* e = 2^-126, + 2^-149 = 2^-126 + 2^-149, + -1.265625·2^-149: exact 2^-126 - 2^-151 -
      * 2^-155. 24 bits: 2^-126 - 2^-150 (nearer than 2^-126), below 2^-126: flushed to 0.
      * (fmaf rounds on the denormal grid to 2^-126.) */
-    {"FTZ after rounding to 24 bits", 0, 3,
-     {{0x0080, 0x3F80, 0, 0}, {0x1A00, 0x1A80, 0, 0}, {0x9A22, 0x1A80, 0, 0}}, 0x00000000u},
+    {"FTZ after rounding to 24 bits",
+     0,
+     3,
+     {{0x0080, 0x3F80, 0, 0}, {0x1A00, 0x1A80, 0, 0}, {0x9A22, 0x1A80, 0, 0}},
+     0x00000000u},
     /* as above with -1.125·2^-149: exact 2^-126 - 2^-152, nearest 2^-126: kept */
-    {"just above the FTZ midpoint", 0, 3,
-     {{0x0080, 0x3F80, 0, 0}, {0x1A00, 0x1A80, 0, 0}, {0x9A10, 0x1A80, 0, 0}}, 0x00800000u},
+    {"just above the FTZ midpoint",
+     0,
+     3,
+     {{0x0080, 0x3F80, 0, 0}, {0x1A00, 0x1A80, 0, 0}, {0x9A10, 0x1A80, 0, 0}},
+     0x00800000u},
     /* with -1.25·2^-149: exact 2^-126 - 2^-151, the midpoint: the tie goes to 2^-126 (even) */
-    {"on the FTZ midpoint", 0, 3,
-     {{0x0080, 0x3F80, 0, 0}, {0x1A00, 0x1A80, 0, 0}, {0x9A20, 0x1A80, 0, 0}}, 0x00800000u},
+    {"on the FTZ midpoint",
+     0,
+     3,
+     {{0x0080, 0x3F80, 0, 0}, {0x1A00, 0x1A80, 0, 0}, {0x9A20, 0x1A80, 0, 0}},
+     0x00800000u},
     /* e = -1.9921875·2^127, then + 2^127·2 = 2^128 (not representable alone): 2^120 */
-    {"product past FLT_MAX, fused", 0, 2, {{0xFF7F, 0x3F80, 0, 0}, {0x7F00, 0x4000, 0, 0}},
+    {"product past FLT_MAX, fused",
+     0,
+     2,
+     {{0xFF7F, 0x3F80, 0, 0}, {0x7F00, 0x4000, 0, 0}},
      0x7B800000u},
     {"overflow", 0, 1, {{0x7F00, 0x4000, 0, 0}}, 0x7F800000u},
     /* NaN: A's operand before B's, quieted; C before the products; the later product in a
@@ -85,11 +105,17 @@ static const hand_case hand_cases[] = {
     {"NaN: signalling, quieted", 0, 1, {{0x7F81, 0x3F80, 0, 0}}, 0x7FC10000u},
     {"NaN: C first", 0x7FC30000u, 1, {{0x7FC1, 0x3F80, 0x7FC2, 0x3F80}}, 0x7FC30000u},
     {"NaN: C signalling, quieted", 0x7F800001u, 1, {{0x7FC1, 0x3F80, 0, 0}}, 0x7FC00001u},
-    {"NaN: the chain's later product", 0, 2, {{0x7FC1, 0x3F80, 0, 0}, {0x7FC2, 0x3F80, 0, 0}},
+    {"NaN: the chain's later product",
+     0,
+     2,
+     {{0x7FC1, 0x3F80, 0, 0}, {0x7FC2, 0x3F80, 0, 0}},
      0x7FC20000u},
     {"NaN: e before o", 0, 2, {{0, 0, 0x7FC1, 0x3F80}, {0x7FC2, 0x3F80, 0, 0}}, 0x7FC20000u},
-    {"NaN: Inf - Inf in e before o's NaN", 0, 2,
-     {{0x7F80, 0x3F80, 0x7FC2, 0x3F80}, {0xFF80, 0x3F80, 0, 0}}, 0xFFC00000u},
+    {"NaN: Inf - Inf in e before o's NaN",
+     0,
+     2,
+     {{0x7F80, 0x3F80, 0x7FC2, 0x3F80}, {0xFF80, 0x3F80, 0, 0}},
+     0xFFC00000u},
     {"NaN: Inf · 0", 0, 1, {{0x7F80, 0x0000, 0, 0}}, 0xFFC00000u},
     {"NaN: C = Inf, products -Inf", 0x7F800000u, 1, {{0xFF80, 0x3F80, 0, 0}}, 0xFFC00000u},
     /* e and o start at +0: -0 + (+0) = +0, whatever C's zero */
@@ -114,9 +140,29 @@ static void check_hand_cases_ref(void)
         case_operands(&hand_cases[i], x, w);
         uint32_t got =
             bits(moe_tile_bf16_dot_ref(from_bits(hand_cases[i].c), x, w, hand_cases[i].kp));
-        CHECKF(got == hand_cases[i].want, "reference, %s: got %08x, want %08x",
-               hand_cases[i].what, got, hand_cases[i].want);
+        CHECKF(got == hand_cases[i].want, "reference, %s: got %08x, want %08x", hand_cases[i].what,
+               got, hand_cases[i].want);
     }
+}
+
+/* The bf16 recipe's vdpbf16ps reference (moe_xr_dpbf16, one pair step: odd product, then
+ * even, from acc) flushes by the same rule, and its NaN order is the manual's table for
+ * vdpbf16ps: A even, B even, A odd, B odd, acc. Pairs are (even | odd << 16). */
+static void check_dpbf16_ref(void)
+{
+    float acc = moe_xr_dpbf16(0.0f, 0x0080u, 0x3F80u); /* 2^-126 */
+    acc = moe_xr_dpbf16(acc, 0x1A00u, 0x1A80u);        /* + 2^-149 */
+    CHECK(bits(acc) == 0x00800001u);
+    /* -1.265625·2^-149: exact 2^-126 - 2^-151 - 2^-155, 24 bits 2^-126 - 2^-150: flushed */
+    CHECK(bits(moe_xr_dpbf16(acc, 0x9A22u, 0x1A80u)) == 0x00000000u);
+    /* -1.125·2^-149: exact 2^-126 - 2^-152, nearest 2^-126 */
+    CHECK(bits(moe_xr_dpbf16(acc, 0x9A10u, 0x1A80u)) == 0x00800000u);
+    const float nan5 = from_bits(0x7FC50000u);
+    CHECK(bits(moe_xr_dpbf16(nan5, 0x7FC37FC1u, 0x7FC47FC2u)) == 0x7FC10000u);
+    CHECK(bits(moe_xr_dpbf16(nan5, 0x7FC33F80u, 0x7FC47FC2u)) == 0x7FC20000u);
+    CHECK(bits(moe_xr_dpbf16(nan5, 0x7FC33F80u, 0x7FC43F80u)) == 0x7FC30000u);
+    CHECK(bits(moe_xr_dpbf16(nan5, 0x3F803F80u, 0x7FC43F80u)) == 0x7FC40000u);
+    CHECK(bits(moe_xr_dpbf16(nan5, 0x3F803F80u, 0x3F803F80u)) == 0x7FC50000u);
 }
 
 /* ---- An independent model: sums in double, the rounding applied by hand ------------------
@@ -133,7 +179,7 @@ static float round_tile(double v)
 {
     if (v == 0) return v < 0 || signbit(v) ? -0.0f : 0.0f;
     int ex;
-    const double m = frexp(v, &ex);           /* |m| in [0.5, 1) */
+    const double m = frexp(v, &ex);                      /* |m| in [0.5, 1) */
     const double q = ldexp(rint(ldexp(m, 24)), ex - 24); /* rint: nearest even by default */
     if (fabs(q) < 0x1p-126) return v < 0 ? -0.0f : 0.0f;
     if (fabs(q) >= 0x1p128) return v < 0 ? -INFINITY : INFINITY;
@@ -179,8 +225,8 @@ static void check_hand_cases_model(void)
         uint16_t x[8], w[8];
         case_operands(&hand_cases[i], x, w);
         uint32_t got = model_dot(hand_cases[i].c, x, w, hand_cases[i].kp);
-        CHECKF(got == hand_cases[i].want, "model, %s: got %08x, want %08x", hand_cases[i].what,
-               got, hand_cases[i].want);
+        CHECKF(got == hand_cases[i].want, "model, %s: got %08x, want %08x", hand_cases[i].what, got,
+               hand_cases[i].want);
     }
 }
 
@@ -217,7 +263,8 @@ static float random_c(uint64_t *s, int regime)
     case NEAR_MIN_NORMAL: e = (unsigned)(r % 4); break;
     default: return from_bits((uint32_t)(r >> 16));
     }
-    return from_bits((uint32_t)((r >> 32) & 0x80000000u) | e << 23 | (uint32_t)((r >> 8) & 0x7FFFFFu));
+    return from_bits((uint32_t)((r >> 32) & 0x80000000u) | e << 23 |
+                     (uint32_t)((r >> 8) & 0x7FFFFFu));
 }
 
 #define LDA 40 /* strides that are not the tile's width */
@@ -235,9 +282,12 @@ static void random_tile(tile_case *t, uint64_t *s, int regime)
     t->m = 1 + xorshift64(s) % MOE_TILE_BF16_ROWS;
     t->n = 1 + xorshift64(s) % 16;
     t->kp = 1 + xorshift64(s) % MOE_TILE_BF16_PAIRS;
-    for (size_t i = 0; i < sizeof t->a / sizeof t->a[0]; i++) t->a[i] = random_bf16(s, regime);
-    for (size_t i = 0; i < sizeof t->b / sizeof t->b[0]; i++) t->b[i] = random_bf16(s, regime);
-    for (size_t i = 0; i < sizeof t->c / sizeof t->c[0]; i++) t->c[i] = random_c(s, regime);
+    for (size_t i = 0; i < sizeof t->a / sizeof t->a[0]; i++)
+        t->a[i] = random_bf16(s, regime);
+    for (size_t i = 0; i < sizeof t->b / sizeof t->b[0]; i++)
+        t->b[i] = random_bf16(s, regime);
+    for (size_t i = 0; i < sizeof t->c / sizeof t->c[0]; i++)
+        t->c[i] = random_c(s, regime);
 }
 
 /* The reference's tile against the model element by element, and nothing outside the tile
@@ -284,8 +334,7 @@ static void check_instruction(void)
         uint16_t x[8], w[8];
         case_operands(h, x, w);
         moe_tile_bf16_dp__avx512amxbf16(1, 1, h->kp, &c, 1, x, 2 * h->kp, w, 2);
-        CHECKF(bits(c) == h->want, "tdpbf16ps, %s: got %08x, want %08x", h->what, bits(c),
-               h->want);
+        CHECKF(bits(c) == h->want, "tdpbf16ps, %s: got %08x, want %08x", h->what, bits(c), h->want);
     }
     /* Random tiles, and a second instruction on the first one's result (C chained). */
     uint64_t s = 0x2545F4914F6CDD1Du;
@@ -298,7 +347,7 @@ static void check_instruction(void)
             hw = ref = t;
             for (int step = 0; step < 2; step++) {
                 moe_tile_bf16_dp__avx512amxbf16(t.m, t.n, t.kp, hw.c, LDC, t.a + step, LDA,
-                                                 t.b + step * 2, LDB);
+                                                t.b + step * 2, LDB);
                 moe_tile_bf16_dp_ref(t.m, t.n, t.kp, ref.c, LDC, t.a + step, LDA, t.b + step * 2,
                                      LDB);
             }
@@ -320,6 +369,7 @@ int main(void)
 {
     check_hand_cases_ref();
     check_hand_cases_model();
+    check_dpbf16_ref();
     check_random_ref();
     moe_cpu_info info;
     REQUIRE(moe_cpu_query(&info) == MOE_OK);

@@ -31,9 +31,9 @@ static void help(void)
 }
 
 static const uint32_t features[] = {
-    MOE_FEAT_AVX2,        MOE_FEAT_AVX_VNNI,    MOE_FEAT_AVX512,      MOE_FEAT_AVX512_BF16,
-    MOE_FEAT_AVX512_VNNI, MOE_FEAT_AVX512_FP16, MOE_FEAT_AVX512_VBMI, MOE_FEAT_AMX_INT8,
-    MOE_FEAT_AMX_BF16};
+    MOE_FEAT_AVX2,        MOE_FEAT_AVX_VNNI,    MOE_FEAT_AVX512,
+    MOE_FEAT_AVX512_BF16, MOE_FEAT_AVX512_VNNI, MOE_FEAT_AVX512_FP16,
+    MOE_FEAT_AVX512_VBMI, MOE_FEAT_AMX_INT8,    MOE_FEAT_AMX_BF16};
 #define NFEATURES (sizeof features / sizeof features[0])
 
 static void print_mask(const char *label, const moe_cpu_caps *caps)
