@@ -9,7 +9,7 @@
 /*
  * tdpbf16ps C += A·B on tiles, element by element (docs/kernels.md, "The tile unit's bf16
  * arithmetic (tdpbf16ps)", has the manual's statement and the experiment that confirms it on
- * Sapphire Rapids). A is m rows of 2·kp bf16 codes (kp pairs per row); B is kp rows, row k
+ * the development machine). A is m rows of 2·kp bf16 codes (kp pairs per row); B is kp rows, row k
  * holding for each column n the pair (b[k][2n], b[k][2n+1]) that meets A's pair k; C is m × n
  * f32. For every element (i, j), with x the A pair codes and w the B pair codes of column j:
  *
