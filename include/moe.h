@@ -108,7 +108,7 @@ typedef enum moe_isa_level {
     MOE_ISA_SCALAR = 0,     /* portable C */
     MOE_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C, with AVX-VNNI where present */
     MOE_ISA_AVX512 = 2,     /* AVX-512 F/BW/DQ/VL, with VNNI where present */
-    MOE_ISA_AVX512BF16 = 3, /* + AVX512-BF16, with FP16 and AMX-INT8 where present */
+    MOE_ISA_AVX512BF16 = 3, /* + AVX512-BF16, with FP16, AMX-INT8 and AMX-BF16 where present */
 } moe_isa_level;
 
 /* One set of features. Every flag already accounts for OS support of the registers. */
@@ -122,6 +122,8 @@ typedef struct moe_cpu_caps {
     bool avx_vnni;    /* AVX-VNNI (VEX vpdpbusd on ymm); implies avx2 */
     bool amx_int8;    /* AMX-TILE and AMX-INT8 (tdpbssd), tile data granted to this process by the
                        * OS; implies avx512 */
+    bool amx_bf16;    /* AMX-TILE and AMX-BF16 (tdpbf16ps), tile data granted likewise; implies
+                       * avx512 */
 } moe_cpu_caps;
 
 /* What the machine has, what this build compiled kernels for, and what libmoe will use

@@ -63,6 +63,20 @@ typedef enum moe_expert_recipe {
 } moe_expert_recipe;
 
 /*
+ * The tile unit's bf16 arithmetic, for the recipe of issue 30 (bf16 activations on
+ * tdpbf16ps; no kernel set computes it yet). It is not the BF16 recipe's: vdpbf16ps takes
+ * one chain from the accumulator, odd product then even per pair, while tdpbf16ps, per
+ * instruction of at most 16 pairs, runs two chains from +0 (even products, odd products),
+ * adds them, and adds that sum to C last; on random inputs the two differ in 19-85 % of
+ * the elements. Both round once per FMA to nearest even, read denormals as zero and flush
+ * after rounding to 24 bits (kernels/ref/fma_ftz.h). kernels/tile_bf16.h states it exactly
+ * with its reference; FMA under MXCSR DAZ|FTZ on zmm or ymm gives the same bits, so a
+ * recipe defined as the tile's arithmetic (K cut every 32 bf16) can give them at every ISA
+ * level. docs/kernels.md, "The tile unit's bf16 arithmetic (tdpbf16ps)", has the
+ * experiment.
+ */
+
+/*
  * The Q8 recipe (MXFP4 weights), exactly; every ISA gives these bits.
  *
  * Activation rows. A row of k f32 values (k a multiple of 32, nb = k/32 blocks) is prepared

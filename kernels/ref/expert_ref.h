@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/expert.h"
+#include "kernels/ref/fma_ftz.h"
 #include "kernels/ref/math_ref.h"
 
 /*
@@ -38,34 +39,24 @@ static inline float moe_xr_act(const moe_act_params *a, float g, float u)
 
 /* ---- vdpbf16ps, exactly ---------------------------------------------------------------
  * Per f32 lane j, with a and b holding bf16 pairs (low word = even element):
- *   t   = FTZ(fma(a.odd,  b.odd,  DAZ(acc)))
- *   acc = FTZ(fma(a.even, b.even, t))
- * where DAZ reads a subnormal input (the bf16 operands and acc) as a zero of its sign and
- * FTZ writes a subnormal result as a zero of its sign; rounding is to nearest even and the
- * products are exact (8-bit significands), never rounded or overflowed on their own. This is
- * what Sapphire Rapids computes: checked against the instruction on 3.2 million random lanes
- * (subnormals, overflows, cancellations, NaN and Inf included) with no difference, where
- * "products rounded to f32, then summed" or "the odd pair first as two plain additions"
- * differ in overflowing lanes, and "even pair first" or "one rounding" in ~5% of all lanes. */
-static inline float moe_xr_daz(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7F800000u) == 0) u &= 0x80000000u;
-    memcpy(&x, &u, sizeof u);
-    return x;
-}
-
-static inline float moe_xr_bf16(uint32_t code)
-{
-    return moe_xr_daz(moe_math_from_bits(code << 16));
-}
+ *   t   = fma_ftz(a.odd,  b.odd,  DAZ(acc))
+ *   acc = fma_ftz(a.even, b.even, t)
+ * with the bf16 operands read with DAZ and fma_ftz one fused multiply-add rounded to nearest
+ * even, then flushed as x86's FTZ does (kernels/ref/fma_ftz.h: tininess after rounding; the
+ * products are exact, never rounded or overflowed on their own). Its NaN order (x, y, then
+ * z) over the two steps is the manual's for vdpbf16ps: a.even, b.even, a.odd, b.odd, acc.
+ * This is what Sapphire Rapids computes: checked against the instruction on 3.2 million
+ * random lanes (subnormals, overflows, cancellations, NaN and Inf included), where "products
+ * rounded to f32, then summed" or "the odd pair first as two plain additions" differ in
+ * overflowing lanes, and "even pair first" or "one rounding" in ~5% of all lanes; and on 5
+ * million lanes built to end just under 2^-126, where a flush before rounding (fmaf, then
+ * FTZ) differs in 9% (docs/kernels.md, "The tile unit's bf16 arithmetic"). */
 
 /* acc + a·b over one bf16 pair of each operand (a, b: the two codes, even in the low half). */
 static inline float moe_xr_dpbf16(float acc, uint32_t a, uint32_t b)
 {
-    float t = moe_xr_daz(fmaf(moe_xr_bf16(a >> 16), moe_xr_bf16(b >> 16), moe_xr_daz(acc)));
-    return moe_xr_daz(fmaf(moe_xr_bf16(a & 0xFFFFu), moe_xr_bf16(b & 0xFFFFu), t));
+    float t = moe_xr_fma_ftz(moe_xr_bf16(a >> 16), moe_xr_bf16(b >> 16), moe_xr_daz(acc));
+    return moe_xr_fma_ftz(moe_xr_bf16(a & 0xFFFFu), moe_xr_bf16(b & 0xFFFFu), t);
 }
 
 #endif

@@ -35,7 +35,7 @@ c_enum = c_int  # a C enum whose values fit int is an int on x86-64 (System V AB
 class CpuCaps(Structure):
     _fields_ = [(name, c_bool) for name in (
         "avx2", "avx512", "avx512_bf16", "avx512_vnni", "avx512_fp16", "avx512_vbmi",
-        "avx_vnni", "amx_int8")]
+        "avx_vnni", "amx_int8", "amx_bf16")]
 
 
 class CpuInfo(Structure):

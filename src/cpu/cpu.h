@@ -19,7 +19,8 @@ enum {
     MOE_FEAT_AVX512_VBMI = 1u << 5, /* vpermt2b: 128-entry byte tables */
     MOE_FEAT_AVX_VNNI = 1u << 6,    /* VEX vpdpbusd on ymm (AVX-VNNI) */
     MOE_FEAT_AMX_INT8 = 1u << 7,    /* tdpbssd on tiles (AMX-TILE + AMX-INT8) */
-    MOE_FEAT_ALL_ = (1u << 8) - 1
+    MOE_FEAT_AMX_BF16 = 1u << 8,    /* tdpbf16ps on tiles (AMX-TILE + AMX-BF16) */
+    MOE_FEAT_ALL_ = (1u << 9) - 1
 };
 
 /* The caps as a feature mask, and back. Bits outside MOE_FEAT_ALL_ are ignored. */
@@ -34,9 +35,9 @@ void moe_cpu_mask_format(uint32_t mask, char *buf, size_t size);
 
 /*
  * Makes a caps struct consistent with the level order of moe.h: avx512 and avx_vnni need
- * avx2, and bf16, vnni, fp16, vbmi and amx_int8 each need avx512; a flag whose prerequisite
- * is missing is cleared.
- * Detection already yields consistent caps; this matters for caps built by hand or masks.
+ * avx2, and bf16, vnni, fp16, vbmi, amx_int8 and amx_bf16 each need avx512; a flag whose
+ * prerequisite is missing is cleared. Detection already yields consistent caps; this matters for
+ * caps built by hand or masks.
  */
 moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps);
 
@@ -63,8 +64,8 @@ moe_status moe_isa_level_parse(const char *name, moe_isa_level *level);
 
 /*
  * The features a level permits, as a mask: scalar none; avx2 AVX2; avx512 adds AVX-512,
- * VNNI and VBMI; avx512bf16 adds BF16, FP16 and AMX-INT8 (everything). An out-of-range level
- * permits nothing.
+ * VNNI and VBMI; avx512bf16 adds BF16, FP16, AMX-INT8 and AMX-BF16 (everything). An out-of-range
+ * level permits nothing.
  */
 uint32_t moe_isa_level_mask(moe_isa_level level);
 

@@ -17,6 +17,7 @@ static const struct {
     {MOE_FEAT_AVX512_VBMI, "avx512_vbmi"},
     {MOE_FEAT_AVX_VNNI, "avx_vnni"},
     {MOE_FEAT_AMX_INT8, "amx_int8"},
+    {MOE_FEAT_AMX_BF16, "amx_bf16"},
 };
 
 static const char *const level_names[] = {
@@ -38,6 +39,7 @@ uint32_t moe_cpu_caps_mask(const moe_cpu_caps *caps)
     if (caps->avx512_vbmi) m |= MOE_FEAT_AVX512_VBMI;
     if (caps->avx_vnni) m |= MOE_FEAT_AVX_VNNI;
     if (caps->amx_int8) m |= MOE_FEAT_AMX_INT8;
+    if (caps->amx_bf16) m |= MOE_FEAT_AMX_BF16;
     return m;
 }
 
@@ -52,6 +54,7 @@ moe_cpu_caps moe_cpu_caps_from_mask(uint32_t mask)
         .avx512_vbmi = (mask & MOE_FEAT_AVX512_VBMI) != 0,
         .avx_vnni = (mask & MOE_FEAT_AVX_VNNI) != 0,
         .amx_int8 = (mask & MOE_FEAT_AMX_INT8) != 0,
+        .amx_bf16 = (mask & MOE_FEAT_AMX_BF16) != 0,
     };
     return caps;
 }
@@ -86,6 +89,7 @@ moe_cpu_caps moe_cpu_caps_normalize(moe_cpu_caps caps)
     caps.avx512_vbmi = caps.avx512_vbmi && caps.avx512;
     caps.avx_vnni = caps.avx_vnni && caps.avx2;
     caps.amx_int8 = caps.amx_int8 && caps.avx512;
+    caps.amx_bf16 = caps.amx_bf16 && caps.avx512;
     return caps;
 }
 

@@ -37,6 +37,7 @@
 /* CPUID.(7,0):ECX and EDX, CPUID.(7,1):EAX */
 #define C7_ECX_AVX512VBMI (1u << 1)
 #define C7_ECX_AVX512VNNI (1u << 11)
+#define C7_EDX_AMX_BF16 (1u << 22)
 #define C7_EDX_AVX512FP16 (1u << 23)
 #define C7_EDX_AMX_TILE (1u << 24)
 #define C7_EDX_AMX_INT8 (1u << 25)
@@ -115,8 +116,13 @@ static moe_cpu_caps read_caps(void)
     caps.avx512_vbmi = all_set(ecx7, C7_ECX_AVX512VBMI);
     caps.avx512_fp16 = all_set(edx7, C7_EDX_AVX512FP16);
     caps.avx512_bf16 = all_set(eax71, C71_EAX_AVX512BF16);
-    caps.amx_int8 = all_set(edx7, C7_EDX_AMX_TILE | C7_EDX_AMX_INT8) &&
-                    all_set((uint32_t)xcr0, XCR0_XTILECFG | XCR0_XTILEDATA) && request_tile_data();
+    /* AMX-TILE with the tile state enabled in XCR0 and the tile data granted (asked once for
+     * both instruction sets); then each set by its own CPUID bit. */
+    const bool tiles = all_set(edx7, C7_EDX_AMX_TILE) &&
+                       all_set((uint32_t)xcr0, XCR0_XTILECFG | XCR0_XTILEDATA) &&
+                       request_tile_data();
+    caps.amx_int8 = tiles && all_set(edx7, C7_EDX_AMX_INT8);
+    caps.amx_bf16 = tiles && all_set(edx7, C7_EDX_AMX_BF16);
     return caps;
 }
 

@@ -32,6 +32,9 @@ moe_cpu_caps moe_kernels_compiled(void)
 #ifdef MOE_COMPILED_AVX512AMX
     caps.amx_int8 = true;
 #endif
+#ifdef MOE_COMPILED_AVX512AMXBF16
+    caps.amx_bf16 = true;
+#endif
     /* No kernels/avx512fp16/ folder exists, so avx512_fp16 is never compiled. */
     return moe_cpu_caps_normalize(caps);
 }

@@ -14,11 +14,13 @@ static bool caps_equal(const moe_cpu_caps *a, const moe_cpu_caps *b)
     return a->avx2 == b->avx2 && a->avx512 == b->avx512 && a->avx512_bf16 == b->avx512_bf16 &&
            a->avx512_vnni == b->avx512_vnni && a->avx512_fp16 == b->avx512_fp16 &&
            a->avx512_vbmi == b->avx512_vbmi && a->avx_vnni == b->avx_vnni &&
-           a->amx_int8 == b->amx_int8;
+           a->amx_int8 == b->amx_int8 && a->amx_bf16 == b->amx_bf16;
 }
 
-/* Made-up caps from eight booleans (avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni, amx_int8),
- * written out field by field so the test does not lean on moe_cpu_caps_from_mask. */
+/* Made-up caps from nine booleans (avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni, amx_int8,
+ * amx_bf16), written out field by field so the test does not lean on moe_cpu_caps_from_mask. */
+#define CAPS_COMBOS 512u
+#define CAPS_ALL (CAPS_COMBOS - 1)
 static moe_cpu_caps caps_of(unsigned bits)
 {
     moe_cpu_caps c;
@@ -30,6 +32,7 @@ static moe_cpu_caps caps_of(unsigned bits)
     c.avx512_vbmi = (bits >> 5) & 1;
     c.avx_vnni = (bits >> 6) & 1;
     c.amx_int8 = (bits >> 7) & 1;
+    c.amx_bf16 = (bits >> 8) & 1;
     return c;
 }
 
@@ -46,6 +49,7 @@ static moe_cpu_caps expected_cap(const moe_cpu_caps *in, moe_isa_level lv)
     e.avx512_bf16 = in->avx512_bf16 && e.avx512 && lv >= MOE_ISA_AVX512BF16;
     e.avx512_fp16 = in->avx512_fp16 && e.avx512 && lv >= MOE_ISA_AVX512BF16;
     e.amx_int8 = in->amx_int8 && e.avx512 && lv >= MOE_ISA_AVX512BF16;
+    e.amx_bf16 = in->amx_bf16 && e.avx512 && lv >= MOE_ISA_AVX512BF16;
     return e;
 }
 
@@ -68,12 +72,12 @@ static void test_level_names(void)
 static void test_cap_every_level_every_caps(void)
 {
     for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
-        for (unsigned bits = 0; bits < 256; bits++) {
+        for (unsigned bits = 0; bits < CAPS_COMBOS; bits++) {
             moe_cpu_caps in = caps_of(bits), out, want = expected_cap(&in, levels[l]);
             moe_isa_level got = (moe_isa_level)99;
             CHECK_STATUS(moe_cpu_caps_apply_isa(&in, moe_isa_level_name(levels[l]), &out, &got),
                          MOE_OK);
-            CHECKF(caps_equal(&out, &want), "MOE_ISA=%s caps=0x%02x", moe_isa_level_name(levels[l]),
+            CHECKF(caps_equal(&out, &want), "MOE_ISA=%s caps=0x%03x", moe_isa_level_name(levels[l]),
                    bits);
             CHECK(got == levels[l]);
         }
@@ -83,21 +87,21 @@ static void test_cap_every_level_every_caps(void)
 /* The literal sets from moe.h, for the caps of a machine that has everything. */
 static void test_cap_literal_sets(void)
 {
-    const moe_cpu_caps all = caps_of(255);
+    const moe_cpu_caps all = caps_of(CAPS_ALL);
     moe_cpu_caps out;
     moe_isa_level lv;
     CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "scalar", &out, &lv), MOE_OK);
     CHECK(!out.avx2 && !out.avx512 && !out.avx512_bf16 && !out.avx512_vnni && !out.avx512_fp16 &&
-          !out.avx512_vbmi && !out.avx_vnni && !out.amx_int8);
+          !out.avx512_vbmi && !out.avx_vnni && !out.amx_int8 && !out.amx_bf16);
     CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx2", &out, &lv), MOE_OK);
     CHECK(out.avx2 && !out.avx512 && !out.avx512_bf16 && !out.avx512_vnni && !out.avx512_fp16 &&
-          !out.avx512_vbmi && out.avx_vnni && !out.amx_int8);
+          !out.avx512_vbmi && out.avx_vnni && !out.amx_int8 && !out.amx_bf16);
     CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx512", &out, &lv), MOE_OK);
     CHECK(out.avx2 && out.avx512 && !out.avx512_bf16 && out.avx512_vnni && !out.avx512_fp16 &&
-          out.avx512_vbmi && out.avx_vnni && !out.amx_int8);
+          out.avx512_vbmi && out.avx_vnni && !out.amx_int8 && !out.amx_bf16);
     CHECK_STATUS(moe_cpu_caps_apply_isa(&all, "avx512bf16", &out, &lv), MOE_OK);
     CHECK(out.avx2 && out.avx512 && out.avx512_bf16 && out.avx512_vnni && out.avx512_fp16 &&
-          out.avx512_vbmi && out.avx_vnni && out.amx_int8);
+          out.avx512_vbmi && out.avx_vnni && out.amx_int8 && out.amx_bf16);
 
     /* No cap: NULL and "" both mean the highest level, and keep everything. */
     CHECK_STATUS(moe_cpu_caps_apply_isa(&all, NULL, &out, &lv), MOE_OK);
@@ -128,7 +132,7 @@ static void test_cap_rejects_unknown(void)
     static const char *const bad[] = {"AVX2",     "Scalar",     "avx",   "sse2",  "avx512f",
                                       "avx512bf", "avx512vnni", " avx2", "avx2 ", "avx2,avx512",
                                       "none",     "native",     "0"};
-    const moe_cpu_caps all = caps_of(255);
+    const moe_cpu_caps all = caps_of(CAPS_ALL);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         moe_cpu_caps out, before;
         memset(&out, 0x5A, sizeof out);
@@ -147,7 +151,7 @@ static void test_cap_rejects_unknown(void)
 
 static void test_masks(void)
 {
-    for (unsigned bits = 0; bits < 256; bits++) {
+    for (unsigned bits = 0; bits < CAPS_COMBOS; bits++) {
         moe_cpu_caps c = caps_of(bits);
         uint32_t m = moe_cpu_caps_mask(&c);
         CHECK(((m & MOE_FEAT_AVX2) != 0) == c.avx2);
@@ -158,12 +162,14 @@ static void test_masks(void)
         CHECK(((m & MOE_FEAT_AVX512_VBMI) != 0) == c.avx512_vbmi);
         CHECK(((m & MOE_FEAT_AVX_VNNI) != 0) == c.avx_vnni);
         CHECK(((m & MOE_FEAT_AMX_INT8) != 0) == c.amx_int8);
+        CHECK(((m & MOE_FEAT_AMX_BF16) != 0) == c.amx_bf16);
         moe_cpu_caps back = moe_cpu_caps_from_mask(m);
         CHECK(caps_equal(&back, &c));
     }
     CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AVX512_BF16), "avx512_bf16"));
     CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AVX_VNNI), "avx_vnni"));
     CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AMX_INT8), "amx_int8"));
+    CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AMX_BF16), "amx_bf16"));
     CHECK(!strcmp(moe_cpu_feature_name(0), "?"));
     CHECK(!strcmp(moe_cpu_feature_name(MOE_FEAT_AVX2 | MOE_FEAT_AVX512), "?"));
     char buf[128];
@@ -199,6 +205,11 @@ static void test_detect_matches_compiler_runtime(const moe_cpu_caps *d)
      * only one way. */
     CHECK(!d->amx_int8 ||
           (avx512 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8")));
+    CHECK(!d->amx_bf16 ||
+          (avx512 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16")));
+    /* One grant serves both sets: a CPU with both has both or neither. */
+    if (__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-bf16"))
+        CHECK(d->amx_int8 == d->amx_bf16);
 #endif
 #else
     CHECK(!d->avx2 && !d->avx512);
@@ -244,27 +255,29 @@ static void test_detect(void)
     CHECK(!d->avx512_vbmi || d->avx512);
     CHECK(!d->avx_vnni || d->avx2);
     CHECK(!d->amx_int8 || d->avx512);
+    CHECK(!d->amx_bf16 || d->avx512);
     size_t len = strnlen(first.brand, sizeof first.brand);
     CHECK(len < sizeof first.brand);
     CHECK(len == 0 || (first.brand[0] != ' ' && first.brand[len - 1] != ' '));
     test_detect_matches_compiler_runtime(d);
     fprintf(stderr,
-            "cpu: '%s' avx2=%d avx512=%d bf16=%d vnni=%d fp16=%d vbmi=%d avx_vnni=%d amx_int8=%d\n",
+            "cpu: '%s' avx2=%d avx512=%d bf16=%d vnni=%d fp16=%d vbmi=%d avx_vnni=%d amx_int8=%d "
+            "amx_bf16=%d\n",
             first.brand, d->avx2, d->avx512, d->avx512_bf16, d->avx512_vnni, d->avx512_fp16,
-            d->avx512_vbmi, d->avx_vnni, d->amx_int8);
+            d->avx512_vbmi, d->avx_vnni, d->amx_int8, d->amx_bf16);
 }
 
 static void test_normalize_and_intersect(void)
 {
-    for (unsigned a = 0; a < 256; a++) {
+    for (unsigned a = 0; a < CAPS_COMBOS; a++) {
         moe_cpu_caps ca = caps_of(a), n = moe_cpu_caps_normalize(ca);
         moe_cpu_caps want = expected_cap(&ca, MOE_ISA_AVX512BF16);
-        CHECKF(caps_equal(&n, &want), "normalize 0x%02x", a);
-        for (unsigned b = 0; b < 256; b++) {
+        CHECKF(caps_equal(&n, &want), "normalize 0x%03x", a);
+        for (unsigned b = 0; b < CAPS_COMBOS; b++) {
             moe_cpu_caps cb = caps_of(b), both = caps_of(a & b);
             moe_cpu_caps got = moe_cpu_caps_intersect(&ca, &cb);
             moe_cpu_caps w = expected_cap(&both, MOE_ISA_AVX512BF16);
-            CHECKF(caps_equal(&got, &w), "intersect 0x%02x 0x%02x", a, b);
+            CHECKF(caps_equal(&got, &w), "intersect 0x%03x 0x%03x", a, b);
         }
     }
 }

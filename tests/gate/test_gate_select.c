@@ -54,15 +54,15 @@ typedef struct caps_case {
 } caps_case;
 
 static const caps_case machines[] = {
-    {"no AVX2", {0, 0, 0, 0, 0, 0, 0, 0}},
-    {"AVX2 only", {1, 0, 0, 0, 0, 0, 0, 0}},
-    {"AVX-512 without BF16", {1, 1, 0, 0, 0, 0, 0, 0}},
-    {"AVX-512 + VNNI", {1, 1, 0, 1, 0, 0, 0, 0}},
-    {"AVX-512 + BF16", {1, 1, 1, 0, 0, 0, 0, 0}},
-    {"everything", {1, 1, 1, 1, 1, 1, 1, 1}},
-    {"AVX2 + AVX-VNNI", {1, 0, 0, 0, 0, 0, 1, 0}},
-    {"avx512 flags without avx2", {0, 1, 1, 1, 1, 1, 0, 0}},
-    {"bf16 without avx512", {1, 0, 1, 0, 0, 0, 0, 0}},
+    {"no AVX2", {0, 0, 0, 0, 0, 0, 0, 0, 0}},
+    {"AVX2 only", {1, 0, 0, 0, 0, 0, 0, 0, 0}},
+    {"AVX-512 without BF16", {1, 1, 0, 0, 0, 0, 0, 0, 0}},
+    {"AVX-512 + VNNI", {1, 1, 0, 1, 0, 0, 0, 0, 0}},
+    {"AVX-512 + BF16", {1, 1, 1, 0, 0, 0, 0, 0, 0}},
+    {"everything", {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+    {"AVX2 + AVX-VNNI", {1, 0, 0, 0, 0, 0, 1, 0, 0}},
+    {"avx512 flags without avx2", {0, 1, 1, 1, 1, 1, 0, 0, 0}},
+    {"bf16 without avx512", {1, 0, 1, 0, 0, 0, 0, 0, 0}},
 };
 
 static const moe_dtype weights[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F16};

@@ -20,7 +20,8 @@ _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_G
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16, bool vbmi,
                               bool avx_vnni, bool amx)
 {
-    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni, amx};
+    /* amx_bf16 off: no expert set uses tdpbf16ps yet */
+    moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni, amx, false};
     return c;
 }
 

@@ -22,7 +22,7 @@ def test_cpu_info():
     assert set(info) == {"detected", "compiled", "allowed", "cap", "cap_from_env", "brand"}
     for flags in (info["detected"], info["compiled"], info["allowed"]):
         assert set(flags) == {"avx2", "avx512", "avx512_bf16", "avx512_vnni", "avx512_fp16",
-                              "avx512_vbmi", "avx_vnni", "amx_int8"}
+                              "avx512_vbmi", "avx_vnni", "amx_int8", "amx_bf16"}
     # allowed = detected ∩ compiled (∩ the cap)
     for k, v in info["allowed"].items():
         assert not v or (info["detected"][k] and info["compiled"][k])

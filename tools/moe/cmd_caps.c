@@ -23,16 +23,17 @@ static void help(void)
            "\n"
            "environment:\n"
            "  MOE_ISA=scalar|avx2|avx512|avx512bf16   the highest ISA level libmoe may use\n"
-           "      (avx2 includes AVX-VNNI; avx512 VNNI and VBMI; avx512bf16 also BF16, FP16 and\n"
-           "      AMX-INT8).\n"
+           "      (avx2 includes AVX-VNNI; avx512 VNNI and VBMI; avx512bf16 also BF16, FP16,\n"
+           "      AMX-INT8 and AMX-BF16).\n"
            "      Unset or empty: no cap.\n"
            "\n"
            "Exit status: 0 success; 1 an invalid MOE_ISA (one line on stderr); 2 usage error.\n");
 }
 
 static const uint32_t features[] = {
-    MOE_FEAT_AVX2,        MOE_FEAT_AVX_VNNI,    MOE_FEAT_AVX512,      MOE_FEAT_AVX512_BF16,
-    MOE_FEAT_AVX512_VNNI, MOE_FEAT_AVX512_FP16, MOE_FEAT_AVX512_VBMI, MOE_FEAT_AMX_INT8};
+    MOE_FEAT_AVX2,        MOE_FEAT_AVX_VNNI,    MOE_FEAT_AVX512,
+    MOE_FEAT_AVX512_BF16, MOE_FEAT_AVX512_VNNI, MOE_FEAT_AVX512_FP16,
+    MOE_FEAT_AVX512_VBMI, MOE_FEAT_AMX_INT8,    MOE_FEAT_AMX_BF16};
 #define NFEATURES (sizeof features / sizeof features[0])
 
 static void print_mask(const char *label, const moe_cpu_caps *caps)
