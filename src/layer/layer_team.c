@@ -19,6 +19,7 @@ void moe_team_init(moe_team *t, int full, bool fixed)
     atomic_init(&t->size, full);
     atomic_init(&t->probe_at, 0);
     atomic_init(&t->backoff, MOE_TEAM_BACKOFF_MIN_NS);
+    atomic_init(&t->streak, 0);
 }
 
 int moe_team_size(moe_team *t, long long now_ns)
@@ -38,9 +39,13 @@ void moe_team_report(moe_team *t, int used, long preempted, long long now_ns)
 {
     if (!moe_team_watching(t)) return;
     if (preempted > 0 && used > 1) {
-        /* From the full team in steady state: the shortest pause; a probe that was preempted
-         * again: twice the last one. */
+        /* From the full team in steady state (after a streak): the shortest pause; a probe
+         * that was preempted again: twice the last one. */
         const bool probe = atomic_load_explicit(&t->size, memory_order_relaxed) < used;
+        if (!probe && used == t->full &&
+            atomic_fetch_add_explicit(&t->streak, 1, memory_order_relaxed) + 1 < MOE_TEAM_STREAK)
+            return;
+        atomic_store_explicit(&t->streak, 0, memory_order_relaxed);
         long long pause = atomic_load_explicit(&t->backoff, memory_order_relaxed);
         pause = !probe                             ? MOE_TEAM_BACKOFF_MIN_NS
                 : pause * 2 > MOE_TEAM_BACKOFF_MAX_NS ? MOE_TEAM_BACKOFF_MAX_NS
@@ -49,6 +54,7 @@ void moe_team_report(moe_team *t, int used, long preempted, long long now_ns)
         atomic_store_explicit(&t->probe_at, now_ns + pause, memory_order_relaxed);
         atomic_store_explicit(&t->size, used - 1, memory_order_relaxed);
     } else if (preempted == 0 && used == t->full) {
+        atomic_store_explicit(&t->streak, 0, memory_order_relaxed);
         atomic_store_explicit(&t->backoff, MOE_TEAM_BACKOFF_MIN_NS, memory_order_relaxed);
         atomic_store_explicit(&t->size, t->full, memory_order_relaxed);
     }

@@ -12,11 +12,13 @@
  * one), the thread scheduled there runs only in time slices, and every barrier can cost a
  * slice of that other work: measured, one of two cores busy took a two-thread gpt-oss-20b
  * decode step from 4.3 ms to 40 ms. The layer watches for it: every thread counts its
- * involuntary context switches (the kernel preempting it) over the forward; a preempted
- * forward makes the next ones run on one thread fewer, and all the threads are tried again
- * after a pause that doubles (10 ms to 1 s) while the probe is preempted too and resets when
- * it is not. The thread count changes no bit of any result (principle 7), so this is a
- * matter of time only. options->fixed_threads turns it off (benchmarks).
+ * involuntary context switches (the kernel preempting it) over the forward. Two preempted
+ * forwards in a row on all the threads make the next ones run on one thread fewer (a quiet
+ * two-core machine preempted 5.8 % of gpt-oss-20b decode steps but two in a row 0.4 %; with
+ * one core busy, 74 % and 62 %), and all the threads are tried again after a pause that
+ * doubles (10 ms to 1 s) while the probe is preempted too and resets when it is not. The
+ * thread count changes no bit of any result (principle 7), so this is a matter of time only.
+ * options->fixed_threads turns it off (benchmarks).
  */
 typedef struct moe_team {
     int full;             /* the layer's threads */
@@ -24,10 +26,12 @@ typedef struct moe_team {
     atomic_int size;      /* the team size forwards use now, in [1, full] */
     atomic_llong probe_at; /* CLOCK_MONOTONIC ns after which a forward tries full again */
     atomic_llong backoff; /* ns from a preempted forward to the next probe */
+    atomic_int streak;    /* preempted forwards in a row on all the threads */
 } moe_team;
 
 #define MOE_TEAM_BACKOFF_MIN_NS 10000000LL  /* 10 ms */
 #define MOE_TEAM_BACKOFF_MAX_NS 1000000000LL /* 1 s */
+#define MOE_TEAM_STREAK 2 /* preempted full-team forwards in a row before one thread fewer */
 
 void moe_team_init(moe_team *t, int full, bool fixed);
 

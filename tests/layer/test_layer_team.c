@@ -1,4 +1,4 @@
-/* test_layer_team.c — fewer threads while preempted, probes back with a doubling pause, same bits. */
+/* test_layer_team.c — fewer threads after preempted forwards, probes with a doubling pause, same bits. */
 #include "fwd_io.h"
 
 #define MS 1000000LL
@@ -12,7 +12,12 @@ static void check_policy(void)
     CHECK(moe_team_size(&t, 0) == 2);
     moe_team_report(&t, 2, 0, 1 * MS); /* quiet: stays at two */
     CHECK(moe_team_size(&t, 2 * MS) == 2);
-    moe_team_report(&t, 2, 3, 10 * MS); /* preempted: one thread for 10 ms */
+    moe_team_report(&t, 2, 3, 5 * MS); /* preempted once, then quiet: the streak is broken */
+    CHECK(moe_team_size(&t, 5 * MS) == 2);
+    moe_team_report(&t, 2, 0, 6 * MS);
+    moe_team_report(&t, 2, 1, 7 * MS);
+    CHECK(moe_team_size(&t, 7 * MS) == 2);
+    moe_team_report(&t, 2, 3, 10 * MS); /* preempted twice in a row: one thread for 10 ms */
     CHECK(moe_team_size(&t, 10 * MS) == 1);
     CHECK(moe_team_size(&t, 20 * MS - 1) == 1);
     CHECK(moe_team_size(&t, 20 * MS) == 2);  /* the probe */
@@ -30,10 +35,14 @@ static void check_policy(void)
     CHECK(moe_team_size(&t, 200000 * MS) == 2);
     CHECK(atomic_load(&t.backoff) == MOE_TEAM_BACKOFF_MIN_NS);
     moe_team_report(&t, 2, 1, 300000 * MS);
+    CHECK(moe_team_size(&t, 300000 * MS) == 2); /* one preempted forward is not a streak */
+    moe_team_report(&t, 2, 1, 300000 * MS);
     CHECK(moe_team_size(&t, 300000 * MS + 10 * MS - 1) == 1);
 
-    /* Three threads step down one at a time. */
+    /* Three threads step down one at a time: after a streak on all of them, then at once. */
     moe_team_init(&t, 3, false);
+    moe_team_report(&t, 3, 1, 0);
+    CHECK(moe_team_size(&t, 1) == 3);
     moe_team_report(&t, 3, 1, 0);
     CHECK(moe_team_size(&t, 1) == 2);
     moe_team_report(&t, 2, 1, 2);
