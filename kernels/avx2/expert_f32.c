@@ -826,26 +826,9 @@ static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void
     fp8_tiles(1, m, k, hv, tile, n, NULL, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_f32_32x16__avx2 = {
-    .name = "moe_expert_bf16_f32_32x16__avx2",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR_BF16,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
+MOE_XL_SET(moe_expert_bf16_f32_32x16__avx2, MOE_RECIPE_F32, MOE_REQ_AVX2, MR_BF16,
+           MOE_XL_BF16_LAYOUT, .gateup = gateup_bf16, .down = down_bf16);
 
-const moe_expert_kernels moe_expert_fp8_f32_32x16__avx2 = {
-    .name = "moe_expert_fp8_f32_32x16__avx2",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR_FP8,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-    .gateup_tiles = gateup_fp8_tiles,
-    .down_tiles = down_fp8_tiles,
-};
+MOE_XL_SET(moe_expert_fp8_f32_32x16__avx2, MOE_RECIPE_F32, MOE_REQ_AVX2, MR_FP8,
+           MOE_XL_FP8_LAYOUT(fp8), .gateup = gateup_fp8, .down = down_fp8,
+           .gateup_tiles = gateup_fp8_tiles, .down_tiles = down_fp8_tiles);

@@ -181,13 +181,5 @@ static void down(size_t m, size_t k, const void *const *hv, const void *tilev, f
                 _mm256_add_ps(_mm256_add_ps(t[i][1], t[i][3]), b1), n_valid);
 }
 
-const moe_expert_kernels moe_expert_f32_f32_32x16__avx2 = {
-    .name = "moe_expert_f32_f32_32x16__avx2",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_F32_LAYOUT,
-    .gateup = gateup,
-    .down = down,
-};
+MOE_XL_SET(moe_expert_f32_f32_32x16__avx2, MOE_RECIPE_F32, MOE_REQ_AVX2, MR, MOE_XL_F32_LAYOUT,
+           .gateup = gateup, .down = down);

@@ -67,28 +67,10 @@ INLINE void fp8_decode64(const fp8_dec *d, const unsigned char *c, __m512 w[4])
 
 #include "kernels/avx512/expert_fp8_f32_body.h"
 
-const moe_expert_kernels moe_expert_bf16_f32_12x16__avx512 = {
-    .name = "moe_expert_bf16_f32_12x16__avx512",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX512,
-    .mr = MR_BF16,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_pairs,
-    .down = down_pairs,
-};
+MOE_XL_SET(moe_expert_bf16_f32_12x16__avx512, MOE_RECIPE_F32, MOE_REQ_AVX512, MR_BF16,
+           MOE_XL_BF16_LAYOUT, .gateup = gateup_pairs, .down = down_pairs);
 
-const moe_expert_kernels moe_expert_fp8_f32_32x16__avx512 = {
-    .name = "moe_expert_fp8_f32_32x16__avx512",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX512,
-    .mr = MR_FP8,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-    .gateup_tiles = gateup_fp8_tiles,
-    .down_tiles = down_fp8_tiles,
-    .tiles_from_m = MR + 1,
-    .tiles_to_m = DIRECT_PAIRS,
-};
+MOE_XL_SET(moe_expert_fp8_f32_32x16__avx512, MOE_RECIPE_F32, MOE_REQ_AVX512, MR_FP8,
+           MOE_XL_FP8_LAYOUT(fp8), .gateup = gateup_fp8, .down = down_fp8,
+           .gateup_tiles = gateup_fp8_tiles, .down_tiles = down_fp8_tiles, .tiles_from_m = MR + 1,
+           .tiles_to_m = DIRECT_PAIRS);

@@ -26,13 +26,5 @@ INLINE __m512 pair_even(const unsigned char *p) { return _mm512_loadu_ps((const 
 
 #include "kernels/avx512/expert_pairs_f32_body.h"
 
-const moe_expert_kernels moe_expert_f32_f32_12x16__avx512 = {
-    .name = "moe_expert_f32_f32_12x16__avx512",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX512,
-    .mr = MR_BF16,
-    .nr = NR,
-    MOE_XL_F32_LAYOUT,
-    .gateup = gateup_pairs,
-    .down = down_pairs,
-};
+MOE_XL_SET(moe_expert_f32_f32_12x16__avx512, MOE_RECIPE_F32, MOE_REQ_AVX512, MR_BF16,
+           MOE_XL_F32_LAYOUT, .gateup = gateup_pairs, .down = down_pairs);

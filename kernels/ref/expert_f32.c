@@ -155,35 +155,11 @@ MOE_XR_ENTRIES(bf16, W_BF16)
 MOE_XR_ENTRIES(f32, W_F32)
 MOE_XR_ENTRIES(fp8, W_FP8)
 
-const moe_expert_kernels moe_expert_bf16_f32_8x16__ref = {
-    .name = "moe_expert_bf16_f32_8x16__ref",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
+MOE_XL_SET(moe_expert_bf16_f32_8x16__ref, MOE_RECIPE_F32, MOE_REQ_SCALAR, MR, MOE_XL_BF16_LAYOUT,
+           .gateup = gateup_bf16, .down = down_bf16);
 
-const moe_expert_kernels moe_expert_fp8_f32_8x16__ref = {
-    .name = "moe_expert_fp8_f32_8x16__ref",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-};
+MOE_XL_SET(moe_expert_fp8_f32_8x16__ref, MOE_RECIPE_F32, MOE_REQ_SCALAR, MR, MOE_XL_FP8_LAYOUT(fp8),
+           .gateup = gateup_fp8, .down = down_fp8);
 
-const moe_expert_kernels moe_expert_f32_f32_8x16__ref = {
-    .name = "moe_expert_f32_f32_8x16__ref",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_F32_LAYOUT,
-    .gateup = gateup_f32,
-    .down = down_f32,
-};
+MOE_XL_SET(moe_expert_f32_f32_8x16__ref, MOE_RECIPE_F32, MOE_REQ_SCALAR, MR, MOE_XL_F32_LAYOUT,
+           .gateup = gateup_f32, .down = down_f32);
