@@ -29,6 +29,7 @@
 #define MR_FP8 32  /* FP8 weights: 3..32 tokens take the buffered path */
 #define MR_BF16 32 /* bf16 weights: 3..32 tokens take the buffered path */
 #define KB_BF16 64 /* k per widened bf16 block */
+
 /* vcvtph2ps from memory: the 8 f16 at p widened to f32. The memory form is one ALU uop; the
  * register form adds a shuffle on port 5, with vpmovsxbw and the extract the FP8 decode's
  * bound (bench/NOTES.md v12). In asm: GCC and clang both forward a vector stored just before

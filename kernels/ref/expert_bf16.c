@@ -4,6 +4,7 @@
 
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "kernels/ref/expert_ref.h"
 #include "select/kernel.h"
 
@@ -114,17 +115,17 @@ static float down_dot_fp8(const unsigned char *tile, size_t n, size_t k, const u
 
 enum { W_BF16, W_FP8 }; /* the weights of a tile: bf16 pairs, FP8 pairs */
 
-static float dot(int wf, const unsigned char *tile, int p, size_t n, size_t k, const uint16_t *x)
+INLINE float dot(int wf, const unsigned char *tile, int p, size_t n, size_t k, const uint16_t *x)
 {
     return wf == W_FP8 ? dot_fp8(tile, 2, p, n, k, x) : dot_bf16(tile, 2, p, n, k, x);
 }
 
-static float down_dot(int wf, const unsigned char *tile, size_t n, size_t k, const uint16_t *x)
+INLINE float down_dot(int wf, const unsigned char *tile, size_t n, size_t k, const uint16_t *x)
 {
     return wf == W_FP8 ? down_dot_fp8(tile, n, k, x) : down_dot_bf16(tile, n, k, x);
 }
 
-static void gateup(int wf, size_t m, size_t k, const void *const *x, const void *tile,
+INLINE void gateup(int wf, size_t m, size_t k, const void *const *x, const void *tile,
                    const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++) {
@@ -136,7 +137,7 @@ static void gateup(int wf, size_t m, size_t k, const void *const *x, const void 
     }
 }
 
-static void down(int wf, size_t m, size_t k, const void *const *h, const void *tile, float *y,
+INLINE void down(int wf, size_t m, size_t k, const void *const *h, const void *tile, float *y,
                  size_t y_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++)

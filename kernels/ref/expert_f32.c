@@ -4,6 +4,7 @@
 
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "kernels/ref/expert_ref.h"
 #include "select/kernel.h"
 
@@ -45,7 +46,7 @@ static float load_f32(const unsigned char *p)
 /* Weight kk of row n, projection p (of np, over k), in a pair tile's weights w: the low half of
  * its bf16 pair dword for an even kk, the high half for an odd one (bf16 pairs), or the 16
  * rows at 2q, then at 2q + 1, of its pair line (f32 pairs). */
-static float pair_weight(int f32, const unsigned char *w, int np, int p, size_t n, size_t k,
+INLINE float pair_weight(int f32, const unsigned char *w, int np, int p, size_t n, size_t k,
                          size_t kk)
 {
     if (f32)
@@ -58,7 +59,7 @@ static float pair_weight(int f32, const unsigned char *w, int np, int p, size_t 
 static float fp8_weight(uint8_t code) { return moe_e4m3_to_f32(code) * MOE_XL_FP8_CODE_UNIT; }
 
 /* Row n of projection p over x, in the recipe's order, from a gate/up pair tile. */
-static float dot_pairs(int f32, const unsigned char *tile, int p, size_t n, size_t k,
+INLINE float dot_pairs(int f32, const unsigned char *tile, int p, size_t n, size_t k,
                        const float *x)
 {
     const unsigned char *w = tile + moe_xl_bf16_weights(2);
@@ -69,7 +70,7 @@ static float dot_pairs(int f32, const unsigned char *tile, int p, size_t n, size
 }
 
 /* Row n over x from a down pair tile: its two chains, A + B, then the bias. */
-static float down_dot_pairs(int f32, const unsigned char *tile, size_t n, size_t k, const float *x)
+INLINE float down_dot_pairs(int f32, const unsigned char *tile, size_t n, size_t k, const float *x)
 {
     const unsigned char *w = tile + moe_xl_bf16_weights(1);
     float acc[2] = {0.0f, 0.0f};
@@ -121,17 +122,17 @@ static float down_dot_fp8(const unsigned char *tile, size_t n, size_t k, const f
 
 enum { W_BF16, W_F32, W_FP8 }; /* the weights of a tile: bf16 pairs, f32 pairs, FP8 k-major */
 
-static float dot(int wf, const unsigned char *tile, int p, size_t n, size_t k, const float *x)
+INLINE float dot(int wf, const unsigned char *tile, int p, size_t n, size_t k, const float *x)
 {
     return wf == W_FP8 ? dot_fp8(tile, 2, p, n, k, x) : dot_pairs(wf == W_F32, tile, p, n, k, x);
 }
 
-static float down_dot(int wf, const unsigned char *tile, size_t n, size_t k, const float *x)
+INLINE float down_dot(int wf, const unsigned char *tile, size_t n, size_t k, const float *x)
 {
     return wf == W_FP8 ? down_dot_fp8(tile, n, k, x) : down_dot_pairs(wf == W_F32, tile, n, k, x);
 }
 
-static void gateup(int wf, size_t m, size_t k, const void *const *x, const void *tile,
+INLINE void gateup(int wf, size_t m, size_t k, const void *const *x, const void *tile,
                    const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++) {
@@ -143,7 +144,7 @@ static void gateup(int wf, size_t m, size_t k, const void *const *x, const void 
     }
 }
 
-static void down(int wf, size_t m, size_t k, const void *const *h, const void *tile, float *y,
+INLINE void down(int wf, size_t m, size_t k, const void *const *h, const void *tile, float *y,
                  size_t y_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++)

@@ -37,7 +37,8 @@ static inline float moe_xr_act(const moe_act_params *a, float g, float u)
 }
 
 /* A reference set's two entries, gateup_<name> and down_<name>: the includer's drivers
- * gateup(wf, ...) and down(wf, ...) over the tile's weights wf (the includer's enumerator). */
+ * gateup(wf, ...) and down(wf, ...) over the tile's weights wf (the includer's enumerator; the
+ * drivers are INLINE, so each entry is compiled for its own wf). */
 #define MOE_XR_ENTRIES(name, wf)                                                                   \
     static void gateup_##name(size_t m, size_t k, const void *const *x, const void *tile,          \
                               const moe_act_params *act, void *h, size_t h_stride, size_t n_valid) \
