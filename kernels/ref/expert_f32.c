@@ -43,17 +43,21 @@ static float load_f32(const unsigned char *p)
     return v;
 }
 
-/* Weight kk of row n, projection p (of np, over k), in a pair tile's weights w: the low half of
- * its bf16 pair dword for an even kk, the high half for an odd one (bf16 pairs), or the 16
- * rows at 2q, then at 2q + 1, of its pair line (f32 pairs). */
-INLINE float pair_weight(int f32, const unsigned char *w, int np, int p, size_t n, size_t k,
-                         size_t kk)
+/* The weights at k = 2q and 2q + 1 of row n, projection p (of np, over k), in a pair tile's
+ * weights w: the low and the high half of its bf16 pair dword (bf16 pairs), or the 16 rows at
+ * 2q, then at 2q + 1, of its pair line (f32 pairs). K is padded to even, so both are there. */
+INLINE void pair_weights(int f32, const unsigned char *w, int np, int p, size_t n, size_t k,
+                         size_t q, float wq[2])
 {
-    if (f32)
-        return load_f32(w + moe_xl_f32_pair_at(np, (int64_t)k, p, kk / 2) +
-                        (kk & 1) * (MOE_XL_F32_LINE / 2) + n * 4);
-    const uint32_t d = load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, kk / 2) + n * 4);
-    return moe_math_from_bits(kk & 1 ? d & 0xFFFF0000u : d << 16);
+    if (f32) {
+        const unsigned char *line = w + moe_xl_f32_pair_at(np, (int64_t)k, p, q) + n * 4;
+        wq[0] = load_f32(line);
+        wq[1] = load_f32(line + MOE_XL_F32_LINE / 2);
+        return;
+    }
+    const uint32_t d = load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q) + n * 4);
+    wq[0] = moe_math_from_bits(d << 16);
+    wq[1] = moe_math_from_bits(d & 0xFFFF0000u);
 }
 
 static float fp8_weight(uint8_t code) { return moe_e4m3_to_f32(code) * MOE_XL_FP8_CODE_UNIT; }
@@ -64,8 +68,12 @@ INLINE float dot_pairs(int f32, const unsigned char *tile, int p, size_t n, size
 {
     const unsigned char *w = tile + moe_xl_bf16_weights(2);
     float acc = 0.0f;
-    for (size_t kk = 0; kk < k; kk++)
-        acc = fmaf(pair_weight(f32, w, 2, p, n, k, kk), x[kk], acc);
+    for (size_t q = 0; q < (k + 1) / 2; q++) {
+        float wq[2];
+        pair_weights(f32, w, 2, p, n, k, q, wq);
+        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
+            acc = fmaf(wq[kk & 1], x[kk], acc);
+    }
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
@@ -74,9 +82,12 @@ INLINE float down_dot_pairs(int f32, const unsigned char *tile, size_t n, size_t
 {
     const unsigned char *w = tile + moe_xl_bf16_weights(1);
     float acc[2] = {0.0f, 0.0f};
-    for (size_t q = 0; q < (k + 1) / 2; q++)
+    for (size_t q = 0; q < (k + 1) / 2; q++) {
+        float wq[2];
+        pair_weights(f32, w, 1, 0, n, k, q, wq);
         for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
-            acc[q & 1] = fmaf(pair_weight(f32, w, 1, 0, n, k, kk), x[kk], acc[q & 1]);
+            acc[q & 1] = fmaf(wq[kk & 1], x[kk], acc[q & 1]);
+    }
     return acc[0] + acc[1] + load_f32(tile + n * 4);
 }
 
