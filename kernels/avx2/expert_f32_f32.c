@@ -26,6 +26,15 @@
 /* The 8 f32 at p. */
 INLINE __m256 ld8(const unsigned char *p) { return _mm256_loadu_ps((const float *)p); }
 
+/* Both streams' pair lines PF_BYTES past the line at l and its partner second bytes on, into L2. */
+INLINE void prefetch_lines(const unsigned char *l, size_t second)
+{
+    prefetch(l + PF_BYTES);
+    prefetch(l + PF_BYTES + 64);
+    prefetch(l + second + PF_BYTES);
+    prefetch(l + second + PF_BYTES + 64);
+}
+
 /* k = kk of gate/up for M tokens into acc (4 vectors of 8 per token: gate rows 0-7, 8-15, up rows
  * 0-7, 8-15). w: the weights, up: the second stream's offset; pf: prefetch (at even k). */
 INLINE void gateup_k(const size_t M, const float *const *x, const unsigned char *w, size_t up,
@@ -33,12 +42,7 @@ INLINE void gateup_k(const size_t M, const float *const *x, const unsigned char 
 {
     /* k = 2q + h sits at line q, half h (bytes 64·h), rows 8j.. at + 32·(j % 2). */
     const unsigned char *l = w + kk / 2 * LINE + (kk & 1) * 64;
-    if (pf && (kk & 1) == 0) {
-        prefetch(l + PF_BYTES);
-        prefetch(l + PF_BYTES + 64);
-        prefetch(l + up + PF_BYTES);
-        prefetch(l + up + PF_BYTES + 64);
-    }
+    if (pf && (kk & 1) == 0) prefetch_lines(l, up);
     UNROLL
     for (size_t j = 0; j < 4; j++) {
         __m256 wj = ld8(l + (j / 2) * up + 32 * (j % 2));
@@ -57,12 +61,7 @@ INLINE void down_k(const size_t M, const float *const *x, const unsigned char *w
 {
     const size_t q = kk / 2, c = q & 1;
     const unsigned char *l = w + c * odd + q / 2 * LINE + (kk & 1) * 64;
-    if (pf && (kk & 3) == 0) {
-        prefetch(l + PF_BYTES);
-        prefetch(l + PF_BYTES + 64);
-        prefetch(l + odd + PF_BYTES);
-        prefetch(l + odd + PF_BYTES + 64);
-    }
+    if (pf && (kk & 3) == 0) prefetch_lines(l, odd);
     UNROLL
     for (size_t j = 0; j < 2; j++) {
         __m256 wj = ld8(l + 32 * j);
