@@ -3,9 +3,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels/avx2/expert_shared.h"
-#include "kernels/ref/expert_layout.h"
-#include "kernels/inline.h"
+#include "kernels/avx2/expert_f32_common.h"
 #include "select/kernel.h"
 
 /*
@@ -31,10 +29,6 @@
 #define MR_FP8 32  /* FP8 weights: 3..32 tokens take the buffered path */
 #define MR_BF16 32 /* bf16 weights: 3..32 tokens take the buffered path */
 #define KB_BF16 64 /* k per widened bf16 block */
-#define PF_BYTES 8192
-#define UNROLL _Pragma("GCC unroll 8")
-
-INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
 /* vcvtph2ps from memory: the 8 f16 at p widened to f32. The memory form is one ALU uop; the
  * register form adds a shuffle on port 5, with vpmovsxbw and the extract the FP8 decode's
@@ -269,32 +263,7 @@ INLINE void down_dot(const size_t M, const int fp8, size_t k, const void *const 
     }
 }
 
-/* ---- Epilogues and the four kernels ---------------------------------------------------- */
-
-INLINE void gateup_out(const size_t M, __m256 acc[][4], const unsigned char *tile,
-                       const moe_act_params *act, float *h, size_t hs, size_t n_valid)
-{
-    const __m256 bg0 = _mm256_loadu_ps((const float *)tile),
-                 bg1 = _mm256_loadu_ps((const float *)tile + 8);
-    const __m256 bu0 = _mm256_loadu_ps((const float *)tile + 16),
-                 bu1 = _mm256_loadu_ps((const float *)tile + 24);
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        __m256 lo = act8(act, _mm256_add_ps(acc[i][0], bg0), _mm256_add_ps(acc[i][2], bu0));
-        __m256 hi = act8(act, _mm256_add_ps(acc[i][1], bg1), _mm256_add_ps(acc[i][3], bu1));
-        store16(h + i * hs, lo, hi, n_valid);
-    }
-}
-
-INLINE void down_out(const size_t M, __m256 acc[][4], const unsigned char *tile, float *y,
-                     size_t ys, size_t n_valid)
-{
-    const __m256 b0 = _mm256_loadu_ps((const float *)tile),
-                 b1 = _mm256_loadu_ps((const float *)tile + 8);
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        store16(y + i * ys, _mm256_add_ps(acc[i][0], b0), _mm256_add_ps(acc[i][1], b1), n_valid);
-}
+/* ---- The four direct-path kernels (epilogues: kernels/avx2/expert_f32_common.h) ---------- */
 
 INLINE void gateup_bf16_m(const size_t M, size_t k, const void *const *x, const unsigned char *tile,
                           const moe_act_params *act, float *h, size_t hs, size_t n_valid)
@@ -519,12 +488,6 @@ static __attribute__((noinline)) void down_fp8_buffered(size_t m, size_t k, cons
  * element's chain runs on through its total in memory between blocks (stored and loaded
  * exactly), so the bits are the direct path's. Mid batches 1.1-1.2x (bench/NOTES.md v13). */
 
-/* Tokens in the next pass when rest remain. */
-INLINE size_t bf16_pass_tokens(size_t rest)
-{
-    return rest >= 3 && rest != 4 ? 3 : rest >= 2 ? 2 : 1;
-}
-
 /* Pairs [0, np) of a gate/up block (gate's at w, up's at w + up) widened: k = 2q + e at
  * buf + 32k + 8j for row group j (gate 0-7, gate 8-15, up 0-7, up 8-15). */
 INLINE void bf16_widen_gateup(const unsigned char *w, size_t up, size_t np, float *buf)
@@ -610,7 +573,7 @@ static void gateup_bf16_buffered(size_t m, size_t k, const void *const *xv,
         bf16_widen_gateup(w + 32 * k0, up, (n + 1) / 2, buf);
         const unsigned char *next = w + 32 * (k0 + n < k ? k0 + n : k0);
         for (size_t c = 0, g; c < m; c += g) {
-            g = bf16_pass_tokens(m - c);
+            g = pass_tokens(m - c);
             if (g == 3)
                 gateup_bf16_pass(3, buf, n, x + c, k0, tot + 2 * c, next, up);
             else if (g == 2)
@@ -639,7 +602,7 @@ static __attribute__((noinline)) void down_bf16_buffered(size_t m, size_t k, con
         bf16_widen_down(p + 16 * k0, odd, (n + 1) / 2, buf);
         const unsigned char *next = p + 16 * (k0 + n < k ? k0 + n : k0);
         for (size_t c = 0, g; c < m; c += g) {
-            g = bf16_pass_tokens(m - c);
+            g = pass_tokens(m - c);
             if (g == 3)
                 down_bf16_pass(3, buf, n, x + c, k0, tot + c, next, odd);
             else if (g == 2)
@@ -826,26 +789,9 @@ static void down_fp8_tiles(size_t m, size_t k, const void *const *hv, const void
     fp8_tiles(1, m, k, hv, tile, n, NULL, y, y_stride, n_valid);
 }
 
-const moe_expert_kernels moe_expert_bf16_f32_32x16__avx2 = {
-    .name = "moe_expert_bf16_f32_32x16__avx2",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR_BF16,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
+MOE_XL_SET(moe_expert_bf16_f32_32x16__avx2, MOE_RECIPE_F32, MOE_REQ_AVX2, MR_BF16,
+           MOE_XL_BF16_LAYOUT, .gateup = gateup_bf16, .down = down_bf16);
 
-const moe_expert_kernels moe_expert_fp8_f32_32x16__avx2 = {
-    .name = "moe_expert_fp8_f32_32x16__avx2",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR_FP8,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-    .gateup_tiles = gateup_fp8_tiles,
-    .down_tiles = down_fp8_tiles,
-};
+MOE_XL_SET(moe_expert_fp8_f32_32x16__avx2, MOE_RECIPE_F32, MOE_REQ_AVX2, MR_FP8,
+           MOE_XL_FP8_LAYOUT(fp8), .gateup = gateup_fp8, .down = down_fp8,
+           .gateup_tiles = gateup_fp8_tiles, .down_tiles = down_fp8_tiles);

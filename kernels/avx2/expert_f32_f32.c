@@ -1,11 +1,8 @@
 /* expert_f32_f32.c — the AVX2 expert kernel set for f32 (and f16) weights, f32 recipe: 32x16. */
-#include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels/avx2/expert_shared.h"
-#include "kernels/ref/expert_layout.h"
-#include "kernels/inline.h"
+#include "kernels/avx2/expert_f32_common.h"
 #include "select/kernel.h"
 
 /*
@@ -25,55 +22,65 @@
 #define PASS 3 /* tokens per pass: 12 accumulators of the 16 ymm */
 #define KB 64  /* k per block (a multiple of 4: down's chains alternate every pair) */
 #define LINE MOE_XL_F32_LINE
-#define PF_BYTES 8192
-#define UNROLL _Pragma("GCC unroll 8")
-
-INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
 /* The 8 f32 at p. */
 INLINE __m256 ld8(const unsigned char *p) { return _mm256_loadu_ps((const float *)p); }
 
-/* gate/up over k in [k0, k1) for M tokens from their totals t (4 vectors of 8 per token: gate
- * rows 0-7, 8-15, up rows 0-7, 8-15; zeros before the first block). w: the weights, up: the second
- * stream's offset. */
-INLINE void gateup_pass(const size_t M, const float *const *x, const unsigned char *w, size_t up,
-                        size_t k0, size_t k1, bool pf, __m256 (*t)[4])
+/* Both streams' pair lines PF_BYTES past the line at l and its partner second bytes on, into L2. */
+INLINE void prefetch_lines(const unsigned char *l, size_t second)
 {
-    __m256 acc[PASS][4];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        UNROLL
-    for (size_t j = 0; j < 4; j++)
-        acc[i][j] = t[i][j];
-    for (size_t kk = k0; kk < k1; kk++) {
-        /* k = 2q + h sits at line q, half h (bytes 64·h), rows 8j.. at + 32·(j % 2). */
-        const unsigned char *l = w + kk / 2 * LINE + (kk & 1) * 64;
-        if (pf && (kk & 1) == 0) {
-            prefetch(l + PF_BYTES);
-            prefetch(l + PF_BYTES + 64);
-            prefetch(l + up + PF_BYTES);
-            prefetch(l + up + PF_BYTES + 64);
-        }
-        UNROLL
-        for (size_t j = 0; j < 4; j++) {
-            __m256 wj = ld8(l + (j / 2) * up + 32 * (j % 2));
-            __asm__("" : "+x"(wj)); /* one load for all tokens (kernels/avx2/expert_f32.c) */
-            UNROLL
-            for (size_t i = 0; i < M; i++)
-                acc[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][kk]), acc[i][j]);
-        }
-    }
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        UNROLL
-    for (size_t j = 0; j < 4; j++)
-        t[i][j] = acc[i][j];
+    prefetch(l + PF_BYTES);
+    prefetch(l + PF_BYTES + 64);
+    prefetch(l + second + PF_BYTES);
+    prefetch(l + second + PF_BYTES + 64);
 }
 
-/* down over k in [k0, k1) (k0 a multiple of 4) for M tokens: chain c (0: even k-pairs, 1: odd)
- * of rows 8j.. in t[i][2c + j]. Pair q lies in stream q & 1 (the second at odd), line q / 2. */
-INLINE void down_pass(const size_t M, const float *const *x, const unsigned char *w, size_t odd,
-                      size_t k0, size_t k1, bool pf, __m256 (*t)[4])
+/* k = kk of gate/up for M tokens into acc (4 vectors of 8 per token: gate rows 0-7, 8-15, up rows
+ * 0-7, 8-15). w: the weights, up: the second stream's offset; pf: prefetch (at even k). */
+INLINE void gateup_k(const size_t M, const float *const *x, const unsigned char *w, size_t up,
+                     size_t kk, bool pf, __m256 (*acc)[4])
+{
+    /* k = 2q + h sits at line q, half h (bytes 64·h), rows 8j.. at + 32·(j % 2). */
+    const unsigned char *l = w + kk / 2 * LINE + (kk & 1) * 64;
+    if (pf && (kk & 1) == 0) prefetch_lines(l, up);
+    UNROLL
+    for (size_t j = 0; j < 4; j++) {
+        __m256 wj = ld8(l + (j / 2) * up + 32 * (j % 2));
+        __asm__("" : "+x"(wj)); /* one load for all tokens (kernels/avx2/expert_f32.c) */
+        UNROLL
+        for (size_t i = 0; i < M; i++)
+            acc[i][j] = _mm256_fmadd_ps(wj, _mm256_set1_ps(x[i][kk]), acc[i][j]);
+    }
+}
+
+/* k = kk of down for M tokens: chain c (0: even k-pairs, 1: odd) of rows 8j.. in acc[i][2c + j].
+ * Pair q lies in stream q & 1 (the second at odd), line q / 2; pf: prefetch (at k a multiple of
+ * 4). */
+INLINE void down_k(const size_t M, const float *const *x, const unsigned char *w, size_t odd,
+                   size_t kk, bool pf, __m256 (*acc)[4])
+{
+    const size_t q = kk / 2, c = q & 1;
+    const unsigned char *l = w + c * odd + q / 2 * LINE + (kk & 1) * 64;
+    if (pf && (kk & 3) == 0) prefetch_lines(l, odd);
+    UNROLL
+    for (size_t j = 0; j < 2; j++) {
+        __m256 wj = ld8(l + 32 * j);
+        __asm__("" : "+x"(wj));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            const __m256 xb = _mm256_set1_ps(x[i][kk]);
+            if (c)
+                acc[i][2 + j] = _mm256_fmadd_ps(wj, xb, acc[i][2 + j]);
+            else
+                acc[i][j] = _mm256_fmadd_ps(wj, xb, acc[i][j]);
+        }
+    }
+}
+
+/* k in [k0, k1) of gate/up (np 2) or down (np 1) for M tokens from their totals t (zeros before
+ * the first block), in registers through the pass. */
+INLINE void pass(const size_t M, const int np, const float *const *x, const unsigned char *w,
+                 size_t second, size_t k0, size_t k1, bool pf, __m256 (*t)[4])
 {
     __m256 acc[PASS][4];
     UNROLL
@@ -81,29 +88,11 @@ INLINE void down_pass(const size_t M, const float *const *x, const unsigned char
         UNROLL
     for (size_t j = 0; j < 4; j++)
         acc[i][j] = t[i][j];
-    for (size_t kk = k0; kk < k1; kk++) {
-        const size_t q = kk / 2, c = q & 1;
-        const unsigned char *l = w + c * odd + q / 2 * LINE + (kk & 1) * 64;
-        if (pf && (kk & 3) == 0) {
-            prefetch(l + PF_BYTES);
-            prefetch(l + PF_BYTES + 64);
-            prefetch(l + odd + PF_BYTES);
-            prefetch(l + odd + PF_BYTES + 64);
-        }
-        UNROLL
-        for (size_t j = 0; j < 2; j++) {
-            __m256 wj = ld8(l + 32 * j);
-            __asm__("" : "+x"(wj));
-            UNROLL
-            for (size_t i = 0; i < M; i++) {
-                const __m256 xb = _mm256_set1_ps(x[i][kk]);
-                if (c)
-                    acc[i][2 + j] = _mm256_fmadd_ps(wj, xb, acc[i][2 + j]);
-                else
-                    acc[i][j] = _mm256_fmadd_ps(wj, xb, acc[i][j]);
-            }
-        }
-    }
+    for (size_t kk = k0; kk < k1; kk++)
+        if (np == 2)
+            gateup_k(M, x, w, second, kk, pf, acc);
+        else
+            down_k(M, x, w, second, kk, pf, acc);
     UNROLL
     for (size_t i = 0; i < M; i++)
         UNROLL
@@ -114,29 +103,29 @@ INLINE void down_pass(const size_t M, const float *const *x, const unsigned char
 typedef void pass_fn(const float *const *x, const unsigned char *w, size_t second, size_t k0,
                      size_t k1, bool pf, __m256 (*t)[4]);
 
-#define PASSES(name, body)                                                                         \
+#define PASSES(name, np)                                                                           \
     static void name##1(const float *const *x, const unsigned char *w, size_t s, size_t k0,        \
                         size_t k1, bool pf, __m256(*t)[4])                                         \
     {                                                                                              \
-        body(1, x, w, s, k0, k1, pf, t);                                                           \
+        pass(1, np, x, w, s, k0, k1, pf, t);                                                       \
     }                                                                                              \
     static void name##2(const float *const *x, const unsigned char *w, size_t s, size_t k0,        \
                         size_t k1, bool pf, __m256(*t)[4])                                         \
     {                                                                                              \
-        body(2, x, w, s, k0, k1, pf, t);                                                           \
+        pass(2, np, x, w, s, k0, k1, pf, t);                                                       \
     }                                                                                              \
     static void name##3(const float *const *x, const unsigned char *w, size_t s, size_t k0,        \
                         size_t k1, bool pf, __m256(*t)[4])                                         \
     {                                                                                              \
-        body(3, x, w, s, k0, k1, pf, t);                                                           \
+        pass(3, np, x, w, s, k0, k1, pf, t);                                                       \
     }                                                                                              \
     static pass_fn *const name[PASS + 1] = {NULL, name##1, name##2, name##3};
 
-PASSES(gateup_passes, gateup_pass)
-PASSES(down_passes, down_pass)
+PASSES(gateup_passes, 2)
+PASSES(down_passes, 1)
 
-/* Every token's totals (zeroed first) over the whole K, block by block, PASS tokens at a time (the
- * last passes as equal as they go: 4 tokens as 2 + 2, so no token runs alone). */
+/* Every token's totals (zeroed first) over the whole K, block by block, up to PASS tokens at a time
+ * (pass_tokens). */
 static void run_blocks(pass_fn *const *passes, size_t m, size_t k, const float *const *x,
                        const unsigned char *w, size_t second, __m256 (*t)[4])
 {
@@ -144,8 +133,7 @@ static void run_blocks(pass_fn *const *passes, size_t m, size_t k, const float *
     for (size_t k0 = 0; k0 < k; k0 += KB) {
         const size_t k1 = k0 + KB < k ? k0 + KB : k;
         for (size_t i0 = 0; i0 < m;) {
-            const size_t left = m - i0;
-            const size_t n = left <= PASS ? left : left == PASS + 1 ? 2 : PASS;
+            const size_t n = pass_tokens(m - i0);
             passes[n](x + i0, w, second, k0, k1, i0 == 0, t + i0);
             i0 += n;
         }
@@ -159,13 +147,8 @@ static void gateup(size_t m, size_t k, const void *const *xv, const void *tilev,
     __m256 t[MR][4];
     run_blocks(gateup_passes, m, k, (const float *const *)xv, tile + moe_xl_bf16_weights(2),
                moe_xl_f32_stream2(2, (int64_t)k), t);
-    const __m256 bg0 = ld8(tile), bg1 = ld8(tile + 32), bu0 = ld8(tile + 64), bu1 = ld8(tile + 96);
-    float *h = hv;
-    for (size_t i = 0; i < m; i++) {
-        __m256 lo = act8(act, _mm256_add_ps(t[i][0], bg0), _mm256_add_ps(t[i][2], bu0));
-        __m256 hi = act8(act, _mm256_add_ps(t[i][1], bg1), _mm256_add_ps(t[i][3], bu1));
-        store16(h + i * hs, lo, hi, n_valid);
-    }
+    for (size_t i = 0; i < m; i++) /* one token at a time: m is not a constant to unroll */
+        gateup_out(1, t + i, tile, act, (float *)hv + i * hs, hs, n_valid);
 }
 
 static void down(size_t m, size_t k, const void *const *hv, const void *tilev, float *y, size_t ys,
@@ -175,19 +158,12 @@ static void down(size_t m, size_t k, const void *const *hv, const void *tilev, f
     __m256 t[MR][4];
     run_blocks(down_passes, m, k, (const float *const *)hv, tile + moe_xl_bf16_weights(1),
                moe_xl_f32_stream2(1, (int64_t)k), t);
-    const __m256 b0 = ld8(tile), b1 = ld8(tile + 32);
-    for (size_t i = 0; i < m; i++)
-        store16(y + i * ys, _mm256_add_ps(_mm256_add_ps(t[i][0], t[i][2]), b0),
-                _mm256_add_ps(_mm256_add_ps(t[i][1], t[i][3]), b1), n_valid);
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = 0; j < 2; j++) /* chain a + chain b */
+            t[i][j] = _mm256_add_ps(t[i][j], t[i][2 + j]);
+        down_out(1, t + i, tile, y + i * ys, ys, n_valid);
+    }
 }
 
-const moe_expert_kernels moe_expert_f32_f32_32x16__avx2 = {
-    .name = "moe_expert_f32_f32_32x16__avx2",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX2,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_F32_LAYOUT,
-    .gateup = gateup,
-    .down = down,
-};
+MOE_XL_SET(moe_expert_f32_f32_32x16__avx2, MOE_RECIPE_F32, MOE_REQ_AVX2, MR, MOE_XL_F32_LAYOUT,
+           .gateup = gateup, .down = down);

@@ -68,17 +68,7 @@ INLINE void fp8_decode64(const fp8_dec *d, const unsigned char *c, __m512 w[4])
 
 #include "kernels/avx512/expert_fp8_f32_body.h"
 
-const moe_expert_kernels moe_expert_fp8_f32_32x16__avx512vbmi = {
-    .name = "moe_expert_fp8_f32_32x16__avx512vbmi",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_AVX512VBMI,
-    .mr = MR_FP8,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8g),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-    .gateup_tiles = gateup_fp8_tiles,
-    .down_tiles = down_fp8_tiles,
-    .tiles_from_m = MR + 1,
-    .tiles_to_m = DIRECT_PAIRS,
-};
+MOE_XL_SET(moe_expert_fp8_f32_32x16__avx512vbmi, MOE_RECIPE_F32, MOE_REQ_AVX512VBMI, MR_FP8,
+           MOE_XL_FP8_LAYOUT(fp8g), .gateup = gateup_fp8, .down = down_fp8,
+           .gateup_tiles = gateup_fp8_tiles, .down_tiles = down_fp8_tiles, .tiles_from_m = MR + 1,
+           .tiles_to_m = DIRECT_PAIRS);

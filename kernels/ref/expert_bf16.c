@@ -4,6 +4,7 @@
 
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "kernels/ref/expert_ref.h"
 #include "select/kernel.h"
 
@@ -95,17 +96,13 @@ static float chains(const unsigned char *tile, int fp8, size_t q0, size_t q1, si
     return acc[0] + acc[1];
 }
 
-static float down_dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
-                           const uint16_t *x)
+static float down_dot_bf16(const unsigned char *tile, size_t n, size_t k, const uint16_t *x)
 {
-    (void)np, (void)p;
     return chains(tile, 0, 0, (k + 1) / 2, n, k, x) + load_f32(tile + n * 4);
 }
 
-static float down_dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,
-                          const uint16_t *x)
+static float down_dot_fp8(const unsigned char *tile, size_t n, size_t k, const uint16_t *x)
 {
-    (void)np, (void)p;
     const unsigned char *scales = tile + moe_xl_bias_bytes(1);
     const size_t pairs = (k + 1) / 2, bp = MOE_XL_KB / 2;
     float acc = 0.0f;
@@ -116,52 +113,40 @@ static float down_dot_fp8(const unsigned char *tile, int np, int p, size_t n, si
     return acc + load_f32(tile + n * 4);
 }
 
-typedef float dot_fn(const unsigned char *tile, int np, int p, size_t n, size_t k,
-                     const uint16_t *x);
+enum { W_BF16, W_FP8 }; /* the weights of a tile: bf16 pairs, FP8 pairs */
 
-static void gateup(dot_fn *dot, size_t m, size_t k, const void *const *x, const void *tile,
+INLINE float dot(int wf, const unsigned char *tile, int p, size_t n, size_t k, const uint16_t *x)
+{
+    return wf == W_FP8 ? dot_fp8(tile, 2, p, n, k, x) : dot_bf16(tile, 2, p, n, k, x);
+}
+
+INLINE float down_dot(int wf, const unsigned char *tile, size_t n, size_t k, const uint16_t *x)
+{
+    return wf == W_FP8 ? down_dot_fp8(tile, n, k, x) : down_dot_bf16(tile, n, k, x);
+}
+
+INLINE void gateup(int wf, size_t m, size_t k, const void *const *x, const void *tile,
                    const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++) {
         uint16_t *hi = (uint16_t *)h + i * h_stride;
         for (size_t n = 0; n < n_valid; n++) {
-            float g = dot(tile, 2, 0, n, k, x[i]), u = dot(tile, 2, 1, n, k, x[i]);
+            float g = dot(wf, tile, 0, n, k, x[i]), u = dot(wf, tile, 1, n, k, x[i]);
             hi[n] = moe_f32_to_bf16(moe_xr_act(act, g, u));
         }
     }
 }
 
-static void down(dot_fn *dot, size_t m, size_t k, const void *const *h, const void *tile, float *y,
+INLINE void down(int wf, size_t m, size_t k, const void *const *h, const void *tile, float *y,
                  size_t y_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++)
         for (size_t n = 0; n < n_valid; n++)
-            y[i * y_stride + n] = dot(tile, 1, 0, n, k, h[i]);
+            y[i * y_stride + n] = down_dot(wf, tile, n, k, h[i]);
 }
 
-static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
-                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    gateup(dot_bf16, m, k, x, tile, act, h, h_stride, n_valid);
-}
-
-static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                      size_t y_stride, size_t n_valid)
-{
-    down(down_dot_bf16, m, k, h, tile, y, y_stride, n_valid);
-}
-
-static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
-                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    gateup(dot_fp8, m, k, x, tile, act, h, h_stride, n_valid);
-}
-
-static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                     size_t y_stride, size_t n_valid)
-{
-    down(down_dot_fp8, m, k, h, tile, y, y_stride, n_valid);
-}
+MOE_XR_ENTRIES(bf16, W_BF16)
+MOE_XR_ENTRIES(fp8, W_FP8)
 
 MOE_XL_BF16_RECIPE_SETS(moe_expert_bf16_bf16_8x16__ref, moe_expert_fp8_bf16_8x16__ref,
                         MOE_REQ_SCALAR, MR);

@@ -4,6 +4,7 @@
 
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/inline.h"
 #include "kernels/ref/expert_ref.h"
 #include "select/kernel.h"
 
@@ -42,39 +43,52 @@ static float load_f32(const unsigned char *p)
     return v;
 }
 
-/* Weight k of a row from its bf16 pair dword: the low half for even k. */
-static float pair_weight(uint32_t d, size_t k)
+/* The weights at k = 2q and 2q + 1 of row n, projection p (of np, over k), in a pair tile's
+ * weights w: the low and the high half of its bf16 pair dword (bf16 pairs), or the 16 rows at
+ * 2q, then at 2q + 1, of its pair line (f32 pairs). K is padded to even, so both are there. */
+INLINE void pair_weights(int f32, const unsigned char *w, int np, int p, size_t n, size_t k,
+                         size_t q, float wq[2])
 {
-    return moe_math_from_bits(k & 1 ? d & 0xFFFF0000u : d << 16);
+    if (f32) {
+        const unsigned char *line = w + moe_xl_f32_pair_at(np, (int64_t)k, p, q) + n * 4;
+        wq[0] = load_f32(line);
+        wq[1] = load_f32(line + MOE_XL_F32_LINE / 2);
+        return;
+    }
+    const uint32_t d = load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q) + n * 4);
+    wq[0] = moe_math_from_bits(d << 16);
+    wq[1] = moe_math_from_bits(d & 0xFFFF0000u);
 }
 
 static float fp8_weight(uint8_t code) { return moe_e4m3_to_f32(code) * MOE_XL_FP8_CODE_UNIT; }
 
-/* Row n of projection p (of np) over x, in the recipe's order. */
-static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
+/* Row n of projection p over x, in the recipe's order, from a gate/up pair tile. */
+INLINE float dot_pairs(int f32, const unsigned char *tile, int p, size_t n, size_t k,
+                       const float *x)
 {
-    const unsigned char *w = tile + moe_xl_bf16_weights(np) + n * 4;
+    const unsigned char *w = tile + moe_xl_bf16_weights(2);
     float acc = 0.0f;
-    for (size_t kk = 0; kk < k; kk++)
-        acc = fmaf(pair_weight(load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, kk / 2)), kk),
-                   x[kk], acc);
+    for (size_t q = 0; q < (k + 1) / 2; q++) {
+        float wq[2];
+        pair_weights(f32, w, 2, p, n, k, q, wq);
+        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
+            acc = fmaf(wq[kk & 1], x[kk], acc);
+    }
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
-/* Weight k of row n from the f32 pair line at w (the 16 rows at 2q, then at 2q + 1). */
-static float f32_weight(const unsigned char *line, size_t n, size_t k)
+/* Row n over x from a down pair tile: its two chains, A + B, then the bias. */
+INLINE float down_dot_pairs(int f32, const unsigned char *tile, size_t n, size_t k, const float *x)
 {
-    return load_f32(line + (k & 1) * (MOE_XL_F32_LINE / 2) + n * 4);
-}
-
-static float dot_f32(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
-{
-    const unsigned char *w = tile + moe_xl_bf16_weights(np);
-    float acc = 0.0f;
-    for (size_t kk = 0; kk < k; kk++)
-        acc =
-            fmaf(f32_weight(w + moe_xl_f32_pair_at(np, (int64_t)k, p, kk / 2), n, kk), x[kk], acc);
-    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+    const unsigned char *w = tile + moe_xl_bf16_weights(1);
+    float acc[2] = {0.0f, 0.0f};
+    for (size_t q = 0; q < (k + 1) / 2; q++) {
+        float wq[2];
+        pair_weights(f32, w, 1, 0, n, k, q, wq);
+        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
+            acc[q & 1] = fmaf(wq[kk & 1], x[kk], acc[q & 1]);
+    }
+    return acc[0] + acc[1] + load_f32(tile + n * 4);
 }
 
 static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x)
@@ -93,31 +107,6 @@ static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t 
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
 }
 
-/* down's two chains over the k-pairs of [q0, q1) (pair q = k 2q, 2q+1, k < kmax); w: row n's
- * dword in the weights of a bf16 down tile. */
-static float chains_bf16(const unsigned char *w, size_t q0, size_t q1, size_t k, const float *x)
-{
-    float acc[2] = {0.0f, 0.0f};
-    for (size_t q = q0; q < q1; q++)
-        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
-            acc[q & 1] =
-                fmaf(pair_weight(load_u32(w + moe_xl_bf16_pair_at(1, (int64_t)k, 0, q)), kk), x[kk],
-                     acc[q & 1]);
-    return acc[0] + acc[1];
-}
-
-static float down_dot_f32(const unsigned char *tile, int np, int p, size_t n, size_t k,
-                          const float *x)
-{
-    const unsigned char *w = tile + moe_xl_bf16_weights(np);
-    float acc[2] = {0.0f, 0.0f};
-    for (size_t q = 0; q < (k + 1) / 2; q++)
-        for (size_t kk = 2 * q; kk < 2 * q + 2 && kk < k; kk++)
-            acc[q & 1] = fmaf(f32_weight(w + moe_xl_f32_pair_at(1, (int64_t)k, 0, q), n, kk), x[kk],
-                              acc[q & 1]);
-    return acc[0] + acc[1] + load_f32(tile + ((size_t)p * NR + n) * 4);
-}
-
 static float chains_fp8(const unsigned char *codes, size_t step, size_t q0, size_t q1, size_t k,
                         const float *x)
 {
@@ -128,116 +117,61 @@ static float chains_fp8(const unsigned char *codes, size_t step, size_t q0, size
     return acc[0] + acc[1];
 }
 
-static float down_dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
-                           const float *x)
+static float down_dot_fp8(const unsigned char *tile, size_t n, size_t k, const float *x)
 {
-    const unsigned char *w = tile + moe_xl_bf16_weights(np) + n * 4;
-    float acc = chains_bf16(w, 0, (k + 1) / 2, k, x);
-    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
-}
-
-static float down_dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,
-                          const float *x)
-{
-    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np) + (size_t)p * NR + n;
-    const unsigned char *scales = tile + moe_xl_bias_bytes(np);
-    const size_t step = moe_xl_fp8_step_bytes(np), pairs = (k + 1) / 2, bp = MOE_XL_KB / 2;
+    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, 1) + n;
+    const unsigned char *scales = tile + moe_xl_bias_bytes(1);
+    const size_t step = moe_xl_fp8_step_bytes(1), pairs = (k + 1) / 2, bp = MOE_XL_KB / 2;
     float acc = 0.0f;
     for (size_t q0 = 0, b = 0; q0 < pairs; q0 += bp, b++) {
         const size_t q1 = q0 + bp < pairs ? q0 + bp : pairs;
         float block = chains_fp8(codes, step, q0, q1, k, x);
-        acc = fmaf(block, load_f32(scales + (b * (size_t)np + (size_t)p) * 4), acc);
+        acc = fmaf(block, load_f32(scales + b * 4), acc);
     }
-    return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
+    return acc + load_f32(tile + n * 4);
 }
 
-typedef float dot_fn(const unsigned char *tile, int np, int p, size_t n, size_t k, const float *x);
+enum { W_BF16, W_F32, W_FP8 }; /* the weights of a tile: bf16 pairs, f32 pairs, FP8 k-major */
 
-static void gateup(dot_fn *dot, size_t m, size_t k, const void *const *x, const void *tile,
+INLINE float dot(int wf, const unsigned char *tile, int p, size_t n, size_t k, const float *x)
+{
+    return wf == W_FP8 ? dot_fp8(tile, 2, p, n, k, x) : dot_pairs(wf == W_F32, tile, p, n, k, x);
+}
+
+INLINE float down_dot(int wf, const unsigned char *tile, size_t n, size_t k, const float *x)
+{
+    return wf == W_FP8 ? down_dot_fp8(tile, n, k, x) : down_dot_pairs(wf == W_F32, tile, n, k, x);
+}
+
+INLINE void gateup(int wf, size_t m, size_t k, const void *const *x, const void *tile,
                    const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++) {
         float *hi = (float *)h + i * h_stride;
         for (size_t n = 0; n < n_valid; n++) {
-            float g = dot(tile, 2, 0, n, k, x[i]), u = dot(tile, 2, 1, n, k, x[i]);
+            float g = dot(wf, tile, 0, n, k, x[i]), u = dot(wf, tile, 1, n, k, x[i]);
             hi[n] = moe_xr_act(act, g, u);
         }
     }
 }
 
-static void down(dot_fn *dot, size_t m, size_t k, const void *const *h, const void *tile, float *y,
+INLINE void down(int wf, size_t m, size_t k, const void *const *h, const void *tile, float *y,
                  size_t y_stride, size_t n_valid)
 {
     for (size_t i = 0; i < m; i++)
         for (size_t n = 0; n < n_valid; n++)
-            y[i * y_stride + n] = dot(tile, 1, 0, n, k, h[i]);
+            y[i * y_stride + n] = down_dot(wf, tile, n, k, h[i]);
 }
 
-static void gateup_bf16(size_t m, size_t k, const void *const *x, const void *tile,
-                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    gateup(dot_bf16, m, k, x, tile, act, h, h_stride, n_valid);
-}
+MOE_XR_ENTRIES(bf16, W_BF16)
+MOE_XR_ENTRIES(f32, W_F32)
+MOE_XR_ENTRIES(fp8, W_FP8)
 
-static void down_bf16(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                      size_t y_stride, size_t n_valid)
-{
-    down(down_dot_bf16, m, k, h, tile, y, y_stride, n_valid);
-}
+MOE_XL_SET(moe_expert_bf16_f32_8x16__ref, MOE_RECIPE_F32, MOE_REQ_SCALAR, MR, MOE_XL_BF16_LAYOUT,
+           .gateup = gateup_bf16, .down = down_bf16);
 
-static void gateup_f32(size_t m, size_t k, const void *const *x, const void *tile,
-                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    gateup(dot_f32, m, k, x, tile, act, h, h_stride, n_valid);
-}
+MOE_XL_SET(moe_expert_fp8_f32_8x16__ref, MOE_RECIPE_F32, MOE_REQ_SCALAR, MR, MOE_XL_FP8_LAYOUT(fp8),
+           .gateup = gateup_fp8, .down = down_fp8);
 
-static void down_f32(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                     size_t y_stride, size_t n_valid)
-{
-    down(down_dot_f32, m, k, h, tile, y, y_stride, n_valid);
-}
-
-static void gateup_fp8(size_t m, size_t k, const void *const *x, const void *tile,
-                       const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    gateup(dot_fp8, m, k, x, tile, act, h, h_stride, n_valid);
-}
-
-static void down_fp8(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                     size_t y_stride, size_t n_valid)
-{
-    down(down_dot_fp8, m, k, h, tile, y, y_stride, n_valid);
-}
-
-const moe_expert_kernels moe_expert_bf16_f32_8x16__ref = {
-    .name = "moe_expert_bf16_f32_8x16__ref",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_BF16_LAYOUT,
-    .gateup = gateup_bf16,
-    .down = down_bf16,
-};
-
-const moe_expert_kernels moe_expert_fp8_f32_8x16__ref = {
-    .name = "moe_expert_fp8_f32_8x16__ref",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_FP8_LAYOUT(fp8),
-    .gateup = gateup_fp8,
-    .down = down_fp8,
-};
-
-const moe_expert_kernels moe_expert_f32_f32_8x16__ref = {
-    .name = "moe_expert_f32_f32_8x16__ref",
-    .recipe = MOE_RECIPE_F32,
-    .isa = MOE_REQ_SCALAR,
-    .mr = MR,
-    .nr = NR,
-    MOE_XL_F32_LAYOUT,
-    .gateup = gateup_f32,
-    .down = down_f32,
-};
+MOE_XL_SET(moe_expert_f32_f32_8x16__ref, MOE_RECIPE_F32, MOE_REQ_SCALAR, MR, MOE_XL_F32_LAYOUT,
+           .gateup = gateup_f32, .down = down_f32);

@@ -206,24 +206,22 @@ moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *dow
 #define MOE_XL_FP8_LAYOUT(L) MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_FP8_BLOCK, fp8, L)
 #define MOE_XL_F32_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_F32, f32, f32)
 
+/* A kernel set named as its variable (set), of recipe, ISA and up to mr tokens by MOE_XL_NR rows;
+ * the rest of its initializer follows: the layout's fields (MOE_XL_*_LAYOUT) and the kernels. */
+#define MOE_XL_SET(set, recipe_, isa_, mr_, ...)                                                   \
+    const moe_expert_kernels set = {.name = #set,                                                  \
+                                    .recipe = (recipe_),                                           \
+                                    .isa = (isa_),                                                 \
+                                    .mr = (mr_),                                                   \
+                                    .nr = MOE_XL_NR,                                               \
+                                    __VA_ARGS__}
+
 /* The bf16 recipe's two kernel sets of one ISA (bf16 pairs, FP8 pairs), both taking up to mr
  * tokens, made of the includer's gateup_bf16, down_bf16, gateup_fp8 and down_fp8. */
 #define MOE_XL_BF16_RECIPE_SETS(bf16_set, fp8_set, isa_, mr_)                                      \
-    const moe_expert_kernels bf16_set = {.name = #bf16_set,                                        \
-                                         .recipe = MOE_RECIPE_BF16,                                \
-                                         .isa = (isa_),                                            \
-                                         .mr = (mr_),                                              \
-                                         .nr = MOE_XL_NR,                                          \
-                                         MOE_XL_BF16_LAYOUT,                                       \
-                                         .gateup = gateup_bf16,                                    \
-                                         .down = down_bf16};                                       \
-    const moe_expert_kernels fp8_set = {.name = #fp8_set,                                          \
-                                        .recipe = MOE_RECIPE_BF16,                                 \
-                                        .isa = (isa_),                                             \
-                                        .mr = (mr_),                                               \
-                                        .nr = MOE_XL_NR,                                           \
-                                        MOE_XL_FP8_LAYOUT(fp8p),                                   \
-                                        .gateup = gateup_fp8,                                      \
-                                        .down = down_fp8}
+    MOE_XL_SET(bf16_set, MOE_RECIPE_BF16, isa_, mr_, MOE_XL_BF16_LAYOUT, .gateup = gateup_bf16,    \
+               .down = down_bf16);                                                                 \
+    MOE_XL_SET(fp8_set, MOE_RECIPE_BF16, isa_, mr_, MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_fp8, \
+               .down = down_fp8)
 
 #endif

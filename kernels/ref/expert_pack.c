@@ -483,61 +483,6 @@ static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *
     return MOE_OK;
 }
 
-moe_status moe_xl_bf16_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
-{
-    const moe_weight_src *src[2] = {gate, up};
-    return pack(src, 2, FMT_BF16, dst);
-}
-
-moe_status moe_xl_bf16_pack_down(const moe_weight_src *down, void *dst)
-{
-    return pack(&down, 1, FMT_BF16, dst);
-}
-
-moe_status moe_xl_f32_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
-{
-    const moe_weight_src *src[2] = {gate, up};
-    return pack(src, 2, FMT_F32, dst);
-}
-
-moe_status moe_xl_f32_pack_down(const moe_weight_src *down, void *dst)
-{
-    return pack(&down, 1, FMT_F32, dst);
-}
-
-moe_status moe_xl_fp8_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
-{
-    const moe_weight_src *src[2] = {gate, up};
-    return pack(src, 2, FMT_FP8, dst);
-}
-
-moe_status moe_xl_fp8_pack_down(const moe_weight_src *down, void *dst)
-{
-    return pack(&down, 1, FMT_FP8, dst);
-}
-
-moe_status moe_xl_fp8p_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
-{
-    const moe_weight_src *src[2] = {gate, up};
-    return pack(src, 2, FMT_FP8P, dst);
-}
-
-moe_status moe_xl_fp8p_pack_down(const moe_weight_src *down, void *dst)
-{
-    return pack(&down, 1, FMT_FP8P, dst);
-}
-
-moe_status moe_xl_fp8g_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
-{
-    const moe_weight_src *src[2] = {gate, up};
-    return pack(src, 2, FMT_FP8G, dst);
-}
-
-moe_status moe_xl_fp8g_pack_down(const moe_weight_src *down, void *dst)
-{
-    return pack(&down, 1, FMT_FP8G, dst);
-}
-
 /* ---- Unpacking ----------------------------------------------------------------------- */
 
 static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
@@ -647,62 +592,32 @@ static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, i
     return MOE_OK;
 }
 
-moe_status moe_xl_bf16_unpack_gateup(const void *packed, const moe_weight_dst *gate,
-                                     const moe_weight_dst *up)
-{
-    const moe_weight_dst *dst[2] = {gate, up};
-    return unpack(packed, dst, 2, FMT_BF16);
-}
+/* The four entry points of layout L (kernels/ref/expert_layout.h declares them): pack and unpack
+ * of gate/up and of down in the layout fmt. */
+#define LAYOUT_ENTRIES(L, fmt)                                                                     \
+    moe_status moe_xl_##L##_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up,      \
+                                        void *dst)                                                 \
+    {                                                                                              \
+        const moe_weight_src *src[2] = {gate, up};                                                 \
+        return pack(src, 2, fmt, dst);                                                             \
+    }                                                                                              \
+    moe_status moe_xl_##L##_pack_down(const moe_weight_src *down, void *dst)                       \
+    {                                                                                              \
+        return pack(&down, 1, fmt, dst);                                                           \
+    }                                                                                              \
+    moe_status moe_xl_##L##_unpack_gateup(const void *packed, const moe_weight_dst *gate,          \
+                                          const moe_weight_dst *up)                                \
+    {                                                                                              \
+        const moe_weight_dst *dst[2] = {gate, up};                                                 \
+        return unpack(packed, dst, 2, fmt);                                                        \
+    }                                                                                              \
+    moe_status moe_xl_##L##_unpack_down(const void *packed, const moe_weight_dst *down)            \
+    {                                                                                              \
+        return unpack(packed, &down, 1, fmt);                                                      \
+    }
 
-moe_status moe_xl_bf16_unpack_down(const void *packed, const moe_weight_dst *down)
-{
-    return unpack(packed, &down, 1, FMT_BF16);
-}
-
-moe_status moe_xl_f32_unpack_gateup(const void *packed, const moe_weight_dst *gate,
-                                    const moe_weight_dst *up)
-{
-    const moe_weight_dst *dst[2] = {gate, up};
-    return unpack(packed, dst, 2, FMT_F32);
-}
-
-moe_status moe_xl_f32_unpack_down(const void *packed, const moe_weight_dst *down)
-{
-    return unpack(packed, &down, 1, FMT_F32);
-}
-
-moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,
-                                    const moe_weight_dst *up)
-{
-    const moe_weight_dst *dst[2] = {gate, up};
-    return unpack(packed, dst, 2, FMT_FP8);
-}
-
-moe_status moe_xl_fp8_unpack_down(const void *packed, const moe_weight_dst *down)
-{
-    return unpack(packed, &down, 1, FMT_FP8);
-}
-
-moe_status moe_xl_fp8p_unpack_gateup(const void *packed, const moe_weight_dst *gate,
-                                     const moe_weight_dst *up)
-{
-    const moe_weight_dst *dst[2] = {gate, up};
-    return unpack(packed, dst, 2, FMT_FP8P);
-}
-
-moe_status moe_xl_fp8p_unpack_down(const void *packed, const moe_weight_dst *down)
-{
-    return unpack(packed, &down, 1, FMT_FP8P);
-}
-
-moe_status moe_xl_fp8g_unpack_gateup(const void *packed, const moe_weight_dst *gate,
-                                     const moe_weight_dst *up)
-{
-    const moe_weight_dst *dst[2] = {gate, up};
-    return unpack(packed, dst, 2, FMT_FP8G);
-}
-
-moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *down)
-{
-    return unpack(packed, &down, 1, FMT_FP8G);
-}
+LAYOUT_ENTRIES(bf16, FMT_BF16)
+LAYOUT_ENTRIES(f32, FMT_F32)
+LAYOUT_ENTRIES(fp8, FMT_FP8)
+LAYOUT_ENTRIES(fp8p, FMT_FP8P)
+LAYOUT_ENTRIES(fp8g, FMT_FP8G)

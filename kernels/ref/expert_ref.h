@@ -37,6 +37,21 @@ static inline float moe_xr_act(const moe_act_params *a, float g, float u)
     return (g * moe_math_sigmoid(g)) * u;
 }
 
+/* A reference set's two entries, gateup_<name> and down_<name>: the includer's drivers
+ * gateup(wf, ...) and down(wf, ...) over the tile's weights wf (the includer's enumerator; the
+ * drivers are INLINE, so each entry is compiled for its own wf). */
+#define MOE_XR_ENTRIES(name, wf)                                                                   \
+    static void gateup_##name(size_t m, size_t k, const void *const *x, const void *tile,          \
+                              const moe_act_params *act, void *h, size_t h_stride, size_t n_valid) \
+    {                                                                                              \
+        gateup(wf, m, k, x, tile, act, h, h_stride, n_valid);                                      \
+    }                                                                                              \
+    static void down_##name(size_t m, size_t k, const void *const *h, const void *tile, float *y,  \
+                            size_t y_stride, size_t n_valid)                                       \
+    {                                                                                              \
+        down(wf, m, k, h, tile, y, y_stride, n_valid);                                             \
+    }
+
 /* ---- vdpbf16ps, exactly ---------------------------------------------------------------
  * Per f32 lane j, with a and b holding bf16 pairs (low word = even element):
  *   t   = fma_ftz(a.odd,  b.odd,  DAZ(acc))
