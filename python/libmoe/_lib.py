@@ -63,7 +63,7 @@ class LayerInfo(Structure):
 
 class LayerOptions(Structure):
     _fields_ = [("size", c_size_t), ("threads", c_int), ("logits_dtype", c_enum),
-                ("experts_recipe", c_enum)]
+                ("experts_recipe", c_enum), ("fixed_threads", c_bool)]
 
 
 class TraceStep(Structure):

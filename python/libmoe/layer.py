@@ -61,7 +61,8 @@ class Layer(Handle):
     as a context manager). Closing while another thread runs a forward is the caller's bug."""
 
     def __init__(self, model: "Model", index: int, threads: Optional[int] = None,
-                 recipe: Optional[str] = None, logits_dtype: Optional[str] = None) -> None:
+                 recipe: Optional[str] = None, logits_dtype: Optional[str] = None,
+                 fixed_threads: bool = False) -> None:
         """Create layer INDEX of MODEL (see :meth:`libmoe.Model.layer`)."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             _lib.fail(InvalidArgumentError, "threads: a positive int or None, got %r" % threads)
@@ -72,7 +73,8 @@ class Layer(Handle):
                       "logits_dtype: 'f32', 'bf16' or None, got %r" % (logits_dtype,))
         opts = _lib.LayerOptions(size=ctypes.sizeof(_lib.LayerOptions), threads=threads or 0,
                                  logits_dtype=_lib.LOGITS_DTYPES[logits_dtype],
-                                 experts_recipe=_lib.RECIPES[recipe])
+                                 experts_recipe=_lib.RECIPES[recipe],
+                                 fixed_threads=bool(fixed_threads))
         self._create("layer %d" % index, _lib.lib.moe_layer_create, _lib.lib.moe_layer_destroy,
                      model.handle, index, ctypes.byref(opts))
         c = _lib.LayerInfo(size=ctypes.sizeof(_lib.LayerInfo))

@@ -101,14 +101,16 @@ class Model(Handle):
         return layer_info_from_c(c)
 
     def layer(self, i: int, threads: Optional[int] = None, recipe: Optional[str] = None,
-              logits_dtype: Optional[str] = None) -> "Layer":
+              logits_dtype: Optional[str] = None, fixed_threads: bool = False) -> "Layer":
         """Create layer I: choose its kernels and pack its weights once.
 
         ``threads``: worker threads per forward (None: the number of cores); ``recipe``:
         the bf16/FP8 experts' recipe, "f32" (default) or "bf16"; ``logits_dtype``: the router
-        logits, "f32" (default) or "bf16" (parity with a bf16 gate)."""
+        logits, "f32" (default) or "bf16" (parity with a bf16 gate); ``fixed_threads``: every
+        forward on all ``threads`` (default False: fewer while the threads are being preempted,
+        as when PyTorch's threads keep a core busy; the results are the same bits)."""
         from .layer import Layer
-        return Layer(self, self._index(i), threads, recipe, logits_dtype)
+        return Layer(self, self._index(i), threads, recipe, logits_dtype, fixed_threads)
 
     def router(self, i: int) -> "Router":
         """The router of MoE or hash layer I (its correction bias or hash table read from the

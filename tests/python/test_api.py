@@ -75,8 +75,12 @@ def test_layer_explain_and_workspace(checkpoint):
     with libmoe.open(checkpoint("deepseek_v3", "fp8")) as model:
         one = model.layer(1, threads=1, logits_dtype="bf16")
         two = model.layer(1, threads=2)
+        fixed = model.layer(1, threads=2, fixed_threads=True)
     assert "threads: 1" in one.explain() and "threads: 2" in two.explain()
     assert "logits dtype: bf16" in one.explain()
+    # fixed_threads reaches the library (the option after experts_recipe in the C struct).
+    assert "while preempted: fewer threads" in two.explain()
+    assert "while preempted: every forward on all threads" in fixed.explain()
     assert one.workspace_size(64) > one.workspace_size(1) > 0
     assert repr(one).startswith("libmoe.Layer(1, moe")
 
