@@ -261,9 +261,13 @@ static void run(fwd *f)
     const int size = moe_team_size(t, moe_team_now_ns());
     f->watch = size > 1 && moe_team_watching(t);
     atomic_init(&f->preempted, 0);
+    const long long start = f->watch ? moe_team_now_ns() : 0;
 #pragma omp parallel num_threads(size)
     team(f);
-    if (f->watch) moe_team_report(t, size, atomic_load(&f->preempted), moe_team_now_ns());
+    if (!f->watch) return;
+    const long long end = moe_team_now_ns();
+    const long count = atomic_load(&f->preempted);
+    moe_team_report(t, size, moe_team_preempted(count, end - start) ? count : 0, end);
 }
 
 /* Points F at the workspace and the caller's optional outputs. */

@@ -19,7 +19,7 @@ void moe_team_init(moe_team *t, int full, bool fixed)
     atomic_init(&t->size, full);
     atomic_init(&t->probe_at, 0);
     atomic_init(&t->backoff, MOE_TEAM_BACKOFF_MIN_NS);
-    atomic_init(&t->streak, 0);
+    atomic_init(&t->recent, 0u);
 }
 
 int moe_team_size(moe_team *t, long long now_ns)
@@ -35,26 +35,39 @@ long moe_team_preemptions(void)
     return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_nivcsw : 0;
 }
 
+bool moe_team_preempted(long count, long long ns)
+{
+    return count > 0 && count >= 1 + ns / MOE_TEAM_SLICE_NS;
+}
+
+/* Of the last three full-team forwards (a bit each, 1 = preempted), how many were. */
+static int preempted_of_last_three(unsigned h)
+{
+    return (int)(h & 1u) + (int)(h >> 1 & 1u) + (int)(h >> 2 & 1u);
+}
+
 void moe_team_report(moe_team *t, int used, long preempted, long long now_ns)
 {
     if (!moe_team_watching(t)) return;
+    const bool probe = atomic_load_explicit(&t->size, memory_order_relaxed) < used;
+    if (used == t->full && !probe) {
+        const unsigned h =
+            (atomic_load_explicit(&t->recent, memory_order_relaxed) << 1 | (preempted > 0)) & 7u;
+        atomic_store_explicit(&t->recent, h, memory_order_relaxed);
+        if (preempted > 0 && preempted_of_last_three(h) < MOE_TEAM_EVIDENCE) return;
+    }
     if (preempted > 0 && used > 1) {
-        /* From the full team in steady state (after a streak): the shortest pause; a probe
-         * that was preempted again: twice the last one. */
-        const bool probe = atomic_load_explicit(&t->size, memory_order_relaxed) < used;
-        if (!probe && used == t->full &&
-            atomic_fetch_add_explicit(&t->streak, 1, memory_order_relaxed) + 1 < MOE_TEAM_STREAK)
-            return;
-        atomic_store_explicit(&t->streak, 0, memory_order_relaxed);
+        /* From the full team in steady state: the shortest pause; a probe that was preempted
+         * again: twice the last one. */
         long long pause = atomic_load_explicit(&t->backoff, memory_order_relaxed);
         pause = !probe                             ? MOE_TEAM_BACKOFF_MIN_NS
                 : pause * 2 > MOE_TEAM_BACKOFF_MAX_NS ? MOE_TEAM_BACKOFF_MAX_NS
                                                    : pause * 2;
+        atomic_store_explicit(&t->recent, 0u, memory_order_relaxed);
         atomic_store_explicit(&t->backoff, pause, memory_order_relaxed);
         atomic_store_explicit(&t->probe_at, now_ns + pause, memory_order_relaxed);
         atomic_store_explicit(&t->size, used - 1, memory_order_relaxed);
     } else if (preempted == 0 && used == t->full) {
-        atomic_store_explicit(&t->streak, 0, memory_order_relaxed);
         atomic_store_explicit(&t->backoff, MOE_TEAM_BACKOFF_MIN_NS, memory_order_relaxed);
         atomic_store_explicit(&t->size, t->full, memory_order_relaxed);
     }

@@ -12,11 +12,12 @@
  * one), the thread scheduled there runs only in time slices, and every barrier can cost a
  * slice of that other work: measured, one of two cores busy took a two-thread gpt-oss-20b
  * decode step from 4.3 ms to 40 ms. The layer watches for it: every thread counts its
- * involuntary context switches (the kernel preempting it) over the forward. Two preempted
- * forwards in a row on all the threads make the next ones run on one thread fewer (a quiet
- * two-core machine preempted 5.8 % of gpt-oss-20b decode steps but two in a row 0.4 %; with
- * one core busy, 74 % and 62 %), and all the threads are tried again after a pause that
- * doubles (10 ms to 1 s) while the probe is preempted too and resets when it is not. The
+ * involuntary context switches (the kernel preempting it) over the forward
+ * (moe_team_preempted says when they are many enough to count). Two preempted forwards of the
+ * last three on all the threads make the next ones run on one thread fewer (a quiet two-core
+ * machine preempted 4–6 % of gpt-oss-20b decode steps; with one core busy, 30–74 %), and all
+ * the threads are tried again after a pause that doubles (10 ms to 1 s) while the probe is
+ * preempted too and resets when it is not. The
  * thread count changes no bit of any result (principle 7), so this is a matter of time only.
  * options->fixed_threads turns it off (benchmarks).
  */
@@ -26,12 +27,12 @@ typedef struct moe_team {
     atomic_int size;      /* the team size forwards use now, in [1, full] */
     atomic_llong probe_at; /* CLOCK_MONOTONIC ns after which a forward tries full again */
     atomic_llong backoff; /* ns from a preempted forward to the next probe */
-    atomic_int streak;    /* preempted forwards in a row on all the threads */
+    atomic_uint recent;   /* the last three full-team forwards, a bit each: 1 = preempted */
 } moe_team;
 
 #define MOE_TEAM_BACKOFF_MIN_NS 10000000LL  /* 10 ms */
 #define MOE_TEAM_BACKOFF_MAX_NS 1000000000LL /* 1 s */
-#define MOE_TEAM_STREAK 2 /* preempted full-team forwards in a row before one thread fewer */
+#define MOE_TEAM_EVIDENCE 2 /* preempted of the last three full-team forwards: a thread fewer */
 
 void moe_team_init(moe_team *t, int full, bool fixed);
 
@@ -45,8 +46,17 @@ static inline bool moe_team_watching(const moe_team *t) { return !t->fixed && t-
 /* The calling thread's involuntary context switches so far (0 where they cannot be read). */
 long moe_team_preemptions(void);
 
-/* After a forward on USED threads that were preempted PREEMPTED times in all, ending at
- * NOW_NS. */
+/* Whether COUNT preemptions in all of a forward's threads over NS of wall time count as a
+ * preempted forward: at least one, and one more per MOE_TEAM_SLICE_NS. Something preempts a
+ * thread now and then on any machine, so a long forward always sees a few (a quiet two-core
+ * machine: one in 17 gpt-oss-20b decode steps of 1 ms, but most DeepSeek-V3-width steps of
+ * 28 ms); a busy core preempts its thread at every time slice of the other work. */
+bool moe_team_preempted(long count, long long ns);
+
+#define MOE_TEAM_SLICE_NS 8000000LL /* 8 ms */
+
+/* After a forward on USED threads that were preempted PREEMPTED times in all (0 when
+ * moe_team_preempted said no), ending at NOW_NS. */
 void moe_team_report(moe_team *t, int used, long preempted, long long now_ns);
 
 /* CLOCK_MONOTONIC in ns. */

@@ -12,12 +12,13 @@ static void check_policy(void)
     CHECK(moe_team_size(&t, 0) == 2);
     moe_team_report(&t, 2, 0, 1 * MS); /* quiet: stays at two */
     CHECK(moe_team_size(&t, 2 * MS) == 2);
-    moe_team_report(&t, 2, 3, 5 * MS); /* preempted once, then quiet: the streak is broken */
+    moe_team_report(&t, 2, 3, 5 * MS); /* preempted once, then twice quiet: no evidence */
     CHECK(moe_team_size(&t, 5 * MS) == 2);
     moe_team_report(&t, 2, 0, 6 * MS);
-    moe_team_report(&t, 2, 1, 7 * MS);
+    moe_team_report(&t, 2, 0, 6 * MS);
+    moe_team_report(&t, 2, 1, 7 * MS); /* the earlier one is three forwards back now */
     CHECK(moe_team_size(&t, 7 * MS) == 2);
-    moe_team_report(&t, 2, 3, 10 * MS); /* preempted twice in a row: one thread for 10 ms */
+    moe_team_report(&t, 2, 3, 10 * MS); /* two of the last three: one thread for 10 ms */
     CHECK(moe_team_size(&t, 10 * MS) == 1);
     CHECK(moe_team_size(&t, 20 * MS - 1) == 1);
     CHECK(moe_team_size(&t, 20 * MS) == 2);  /* the probe */
@@ -35,11 +36,19 @@ static void check_policy(void)
     CHECK(moe_team_size(&t, 200000 * MS) == 2);
     CHECK(atomic_load(&t.backoff) == MOE_TEAM_BACKOFF_MIN_NS);
     moe_team_report(&t, 2, 1, 300000 * MS);
-    CHECK(moe_team_size(&t, 300000 * MS) == 2); /* one preempted forward is not a streak */
+    CHECK(moe_team_size(&t, 300000 * MS) == 2); /* one preempted forward is no evidence */
     moe_team_report(&t, 2, 1, 300000 * MS);
     CHECK(moe_team_size(&t, 300000 * MS + 10 * MS - 1) == 1);
 
-    /* Three threads step down one at a time: after a streak on all of them, then at once. */
+    /* Preempted, quiet, preempted: two of the last three. */
+    moe_team_init(&t, 2, false);
+    moe_team_report(&t, 2, 1, 0);
+    moe_team_report(&t, 2, 0, 0);
+    CHECK(moe_team_size(&t, 0) == 2);
+    moe_team_report(&t, 2, 1, 0);
+    CHECK(moe_team_size(&t, 0) == 1);
+
+    /* Three threads step down one at a time: on evidence with all of them, then at once. */
     moe_team_init(&t, 3, false);
     moe_team_report(&t, 3, 1, 0);
     CHECK(moe_team_size(&t, 1) == 3);
@@ -56,6 +65,12 @@ static void check_policy(void)
     moe_team_init(&t, 1, false);
     CHECK(!moe_team_watching(&t));
     CHECK(moe_team_size(&t, 0) == 1);
+
+    /* What counts as a preempted forward: one preemption per 8 ms of it, and one. */
+    CHECK(!moe_team_preempted(0, 1 * MS));
+    CHECK(moe_team_preempted(1, 1 * MS) && moe_team_preempted(1, 8 * MS - 1));
+    CHECK(!moe_team_preempted(1, 8 * MS) && moe_team_preempted(2, 8 * MS));
+    CHECK(!moe_team_preempted(3, 28 * MS) && moe_team_preempted(4, 28 * MS));
 
     const long a = moe_team_preemptions(), b = moe_team_preemptions();
     CHECK(a >= 0 && b >= a);
