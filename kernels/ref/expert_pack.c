@@ -322,7 +322,7 @@ static void pack_f32_tile(const moe_weight_src *const *src, int np, int64_t r0, 
     pack_bias(src, np, r0, tile);
     for (int p = 0; p < np; p++) {
         const moe_weight_src *s = src[p];
-        const unsigned char *rows[2][NR];
+        const unsigned char *rows[2][NR] = {{NULL}}; /* set by contiguous_rows when fast */
         const bool f32 = s->dtype == MOE_DTYPE_F32;
         const moe_weight_src *one[1] = {s};
         const bool fast = contiguous_rows(one, 1, r0, dtype_bytes(s->dtype), rows);

@@ -142,7 +142,7 @@ moe_status moe_cfg_int_either(const moe_cfg *c, const char *key, const char *ali
 moe_status moe_cfg_check_act(const moe_cfg *c)
 {
     /* transformers' ACT2FN maps both names to x·sigmoid(x). */
-    const char *act;
+    const char *act = NULL;
     moe_status st = moe_cfg_str(c, "hidden_act", false, "silu", &act);
     if (st) return st;
     if (strcmp(act, "silu") && strcmp(act, "swish"))
@@ -167,7 +167,7 @@ moe_status moe_cfg_check_no_mlp_bias(const moe_cfg *c)
 
 moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d)
 {
-    int64_t layers, hidden, vocab;
+    int64_t layers = 0, hidden = 0, vocab = 0;
     moe_status st = moe_cfg_int(c, "num_hidden_layers", true, 0, 1, MOE_CFG_MAX_LAYERS, &layers);
     if (st) return st;
     st = moe_cfg_int(c, "hidden_size", true, 0, 1, MOE_CFG_MAX_DIM, &hidden);
@@ -196,7 +196,7 @@ moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d)
 
 static moe_status quant_fp8(const moe_cfg *q, moe_cfg_quant_info *out)
 {
-    const char *fmt, *scheme, *scale_fmt;
+    const char *fmt = NULL, *scheme = NULL, *scale_fmt = NULL;
     moe_status st = moe_cfg_str(q, "fmt", false, "e4m3", &fmt);
     if (st) return st;
     if (strcmp(fmt, "e4m3"))

@@ -47,7 +47,7 @@ static moe_status read_top_k(const moe_cfg *c, int64_t *out)
 static moe_status read_experts(const moe_cfg *c, const moe_model_desc *d, moe_mlp_desc *m)
 {
     int64_t inter;
-    float limit, alpha;
+    float limit = 0, alpha = 0;
     moe_status st = moe_cfg_int(c, "intermediate_size", true, 0, 1, MOE_CFG_MAX_DIM, &inter);
     if (st) return st;
     if ((st = read_glu_param(c, "swiglu_limit", GPT_OSS_LIMIT, &limit)) ||
