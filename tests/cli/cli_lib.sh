@@ -7,26 +7,8 @@
 moe=${1:?usage: bash tests/cli/$(basename "$0") path/to/moe}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 data=${MOE_TEST_DATA:-$(pwd)/tests/data}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-$(basename "$0" .sh).XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
-# finish: the counts on stderr; the test's status (0: no check failed).
-finish() {
-  echo "$(basename "$0" .sh): $checks checks, $failures failed" >&2
-  [ "$failures" -eq 0 ]
-}
+# shellcheck source=tests/check_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../check_lib.sh"
 
 has() { [[ $1 == *"$2"* ]]; }
 # first_line FILE: sets line (the first line of FILE) and nlines (its number of lines).

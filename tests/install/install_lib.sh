@@ -10,26 +10,8 @@ prefix=${MOE_PREFIX:?MOE_PREFIX is not set}
 libdir=$prefix/${MOE_LIBDIR:-lib}
 cc=${MOE_CC:-cc}
 read -r -a cflags <<<"${MOE_CFLAGS:-}"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/moe-$(basename "$0" .sh).XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-checks=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
-# finish: the counts on stderr; the test's status (0: no check failed, at least one ran).
-finish() {
-  echo "$(basename "$0" .sh): $checks checks, $failures failed" >&2
-  [ "$failures" -eq 0 ] && [ "$checks" -gt 0 ]
-}
+# shellcheck source=tests/check_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../check_lib.sh"
 
 # make_model DIR: a small DeepSeek-V3 checkpoint (3 layers, the first dense) from the
 # moe tool, the installed one unless the test sets moe_tool.
