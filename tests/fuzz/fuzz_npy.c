@@ -4,7 +4,10 @@
 
 #include "io/npy.h"
 
-static size_t elem_bytes(moe_dtype dt) { return dt == MOE_DTYPE_I64 ? 8 : 4; }
+static size_t elem_bytes(moe_dtype dt)
+{
+    return dt == MOE_DTYPE_I64 || dt == MOE_DTYPE_F64 ? 8 : dt == MOE_DTYPE_F16 ? 2 : 4;
+}
 
 static void round_trip(const moe_npy *a)
 {
@@ -46,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_REQUIRE(memcmp(&a, &before, sizeof a) == 0);
         return 0;
     }
-    FUZZ_REQUIRE(a.dtype == MOE_DTYPE_F32 || a.dtype == MOE_DTYPE_I32 || a.dtype == MOE_DTYPE_I64);
+    FUZZ_REQUIRE(a.dtype == MOE_DTYPE_F32 || a.dtype == MOE_DTYPE_F64 || a.dtype == MOE_DTYPE_F16 ||
+                 a.dtype == MOE_DTYPE_I32 || a.dtype == MOE_DTYPE_I64);
     FUZZ_REQUIRE(a.ndim >= 0 && a.ndim <= MOE_NPY_MAX_DIMS);
     size_t count = 1;
     for (int d = 0; d < a.ndim; d++) {
