@@ -11,20 +11,22 @@
 
 #include "moe.h"
 #include "bench_util.h"
+#include "layer/layer_internal.h"
 
 /*
- * Usage: bench_shared_cores [--dir DIR] [--tokens T] [--busy N] [--seconds S]
+ * Usage: bench_shared_cores [--model DIR [--layer L]] [--tokens T] [--busy N] [--seconds S]
  *
- * The layer: gpt-oss-20b's MoE block (hidden 2880, 32 MXFP4 experts of I 2880, top-4),
- * written by `moe gen` (the binary next to this one) into DIR (default: a temporary folder,
- * removed at the end). Three layers of it: one thread; all cores with fixed_threads (every
+ * The layer: layer L (default 0) of the model folder DIR, or by default gpt-oss-20b's MoE
+ * block (hidden 2880, 32 MXFP4 experts of I 2880, top-4), written by `moe gen` (the binary
+ * next to this one) into a temporary folder removed at the end. Three layers of it: one thread; all cores with fixed_threads (every
  * forward on every thread, libmoe before it watched its threads); all cores watched (the
  * default: fewer threads while preempted, layer_team.h). Each runs T-token forwards back to
  * back for S seconds (default 3) twice: on a quiet machine, then with N spinning threads
  * (default 1: one of two cores busy, as PyTorch's threads or another process would keep it).
  * Reported per layer and load: the median and the mean ms per forward (the mean counts the
- * watched layer's probes), and the mean as a multiple of the one-thread layer's mean under
- * the same load. Target (issue 29): with one of two cores busy, the watched all-cores forward
+ * watched layer's probes), the mean as a multiple of the one-thread layer's mean under the
+ * same load, and for the watched layer the share of its forwards that began on fewer threads
+ * than all (read from the layer's team, layer_team.h). Target (issue 29): with one of two cores busy, the watched all-cores forward
  * no slower than 1.3× the one-thread forward.
  */
 
@@ -65,6 +67,7 @@ static void gen(const char *argv0, const char *dir)
 
 typedef struct result {
     double median_ms, mean_ms;
+    double fewer; /* the share of forwards begun on fewer threads than the layer's */
 } result;
 
 static result time_layer(const moe_layer *l, size_t t, size_t h, const float *x, float *y,
@@ -82,8 +85,9 @@ static result time_layer(const moe_layer *l, size_t t, size_t h, const float *x,
     for (int w = 0; w < 3; w++)
         if (moe_layer_forward(l, &a) != MOE_OK) die(moe_last_error());
     const double start = bench_now_ns();
-    int n = 0;
+    int n = 0, fewer = 0;
     while (n < 100000 && bench_now_ns() - start < seconds * 1e9) {
+        fewer += moe_team_size(l->team, moe_team_now_ns()) < l->team->full;
         const double t0 = bench_now_ns();
         if (moe_layer_forward(l, &a) != MOE_OK) die(moe_last_error());
         ms[n++] = (bench_now_ns() - t0) / 1e6;
@@ -91,7 +95,7 @@ static result time_layer(const moe_layer *l, size_t t, size_t h, const float *x,
     double sum = 0;
     for (int i = 0; i < n; i++)
         sum += ms[i];
-    result r = {0, sum / n};
+    result r = {0, sum / n, (double)fewer / n};
     r.median_ms = bench_median(ms, n);
     return r;
 }
@@ -99,15 +103,18 @@ static result time_layer(const moe_layer *l, size_t t, size_t h, const float *x,
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
+    int layer = 0;
     size_t tokens = 1;
     int busy = 1;
     double seconds = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+        if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--layer")) layer = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--tokens")) tokens = strtoul(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--busy")) busy = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else die("usage: bench_shared_cores [--dir DIR] [--tokens T] [--busy N] [--seconds S]");
+        else die("usage: bench_shared_cores [--model DIR [--layer L]] [--tokens T] [--busy N] "
+                 "[--seconds S]");
     }
     if (tokens < 1 || tokens > 4096 || busy < 0 || busy > 64 || !(seconds > 0))
         die("--tokens 1..4096, --busy 0..64, --seconds > 0");
@@ -127,18 +134,21 @@ int main(int argc, char **argv)
         moe_layer_options o = {.size = sizeof o,
                                .threads = i == 0 ? 1 : cores,
                                .fixed_threads = i < 2};
-        if (moe_layer_create(m, 0, &o, &layers[i]) != MOE_OK) die(moe_last_error());
+        if (moe_layer_create(m, layer, &o, &layers[i]) != MOE_OK) die(moe_last_error());
     }
-    const size_t h = 2880, ws_size = moe_layer_workspace_size(layers[0], tokens);
+    moe_model_info mi = {.size = sizeof mi};
+    if (moe_model_get_info(m, &mi) != MOE_OK) die(moe_last_error());
+    const size_t h = (size_t)mi.hidden_size, ws_size = moe_layer_workspace_size(layers[0], tokens);
     float *x = malloc(tokens * h * sizeof *x), *y = malloc(tokens * h * sizeof *y);
     void *ws = aligned_alloc(64, (ws_size + 63) / 64 * 64);
     if (!x || !y || !ws) die("out of memory");
     uint64_t s = 1;
     for (size_t i = 0; i < tokens * h; i++)
         x[i] = (float)bench_gauss(&s);
-    printf("gpt-oss-20b MoE layer, MXFP4, T = %zu, %d cores, %.1f s per cell\n", tokens, cores,
-           seconds);
-    printf("%-14s %-6s %10s %10s %12s\n", "layer", "busy", "median ms", "mean ms", "mean / 1 thr");
+    printf("%s layer %d (%s), T = %zu, %d cores, %.1f s per cell\n", dir, layer, mi.family,
+           tokens, cores, seconds);
+    printf("%-14s %-6s %10s %10s %12s %8s\n", "layer", "busy", "median ms", "mean ms",
+           "mean / 1 thr", "fewer");
     for (int load = 0; load < 2; load++) {
         const int spinners = load ? busy : 0;
         pthread_t th[64];
@@ -148,8 +158,10 @@ int main(int argc, char **argv)
         result r[3];
         for (int i = 0; i < 3; i++) {
             r[i] = time_layer(layers[i], tokens, h, x, y, ws, ws_size, seconds);
-            printf("%-14s %-6d %10.3f %10.3f %12.2f\n", names[i], spinners, r[i].median_ms,
+            printf("%-14s %-6d %10.3f %10.3f %12.2f", names[i], spinners, r[i].median_ms,
                    r[i].mean_ms, r[i].mean_ms / r[0].mean_ms);
+            if (i == 2) printf(" %7.1f%%\n", 100 * r[i].fewer);
+            else printf(" %8s\n", "-");
         }
         atomic_store(&spin_stop, 1);
         for (int i = 0; i < spinners; i++)
