@@ -14,12 +14,13 @@
  * decode step from 4.3 ms to 40 ms. The layer watches for it: every thread counts its
  * involuntary context switches (the kernel preempting it) over the forward
  * (moe_team_preempted says when they are many enough to count). Two preempted forwards of the
- * last three on all the threads make the next ones run on one thread fewer (a quiet two-core
- * machine preempted 4–6 % of gpt-oss-20b decode steps; with one core busy, 30–74 %), and all
- * the threads are tried again after a pause that doubles (10 ms to 1 s) while the probe is
+ * last three on all the threads make the next ones run on one thread fewer, and all the
+ * threads are tried again after a pause that doubles (10 ms to 1 s) while the probe is
  * preempted too and resets when it is not. The
  * thread count changes no bit of any result (principle 7), so this is a matter of time only.
- * options->fixed_threads turns it off (benchmarks).
+ * options->fixed_threads turns it off (benchmarks). A limit (bench/NOTES.md v20): a switch
+ * counts a thread preempted while running, not one left waiting on the run queue after a
+ * barrier wakes it, so a busy core is not always seen.
  */
 typedef struct moe_team {
     int full;             /* the layer's threads */
@@ -48,9 +49,9 @@ long moe_team_preemptions(void);
 
 /* Whether COUNT preemptions in all of a forward's threads over NS of wall time count as a
  * preempted forward: at least one, and one more per MOE_TEAM_SLICE_NS. Something preempts a
- * thread now and then on any machine, so a long forward always sees a few (a quiet two-core
- * machine: one in 17 gpt-oss-20b decode steps of 1 ms, but most DeepSeek-V3-width steps of
- * 28 ms); a busy core preempts its thread at every time slice of the other work. */
+ * thread now and then on any machine, so a long forward always sees a few (on a quiet machine
+ * a 28 ms DeepSeek-V3-width step nearly always did); a busy core preempts a running thread at
+ * every time slice of the other work. */
 bool moe_team_preempted(long count, long long ns);
 
 #define MOE_TEAM_SLICE_NS 8000000LL /* 8 ms */
