@@ -339,7 +339,7 @@ typedef struct moe_layer_options {
     moe_dtype logits_dtype;
     /* The experts' recipe; read only when size covers it (older callers get the default). */
     moe_experts_recipe experts_recipe;
-    /* false (the default): while a forward's threads are preempted (its cores shared with
+    /* false (the default): while a forward's threads wait on run queues (its cores shared with
      * other work, such as PyTorch's threads), the next forwards run on fewer threads, trying
      * all `threads` again after a growing pause; true: every forward runs on exactly
      * `threads` (benchmarks). The results are the same bits either way. Read only when size

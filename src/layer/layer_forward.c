@@ -116,8 +116,8 @@ typedef struct fwd {
     moe_trace_rec trace;
     moe_experts_job job;
     bool experts_only; /* moe_layer_forward_experts: the caller's ids and weights, no gate or route */
-    bool watch;        /* count the threads' preemptions (moe_team_watching) */
-    atomic_long preempted;
+    bool watch;        /* sum the threads' run-queue waits (moe_team_watching) */
+    atomic_llong waited;
     _Atomic int route_status;
 } fwd;
 
@@ -246,12 +246,12 @@ static void steps(fwd *f)
     moe_experts_run_team(&f->job);
 }
 
-/* Each thread's part, counting how often the kernel preempted it (layer_team.h). */
+/* Each thread's part, adding up how long it waited on a run queue (layer_team.h). */
 static void team(fwd *f)
 {
-    const long before = f->watch ? moe_team_preemptions() : 0;
+    const long long before = f->watch ? moe_team_waited_ns() : 0;
     steps(f);
-    if (f->watch) atomic_fetch_add(&f->preempted, moe_team_preemptions() - before);
+    if (f->watch) atomic_fetch_add(&f->waited, moe_team_waited_ns() - before);
 }
 
 /* Runs F's steps on the team size the layer's watch chooses, and reports back. */
@@ -260,14 +260,14 @@ static void run(fwd *f)
     moe_team *t = f->l->team;
     const int size = moe_team_size(t, moe_team_now_ns());
     f->watch = size > 1 && moe_team_watching(t);
-    atomic_init(&f->preempted, 0);
+    atomic_init(&f->waited, 0);
     const long long start = f->watch ? moe_team_now_ns() : 0;
 #pragma omp parallel num_threads(size)
     team(f);
     if (!f->watch) return;
     const long long end = moe_team_now_ns();
-    const long count = atomic_load(&f->preempted);
-    moe_team_report(t, size, moe_team_preempted(count, end - start) ? count : 0, end);
+    const long long waited = atomic_load(&f->waited);
+    moe_team_report(t, size, moe_team_shared(waited, end - start), end);
 }
 
 /* Points F at the workspace and the caller's optional outputs. */
