@@ -70,9 +70,9 @@ void moe_team_report(moe_team *t, int used, bool shared, long long now_ns)
         /* From the full team in steady state: the shortest pause; a probe that found the cores
          * shared again: twice the last one. */
         long long pause = atomic_load_explicit(&t->backoff, memory_order_relaxed);
-        pause = !probe                             ? MOE_TEAM_BACKOFF_MIN_NS
+        pause = !probe                                ? MOE_TEAM_BACKOFF_MIN_NS
                 : pause * 2 > MOE_TEAM_BACKOFF_MAX_NS ? MOE_TEAM_BACKOFF_MAX_NS
-                                                   : pause * 2;
+                                                      : pause * 2;
         atomic_store_explicit(&t->recent, 0u, memory_order_relaxed);
         atomic_store_explicit(&t->backoff, pause, memory_order_relaxed);
         atomic_store_explicit(&t->probe_at, now_ns + pause, memory_order_relaxed);

@@ -23,15 +23,15 @@
  * the team keeps all its threads.
  */
 typedef struct moe_team {
-    int full;             /* the layer's threads */
-    bool fixed;           /* options->fixed_threads */
-    atomic_int size;      /* the team size forwards use now, in [1, full] */
+    int full;              /* the layer's threads */
+    bool fixed;            /* options->fixed_threads */
+    atomic_int size;       /* the team size forwards use now, in [1, full] */
     atomic_llong probe_at; /* CLOCK_MONOTONIC ns after which a forward tries full again */
-    atomic_llong backoff; /* ns from a preempted forward to the next probe */
-    atomic_uint recent;   /* the last three full-team forwards, a bit each: 1 = shared */
+    atomic_llong backoff;  /* ns from a preempted forward to the next probe */
+    atomic_uint recent;    /* the last three full-team forwards, a bit each: 1 = shared */
 } moe_team;
 
-#define MOE_TEAM_BACKOFF_MIN_NS 10000000LL  /* 10 ms */
+#define MOE_TEAM_BACKOFF_MIN_NS 10000000LL   /* 10 ms */
 #define MOE_TEAM_BACKOFF_MAX_NS 1000000000LL /* 1 s */
 #define MOE_TEAM_EVIDENCE 2 /* shared of the last three full-team forwards: a thread fewer */
 

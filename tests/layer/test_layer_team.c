@@ -1,4 +1,5 @@
-/* test_layer_team.c — fewer threads after forwards on shared cores, probes with a doubling pause, same bits. */
+/* test_layer_team.c — fewer threads after forwards on shared cores, probes with a doubling pause,
+ * same bits. */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <pthread.h>
 #include <sched.h>
@@ -27,16 +28,16 @@ static void check_policy(void)
     moe_team_report(&t, 2, true, 10 * MS); /* two of the last three: one thread for 10 ms */
     CHECK(moe_team_size(&t, 10 * MS) == 1);
     CHECK(moe_team_size(&t, 20 * MS - 1) == 1);
-    CHECK(moe_team_size(&t, 20 * MS) == 2);  /* the probe */
-    moe_team_report(&t, 2, true, 21 * MS);     /* the probe finds them shared too: 20 ms */
+    CHECK(moe_team_size(&t, 20 * MS) == 2); /* the probe */
+    moe_team_report(&t, 2, true, 21 * MS);  /* the probe finds them shared too: 20 ms */
     CHECK(moe_team_size(&t, 40 * MS) == 1);
     CHECK(moe_team_size(&t, 41 * MS) == 2);
-    moe_team_report(&t, 1, false, 42 * MS);     /* a one-thread forward changes nothing */
+    moe_team_report(&t, 1, false, 42 * MS); /* a one-thread forward changes nothing */
     CHECK(moe_team_size(&t, 41 * MS - 1) == 1);
-    moe_team_report(&t, 2, true, 50 * MS);     /* 40 ms */
+    moe_team_report(&t, 2, true, 50 * MS); /* 40 ms */
     CHECK(moe_team_size(&t, 90 * MS - 1) == 1 && moe_team_size(&t, 90 * MS) == 2);
     for (long long now = 100 * MS; now < 100000 * MS; now += 1000 * MS)
-        moe_team_report(&t, 2, true, now);     /* the pause stops growing at 1 s */
+        moe_team_report(&t, 2, true, now); /* the pause stops growing at 1 s */
     CHECK(atomic_load(&t.backoff) == MOE_TEAM_BACKOFF_MAX_NS);
     moe_team_report(&t, 2, false, 200000 * MS); /* a quiet probe: all threads, shortest pause */
     CHECK(moe_team_size(&t, 200000 * MS) == 2);
