@@ -736,14 +736,17 @@ int main(int argc, char **argv)
                                                       MOE_FEAT_AVX2,
                                                       MOE_FEAT_AVX512,
                                                       MOE_FEAT_AVX2 | MOE_FEAT_AVX_VNNI,
-                                                      MOE_FEAT_AVX512 | MOE_FEAT_AMX_INT8};
+                                                      MOE_FEAT_AVX512 | MOE_FEAT_AMX_INT8,
+                                                      MOE_FEAT_AVX512 | MOE_FEAT_AVX512_BF16 |
+                                                          MOE_FEAT_AMX_BF16};
     double peak[BENCH_INSN_COUNT_];
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = (allowed & needs[i]) == needs[i] ? peak_gflops((bench_insn)i) : 0;
-    printf("# 1 thread; read %.2f GB/s (%s); peaks: fma ymm %.1f, fma zmm %.1f, vdpbf16ps %.1f "
-           "GFLOP/s; vpdpbusd %.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s; LLC %zu MiB\n",
+    printf("# 1 thread; read %.2f GB/s (%s); peaks: fma ymm %.1f, fma zmm %.1f, vdpbf16ps %.1f, "
+           "tdpbf16ps %.1f GFLOP/s; vpdpbusd %.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f GOP/s; "
+           "LLC %zu MiB\n",
            read_gbs, bench_read_pattern_name(read_pattern), peak[BENCH_FMA_YMM],
-           peak[BENCH_FMA_ZMM], peak[BENCH_DPBF16_ZMM], peak[BENCH_DPBUSD_ZMM],
+           peak[BENCH_FMA_ZMM], peak[BENCH_DPBF16_ZMM], peak[BENCH_TDPBF16PS], peak[BENCH_DPBUSD_ZMM],
            peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM], peak[BENCH_MADDUBS_ZMM], llc >> 20);
     size_t count;
     const moe_kernel *reg = moe_kernel_registry(&count);

@@ -352,6 +352,8 @@ typedef enum bench_insn {
     BENCH_DPBUSD_YMM,  /* the VEX vpdpbusd ymm (AVX-VNNI): 32 multiply-adds into 8 int32 */
     BENCH_TDPBSSD_K32, /* tdpbssd on 16x32 and 8x64 tiles (the Q8 recipe's 32-K block): 16·16·32
                         * s8 x s8 multiply-adds into 16x16 int32: 16384 ops */
+    BENCH_TDPBF16PS,   /* tdpbf16ps on 16x32 bf16 A and 16 pair rows of B (the tile recipe's
+                        * 32-K chunk): 16·16·32 bf16 products into 16x16 fp32: 16384 flops */
     BENCH_INSN_COUNT_
 } bench_insn;
 
@@ -359,13 +361,13 @@ static inline const char *bench_insn_name(bench_insn i)
 {
     static const char *names[] = {"vfmadd231ps ymm", "vfmadd231ps zmm", "vdpbf16ps zmm",
                                   "vpdpbusd zmm",    "vpmaddubsw ymm",  "vpmaddubsw zmm",
-                                  "vpdpbusd ymm",    "tdpbssd k32"};
+                                  "vpdpbusd ymm",    "tdpbssd k32",     "tdpbf16ps"};
     return (unsigned)i < BENCH_INSN_COUNT_ ? names[i] : "?";
 }
 
 static inline double bench_insn_flops(bench_insn i)
 {
-    static const double flops[] = {16, 32, 64, 128, 64, 128, 64, 16384};
+    static const double flops[] = {16, 32, 64, 128, 64, 128, 64, 16384, 16384};
     return (unsigned)i < BENCH_INSN_COUNT_ ? flops[i] : 0;
 }
 
@@ -395,6 +397,10 @@ static inline int bench_insn_supported(bench_insn i)
         /* Detection also asks the OS for the tile state, which the loop needs. */
         moe_cpu_info ci;
         return moe_cpu_query(&ci) == MOE_OK && ci.detected.amx_int8;
+    }
+    case BENCH_TDPBF16PS: {
+        moe_cpu_info ci;
+        return moe_cpu_query(&ci) == MOE_OK && ci.detected.amx_bf16;
     }
     default: return 0;
     }
@@ -592,6 +598,37 @@ __attribute__((target("amx-tile,amx-int8"))) static inline float bench_tdpbssd_k
     _tile_release();
     return (float)c[0][0];
 }
+/* The same for tdpbf16ps: 12 per iteration into 4 fp32 tiles, A and B 16 rows of 64 bytes
+ * (bf16 values of 1 and small: the sums stay finite and normal). */
+__attribute__((target("amx-tile,amx-bf16"))) static inline float bench_tdpbf16ps(uint64_t iters)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    for (int t = 0; t < 6; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    static const uint16_t ab[16 * 32] __attribute__((aligned(64))) = {0x3F80, 0x3400, 0x3F80};
+    float c[16][16] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ab, 64);
+    _tile_loadd(5, ab, 64);
+    for (uint64_t i = 0; i < iters; i++)
+        for (int r = 0; r < 3; r++) {
+            _tile_dpbf16ps(0, 4, 5);
+            _tile_dpbf16ps(1, 4, 5);
+            _tile_dpbf16ps(2, 4, 5);
+            _tile_dpbf16ps(3, 4, 5);
+        }
+    _tile_stored(0, c, 64);
+    _tile_release();
+    return c[0][0];
+}
 #undef BENCH_EACH12
 #undef BENCH_CHAINS12
 #undef BENCH_START12
@@ -611,6 +648,7 @@ static inline void bench_insn_loop(bench_insn insn, uint64_t iters)
     case BENCH_MADDUBS_ZMM: bench_fsink = bench_maddubs_zmm(iters); break;
     case BENCH_DPBUSD_YMM: bench_fsink = bench_dpbusd_ymm(iters); break;
     case BENCH_TDPBSSD_K32: bench_fsink = bench_tdpbssd_k32(iters); break;
+    case BENCH_TDPBF16PS: bench_fsink = bench_tdpbf16ps(iters); break;
     default: break;
     }
 #else
