@@ -758,14 +758,15 @@ int main(int argc, char **argv)
 
     for (size_t r = 0; r < count; r++) {
         const moe_kernel *k = &reg[r];
-        if (k->family < MOE_KERNEL_FAMILY_EXPERT_BF16_F32 ||
-            k->family > MOE_KERNEL_FAMILY_EXPERT_FP8_BF16)
+        if ((k->family < MOE_KERNEL_FAMILY_EXPERT_BF16_F32 ||
+             k->family > MOE_KERNEL_FAMILY_EXPERT_FP8_BF16) &&
+            k->family != MOE_KERNEL_FAMILY_EXPERT_BF16_TILE)
             continue;
         const moe_expert_kernels *ks = k->fn.expert_set;
         if ((ks->isa & ~allowed) != 0) continue;
         if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;
         if (only_set && !strstr(ks->name, only_set)) continue;
-        const size_t es = ks->recipe == MOE_RECIPE_BF16 ? 2 : 4;
+        const size_t es = ks->recipe == MOE_RECIPE_BF16 || ks->recipe == MOE_RECIPE_TILE ? 2 : 4;
         packed pk;
         const size_t one = ks->gateup_tile_bytes(H) * (I / 16) + ks->down_tile_bytes(I) * (H / 16);
         int n = (int)((2 * llc + one - 1) / one);

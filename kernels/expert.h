@@ -60,20 +60,38 @@ typedef enum moe_expert_recipe {
     MOE_RECIPE_Q8 = 2,   /* MXFP4 weights: activations quantised per 32-block to int8 with one
                             f32 scale (prepare_act); exact int32 dot products with the doubled
                             E2M1 values; fp32 accumulation across blocks (below) */
+    MOE_RECIPE_TILE = 3, /* bf16 weights: activations rounded to bf16 once per forward (as
+                            BF16); the tile unit's arithmetic, tdpbf16ps, K cut every 32 (below) */
 } moe_expert_recipe;
 
 /*
- * The tile unit's bf16 arithmetic, for the recipe of issue 30 (bf16 activations on
- * tdpbf16ps; no kernel set computes it yet). It is not the BF16 recipe's: vdpbf16ps takes
- * one chain from the accumulator, odd product then even per pair, while tdpbf16ps, per
- * instruction of at most 16 pairs, runs two chains from +0 (even products, odd products),
- * adds them, and adds that sum to C last; on random inputs the two differ in 19-85 % of
- * the elements. Both round once per FMA to nearest even, read denormals as zero and flush
- * after rounding to 24 bits (kernels/ref/fma_ftz.h). kernels/tile_bf16.h states it exactly
- * with its reference; FMA under MXCSR DAZ|FTZ on zmm or ymm gives the same bits, so a
- * recipe defined as the tile's arithmetic (K cut every 32 bf16) can give them at every ISA
- * level. docs/kernels.md, "The tile unit's bf16 arithmetic (tdpbf16ps)", has the
- * experiment.
+ * The tile recipe (bf16 weights), exactly; every ISA gives these bits.
+ *
+ * Activations x are the BF16 recipe's bf16 rows (rounded once per forward); gate/up writes h
+ * as bf16 codes, down reads them; y is f32. For each output element (row n of a tile, one
+ * token), K is cut into chunks of 32 (the last one zero-padded in both x and w_n, which the
+ * arithmetic reads: a padded step can turn a chain's -0 into +0, as the tile unit's does):
+ *
+ *   acc = +0
+ *   for c = 0 .. ceil(K/32) - 1:
+ *       acc = moe_tile_bf16_dot_ref(acc, x + 32c, w_n + 32c, 16)     (kernels/tile_bf16.h)
+ *   v = acc + bias_n                  (a plain f32 addition, nearest even; bias 0 when none)
+ *   gate/up: h = bf16_rne(act(v_gate, v_up)), the BF16 recipe's epilogue; down: y = v
+ *
+ * so per chunk two fp32 chains from +0, one over the even elements and one over the odd,
+ * each FMA rounded once to nearest even with denormal operands read as zero and denormal
+ * results flushed after rounding (kernels/ref/fma_ftz.h); then acc = ADD(DAZ(acc), ADD(e, o)),
+ * both additions flushed too. This is tdpbf16ps's arithmetic, one instruction per chunk with
+ * C = acc (the AMX-BF16 sets); FMA under MXCSR DAZ|FTZ on zmm or ymm gives the same bits (the
+ * AVX-512 and AVX2 sets: two FMA chains per chunk, then the two additions, MXCSR put back for
+ * the bias and the activation). NaN payloads may differ between sets; NaN-ness does not.
+ *
+ * It is not the BF16 recipe's arithmetic: vdpbf16ps takes one chain from the accumulator, odd
+ * product then even per pair, while tdpbf16ps, per instruction of at most 16 pairs, runs the
+ * two chains from +0, adds them, and adds that sum to C last; on random inputs the two differ
+ * in 19-85 % of the elements. docs/kernels.md, "The tile unit's bf16 arithmetic (tdpbf16ps)",
+ * has the experiment behind the statement, and "The tile recipe" the layout
+ * (kernels/ref/expert_layout.h, "tile pairs") and the selection.
  */
 
 /*
@@ -192,8 +210,8 @@ typedef struct moe_weight_dst {
 /* h[i][n] for the tile's NR intermediate rows (n < n_valid), i < m ≤ MR. x[i] points at token
  * row i (k activations of the recipe's type: float, bf16 codes as uint16_t, or the Q8
  * recipe's prepared row of act_row_bytes(k) bytes); h rows of the recipe's type (float for
- * F32 and Q8, bf16 codes for BF16), h_stride elements apart. Reads exactly x[i]'s row and the
- * tile; writes exactly h[i][0..n_valid). Any alignment. 1 ≤ n_valid ≤ NR. */
+ * F32 and Q8, bf16 codes for BF16 and TILE), h_stride elements apart. Reads exactly x[i]'s row and
+ * the tile; writes exactly h[i][0..n_valid). Any alignment. 1 ≤ n_valid ≤ NR. */
 typedef void moe_expert_gateup_ukernel(size_t m, size_t k, const void *const *x, const void *tile,
                                        const moe_act_params *act, void *h, size_t h_stride,
                                        size_t n_valid);
@@ -256,7 +274,7 @@ typedef struct moe_expert_kernels {
      * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
      * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any
      * alignment; padding zeroed). Every set of the recipe writes the same bytes. Thread-safe,
-     * no allocation. NULL for the F32 and BF16 recipes, whose rows are the plain f32 / bf16
+     * no allocation. NULL for the F32, BF16 and TILE recipes, whose rows are the plain f32 / bf16
      * arrays the engine writes itself. */
     size_t (*act_row_bytes)(int64_t k);
     void (*prepare_act)(size_t k, const float *x, void *dst);
@@ -271,7 +289,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
     return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
-/* Every kernel set compiled into this build, declared from the six enumerators (one per
+/* Every kernel set compiled into this build, declared from the seven enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
@@ -280,6 +298,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_fp8_f32.inc"
 #include "kernels/expert_fp8_bf16.inc"
 #include "kernels/expert_mxfp4_q8.inc"
+#include "kernels/expert_bf16_tile.inc"
 #undef MOE_KERNEL
 
 #endif

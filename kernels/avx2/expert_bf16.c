@@ -215,34 +215,6 @@ INLINE void dot(const size_t M, const int fp8, const int np, size_t k, const uin
     }
 }
 
-/* moe_f32_to_bf16 on 8 lanes (nearest even, NaN quiet, subnormals kept), as 8 words. */
-INLINE __m128i to_bf16(__m256 v)
-{
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
-    r = _mm256_srli_epi32(r, 16);
-    const __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
-    r = _mm256_blendv_epi8(r, qn, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-    const __m256i p = _mm256_packus_epi32(r, r); /* per lane: words 0-3 twice, 4-7 twice */
-    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
-}
-
-/* One token's gate/up outputs from its sums (gate rows 0-7, 8-15, up rows 0-7, 8-15): bias,
- * the activation, h rounded to bf16; n_valid rows stored. */
-INLINE void gateup_row(__m256 g0, __m256 g1, __m256 u0, __m256 u1, const unsigned char *tile,
-                       const moe_act_params *act, uint16_t *h, size_t n_valid)
-{
-    const float *bias = (const float *)tile;
-    uint16_t row[NR];
-    _mm_storeu_si128((__m128i *)row, to_bf16(act8(act, _mm256_add_ps(g0, _mm256_loadu_ps(bias)),
-                                                  _mm256_add_ps(u0, _mm256_loadu_ps(bias + NR)))));
-    _mm_storeu_si128((__m128i *)(row + 8),
-                     to_bf16(act8(act, _mm256_add_ps(g1, _mm256_loadu_ps(bias + 8)),
-                                  _mm256_add_ps(u1, _mm256_loadu_ps(bias + NR + 8)))));
-    memcpy(h, row, n_valid * sizeof row[0]);
-}
-
 /* One token's down outputs from its sums (rows 0-7, 8-15 in slots 0-1; bf16 weights: chain A
  * there and B in 2-3, summed first): bias, y; n_valid rows stored. */
 INLINE void down_row(const int fp8, const __m256 s[4], const unsigned char *tile, float *y,

@@ -55,18 +55,6 @@ INLINE __m512i x_pair(const uint16_t *x, size_t q, size_t k)
     return _mm512_set1_epi32((int)moe_xl_bf16_x_pair(x, q, k));
 }
 
-/* moe_f32_to_bf16 on 16 lanes, narrowed to 16 words. */
-INLINE __m256i to_bf16(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-    r = _mm512_srli_epi32(r, 16);
-    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
-    return _mm512_cvtepi32_epi16(r);
-}
-
 /* 32 codes in the pairs order to the bf16 pairs of e4m3(code) · 2^-8. Normal codes (exponent
  * field e ≥ 1): the magnitude shifted into the bf16 exponent and mantissa, the exponent bias
  * moved from 7 to 127 - 8 (+112 << 7). The 7 subnormal magnitudes and 0 (e = 0) come from a

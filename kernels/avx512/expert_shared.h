@@ -1,4 +1,5 @@
-/* expert_shared.h — internal: what every AVX-512 expert kernel set shares: the epilogue, the rows mask, scale loads, the dispatch on m. */
+/* expert_shared.h — internal: what every AVX-512 expert kernel set shares: the epilogue, h's bf16
+ * rounding, the rows mask, scale loads, the dispatch on m. */
 #ifndef MOE_KERNELS_AVX512_EXPERT_SHARED_H
 #define MOE_KERNELS_AVX512_EXPERT_SHARED_H
 
@@ -31,6 +32,19 @@ static inline __attribute__((always_inline)) __m512 act16(const moe_act_params *
         return _mm512_mul_ps(_mm512_mul_ps(g, s), _mm512_add_ps(u, _mm512_set1_ps(1.0f)));
     }
     return _mm512_mul_ps(_mm512_mul_ps(g, moe_sigmoid_avx512(g)), u);
+}
+
+/* moe_f32_to_bf16 on 16 lanes (nearest even, NaN quiet, subnormals kept), narrowed to 16
+ * words: integer operations, not vcvtneps2bf16, which would flush subnormal results. */
+static inline __attribute__((always_inline)) __m256i to_bf16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+    r = _mm512_srli_epi32(r, 16);
+    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
+    return _mm512_cvtepi32_epi16(r);
 }
 
 /* The lanes of a tile's n_valid rows (n_valid ≤ 16). */

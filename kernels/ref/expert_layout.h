@@ -9,11 +9,12 @@
 #include "kernels/expert.h"
 
 /*
- * Four layouts serve every kernel set (docs/kernels.md draws them). A tile holds NR = 16 rows
- * of one projection (down) or of two (gate and up, "np" = 2); K is padded to even (kpad),
- * zeros in the padding, and rows past the matrix's edge are zeros too.
+ * The layouts below serve every kernel set (docs/kernels.md draws them). A tile holds NR = 16
+ * rows of one projection (down) or of two (gate and up, "np" = 2); K is padded to even (kpad;
+ * the tile pairs to a multiple of 32), zeros in the padding, and rows past the matrix's edge
+ * are zeros too.
  *
- * bf16 pair layout (format BF16, both recipes):
+ * bf16 pair layout (format BF16, the f32 and bf16 recipes):
  *   [bias: np × 16 f32] then the pairs: for k-pair q < kpad/2 of projection p, 16 dwords,
  *   dword n = w[row n][2q] | w[row n][2q+1] << 16 (bf16 codes). One 64-byte load is then
  *   either the two f32 weight vectors of k = 2q and 2q+1 (shift / mask: the f32 recipe) or
@@ -158,6 +159,31 @@ static inline size_t moe_xl_f32_stream2(int np, int64_t k)
     return 2 * moe_xl_bf16_stream2(np, k);
 }
 
+/*
+ * tile pairs layout (format BF16, the tile recipe): [bias: np × 16 f32] then each projection's
+ * P = 16 · ceil(K / 32) pairs in order (gate's, then up's; down's alone), pair q one 64-byte
+ * line, dword n = w[row n][2q] | w[row n][2q+1] << 16 (bf16 codes); K past its end and rows past
+ * the matrix are zeros. Chunk c of projection p (pairs 16c .. 16c + 15) is then the 1 KB at
+ * moe_xl_tile_pair_at(k, p, 16c) after the bias: exactly tdpbf16ps's B tile (16 rows of 64
+ * bytes, row r the pair 16c + r), and one chunk of the recipe's arithmetic (kernels/expert.h,
+ * "The tile recipe"). For gate/up with K a multiple of 32 it is the bf16 pair layout; down
+ * differs (its pairs in plain order, one stream).
+ */
+#define MOE_XL_TILE_CHUNK 32 /* K per chunk: 16 pairs, one tdpbf16ps */
+static inline size_t moe_xl_tile_chunks(int64_t k)
+{
+    return (size_t)((k + MOE_XL_TILE_CHUNK - 1) / MOE_XL_TILE_CHUNK);
+}
+static inline size_t moe_xl_tile_pairs(int64_t k)
+{
+    return moe_xl_tile_chunks(k) * (MOE_XL_TILE_CHUNK / 2);
+}
+/* Where pair q of projection p starts in a tile pairs tile's weights (bytes after the bias). */
+static inline size_t moe_xl_tile_pair_at(int64_t k, int p, size_t q)
+{
+    return ((size_t)p * moe_xl_tile_pairs(k) + q) * MOE_XL_BF16_LINE;
+}
+
 /* Tile sizes (kernels/expert.h: 0 for k < 1 or an overflowing size). */
 size_t moe_xl_bf16_gateup_bytes(int64_t k);
 size_t moe_xl_bf16_down_bytes(int64_t k);
@@ -165,6 +191,8 @@ size_t moe_xl_fp8_gateup_bytes(int64_t k);
 size_t moe_xl_fp8_down_bytes(int64_t k);
 size_t moe_xl_f32_gateup_bytes(int64_t k);
 size_t moe_xl_f32_down_bytes(int64_t k);
+size_t moe_xl_tile_gateup_bytes(int64_t k);
+size_t moe_xl_tile_down_bytes(int64_t k);
 
 /* Pack and unpack, shared by every kernel set of a format (kernels/ref/expert_pack.c). */
 moe_status moe_xl_bf16_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
@@ -183,6 +211,12 @@ moe_status moe_xl_fp8_pack_down(const moe_weight_src *down, void *dst);
 moe_status moe_xl_fp8_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                     const moe_weight_dst *up);
 moe_status moe_xl_fp8_unpack_down(const void *packed, const moe_weight_dst *down);
+/* tile pairs: bf16 sources and destinations, as the bf16 pair layout. */
+moe_status moe_xl_tile_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
+moe_status moe_xl_tile_pack_down(const moe_weight_src *down, void *dst);
+moe_status moe_xl_tile_unpack_gateup(const void *packed, const moe_weight_dst *gate,
+                                     const moe_weight_dst *up);
+moe_status moe_xl_tile_unpack_down(const void *packed, const moe_weight_dst *down);
 /* The same with the codes in the pairs order (fp8p) and in the groups order (fp8g). */
 moe_status moe_xl_fp8p_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst);
 moe_status moe_xl_fp8p_pack_down(const moe_weight_src *down, void *dst);
@@ -196,7 +230,8 @@ moe_status moe_xl_fp8g_unpack_gateup(const void *packed, const moe_weight_dst *g
 moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *down);
 
 /* What a kernel set's layout decides, as its initializer's fields: the format, the tile
- * sizes, pack and unpack. L is bf16, fp8 (k-major codes), fp8p (pairs) or fp8g (groups). */
+ * sizes, pack and unpack. L is bf16, tile (tile pairs), f32, fp8 (k-major codes), fp8p (pairs)
+ * or fp8g (groups). */
 #define MOE_XL_SET_LAYOUT(fmt, tiles, L)                                                           \
     .format = (fmt), .gateup_tile_bytes = moe_xl_##tiles##_gateup_bytes,                           \
     .down_tile_bytes = moe_xl_##tiles##_down_bytes, .pack_gateup = moe_xl_##L##_pack_gateup,       \
@@ -205,6 +240,7 @@ moe_status moe_xl_fp8g_unpack_down(const void *packed, const moe_weight_dst *dow
 #define MOE_XL_BF16_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_BF16, bf16, bf16)
 #define MOE_XL_FP8_LAYOUT(L) MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_FP8_BLOCK, fp8, L)
 #define MOE_XL_F32_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_F32, f32, f32)
+#define MOE_XL_TILE_LAYOUT MOE_XL_SET_LAYOUT(MOE_EXPERT_FMT_BF16, tile, tile)
 
 /* A kernel set named as its variable (set), of recipe, ISA and up to mr tokens by MOE_XL_NR rows;
  * the rest of its initializer follows: the layout's fields (MOE_XL_*_LAYOUT) and the kernels. */

@@ -17,14 +17,17 @@
  */
 
 /* The layouts: bf16 pairs, then FP8 in each code order: FMT_FP8 + MOE_XL_FP8_<order>, then
- * f32 pairs (kernels/ref/expert_layout.h). */
+ * f32 pairs, then tile pairs (kernels/ref/expert_layout.h). */
 #define FMT_BF16 0
 #define FMT_FP8 1
 #define FMT_FP8P (FMT_FP8 + MOE_XL_FP8_PAIRS)
 #define FMT_FP8G (FMT_FP8 + MOE_XL_FP8_GROUPS)
 #define FMT_F32 4
+#define FMT_TILE 5
+/* The layouts of bf16 codes, in 64-byte pair lines. */
+#define PAIRS16(fmt) ((fmt) == FMT_BF16 || (fmt) == FMT_TILE)
 /* The layouts without scales, whose weights are plain floats. */
-#define PLAIN(fmt) ((fmt) == FMT_BF16 || (fmt) == FMT_F32)
+#define PLAIN(fmt) (PAIRS16(fmt) || (fmt) == FMT_F32)
 #define NR MOE_XL_NR
 
 /* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
@@ -42,6 +45,8 @@ static size_t tile_bytes(int fmt, int64_t k, int np)
     if (k < 1 || k > MAX_K) return 0;
     const size_t kpad = (size_t)moe_xl_kpad(k);
     if (fmt == FMT_BF16) return moe_xl_bf16_weights(np) + kpad / 2 * moe_xl_bf16_pair_bytes(np);
+    if (fmt == FMT_TILE)
+        return moe_xl_bf16_weights(np) + moe_xl_tile_pairs(k) * moe_xl_bf16_pair_bytes(np);
     if (fmt == FMT_F32) return moe_xl_bf16_weights(np) + kpad / 2 * (size_t)np * MOE_XL_F32_LINE;
     const size_t codes = kpad * moe_xl_fp8_step_bytes(np);
     return moe_xl_fp8_codes(k, np) + ((codes + 63) & ~(size_t)63);
@@ -53,6 +58,8 @@ size_t moe_xl_fp8_gateup_bytes(int64_t k) { return tile_bytes(FMT_FP8, k, 2); }
 size_t moe_xl_fp8_down_bytes(int64_t k) { return tile_bytes(FMT_FP8, k, 1); }
 size_t moe_xl_f32_gateup_bytes(int64_t k) { return tile_bytes(FMT_F32, k, 2); }
 size_t moe_xl_f32_down_bytes(int64_t k) { return tile_bytes(FMT_F32, k, 1); }
+size_t moe_xl_tile_gateup_bytes(int64_t k) { return tile_bytes(FMT_TILE, k, 2); }
+size_t moe_xl_tile_down_bytes(int64_t k) { return tile_bytes(FMT_TILE, k, 1); }
 
 /* ---- Reading the sources ------------------------------------------------------------- */
 
@@ -163,10 +170,10 @@ static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
     if (fmt == FMT_F32 && s->dtype != MOE_DTYPE_F32 && s->dtype != MOE_DTYPE_F16)
         return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the f32 expert kernels read f32 or f16",
                          what, moe_dtype_name(s->dtype));
-    const moe_dtype want = fmt == FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
+    const moe_dtype want = PAIRS16(fmt) ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
     if (fmt != FMT_F32 && s->dtype != want)
         return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the %s expert kernels read %s", what,
-                         moe_dtype_name(s->dtype), fmt == FMT_BF16 ? "bf16" : "FP8",
+                         moe_dtype_name(s->dtype), PAIRS16(fmt) ? "bf16" : "FP8",
                          moe_dtype_name(want));
     moe_status st = check_span(s->rows, s->row_stride, s->cols, s->col_stride,
                                dtype_bytes(s->dtype), what, "weight");
@@ -280,10 +287,20 @@ static bool contiguous_rows(const moe_weight_src *const *src, int np, int64_t r0
     return true;
 }
 
-static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
+/* Where pair q of projection p starts after the bias, in the bf16 pairs (fmt FMT_BF16) or
+ * the tile pairs (FMT_TILE). */
+static size_t pair16_at(int fmt, int np, int64_t k, int p, size_t q)
+{
+    return fmt == FMT_TILE ? moe_xl_tile_pair_at(k, p, q) : moe_xl_bf16_pair_at(np, k, p, q);
+}
+
+/* The bf16 pairs or the tile pairs (fmt): the same 64-byte lines, in their own order and
+ * over their own padded K. */
+static void pack_bf16_tile(const moe_weight_src *const *src, int np, int fmt, int64_t r0,
                            unsigned char *tile)
 {
-    const int64_t k = src[0]->cols, kpad = moe_xl_kpad(k);
+    const int64_t k = src[0]->cols;
+    const int64_t kpad = fmt == FMT_TILE ? 2 * (int64_t)moe_xl_tile_pairs(k) : moe_xl_kpad(k);
     unsigned char *w = tile + moe_xl_bf16_weights(np);
     const unsigned char *rows[2][NR];
     pack_bias(src, np, r0, tile);
@@ -291,7 +308,7 @@ static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
     if (contiguous_rows(src, np, r0, 2, rows))
         for (; q < k / 2; q++) /* whole pairs inside the rows: one 4-byte load each */
             for (int p = 0; p < np; p++) {
-                unsigned char *d = w + moe_xl_bf16_pair_at(np, k, p, (size_t)q);
+                unsigned char *d = w + pair16_at(fmt, np, k, p, (size_t)q);
                 for (int n = 0; n < NR; n++)
                     memcpy(d + 4 * n, rows[p][n] + 4 * q, 4);
             }
@@ -301,7 +318,7 @@ static void pack_bf16_tile(const moe_weight_src *const *src, int np, int64_t r0,
             for (int n = 0; n < NR; n++)
                 d[n] = code_at(src[p], r0 + n, 2 * q, 2) | code_at(src[p], r0 + n, 2 * q + 1, 2)
                                                                << 16;
-            memcpy(w + moe_xl_bf16_pair_at(np, k, p, (size_t)q), d, sizeof d);
+            memcpy(w + pair16_at(fmt, np, k, p, (size_t)q), d, sizeof d);
         }
 }
 
@@ -473,8 +490,8 @@ static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *
     const size_t tb = tile_bytes(fmt, k, np);
     for (int64_t t = 0; t < (rows + NR - 1) / NR; t++) {
         unsigned char *tile = (unsigned char *)dst + (size_t)t * tb;
-        if (fmt == FMT_BF16)
-            pack_bf16_tile(src, np, t * NR, tile);
+        if (PAIRS16(fmt))
+            pack_bf16_tile(src, np, fmt, t * NR, tile);
         else if (fmt == FMT_F32)
             pack_f32_tile(src, np, t * NR, tile);
         else
@@ -491,7 +508,7 @@ static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
     if (d->rows < 1 || d->cols < 1 || d->cols > MAX_K)
         return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
                          (long long)d->cols);
-    const moe_dtype want = fmt == FMT_BF16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
+    const moe_dtype want = PAIRS16(fmt) ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;
     if (fmt == FMT_F32 && d->dtype != MOE_DTYPE_F32 && d->dtype != MOE_DTYPE_F16)
         return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds f32 (or f16)",
                          what, moe_dtype_name(d->dtype));
@@ -526,11 +543,10 @@ static uint32_t packed_code(const unsigned char *packed, int fmt, int np, int p,
                sizeof d);
         return d;
     }
-    if (fmt != FMT_BF16)
+    if (!PAIRS16(fmt))
         return tile[moe_xl_fp8_codes(k, np) +
                     moe_xl_fp8_code_at(fmt - FMT_FP8, np, (size_t)c, p, n)];
-    memcpy(&d,
-           tile + moe_xl_bf16_weights(np) + moe_xl_bf16_pair_at(np, k, p, (size_t)(c / 2)) + n * 4,
+    memcpy(&d, tile + moe_xl_bf16_weights(np) + pair16_at(fmt, np, k, p, (size_t)(c / 2)) + n * 4,
            sizeof d);
     return c % 2 ? d >> 16 : d & 0xFFFFu;
 }
@@ -618,6 +634,7 @@ static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, i
 
 LAYOUT_ENTRIES(bf16, FMT_BF16)
 LAYOUT_ENTRIES(f32, FMT_F32)
+LAYOUT_ENTRIES(tile, FMT_TILE)
 LAYOUT_ENTRIES(fp8, FMT_FP8)
 LAYOUT_ENTRIES(fp8p, FMT_FP8P)
 LAYOUT_ENTRIES(fp8g, FMT_FP8G)

@@ -22,7 +22,7 @@ from .errors import ERROR_CLASSES, MoeError
 
 DTYPE_INVALID, DTYPE_F32, DTYPE_BF16, DTYPE_I32, DTYPE_I64 = 0, 1, 3, 15, 17
 LAYER_KINDS = {0: "dense", 1: "moe", 2: "hash"}
-RECIPES = {None: 0, "f32": 1, "bf16": 2}
+RECIPES = {None: 0, "f32": 1, "bf16": 2, "tile": 3}
 LOGITS_DTYPES = {None: DTYPE_INVALID, "f32": DTYPE_F32, "bf16": DTYPE_BF16}
 ISA_LEVELS = {0: "scalar", 1: "avx2", 2: "avx512", 3: "avx512bf16"}
 TRACE_MAX_STEPS = 32

@@ -67,7 +67,8 @@ class Layer(Handle):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             _lib.fail(InvalidArgumentError, "threads: a positive int or None, got %r" % threads)
         if recipe not in _lib.RECIPES:
-            _lib.fail(InvalidArgumentError, "recipe: 'f32', 'bf16' or None, got %r" % recipe)
+            _lib.fail(InvalidArgumentError,
+                      "recipe: 'f32', 'bf16', 'tile' or None, got %r" % (recipe,))
         if logits_dtype not in _lib.LOGITS_DTYPES:
             _lib.fail(InvalidArgumentError,
                       "logits_dtype: 'f32', 'bf16' or None, got %r" % (logits_dtype,))

@@ -330,7 +330,7 @@ def patch(model: nn.Module, path: str | os.PathLike | None = None, *, threads: i
     """Replaces every MoE block of MODEL by a LibmoeBlock built from the checkpoint at PATH.
 
     PATH defaults to ``model.config._name_or_path`` (the folder the model was loaded from).
-    ``threads`` and ``recipe`` (None, 'f32', 'bf16') are passed to ``libmoe.Model.layer``.
+    ``threads`` and ``recipe`` (None, 'f32', 'bf16', 'tile') are passed to ``libmoe.Model.layer``.
     Returns MODEL, patched in place.
 
     Before replacing anything it checks, and raises PatchError on the first mismatch:

@@ -244,22 +244,39 @@ typedef struct group_run {
     const moe_expert_group *g;
     bool routed;
     size_t n_spans, rows;
+    unsigned char *x_rows; /* the tile recipe's routed rows: their activations copied in row
+                              order (gather_phase), which gate/up reads by row; else NULL
+                              (gate/up reads the job's activations by token) */
     unsigned char *h;
     unsigned char *hq; /* Q8: the prepared h rows; NULL for the other recipes */
     float *y;
     size_t y_stride;
 } group_run;
 
-static void gateup_phase(const moe_experts_job *job, const group_run *run)
+/* The tile recipe's routed rows: row r's activations (token[r]'s) copied to row r of x_rows, so
+ * each expert's rows are one panel, x_row_bytes apart, which a set may load as tiles straight
+ * from memory. The copy is exact: the bits do not change. */
+static void gather_phase(const moe_experts_job *job, const group_run *run)
 {
     const moe_expert_group *g = run->g;
     const unsigned char *act = job->act[g->ks->recipe];
+    const size_t *token = job->ws.plan.token, x_row = g->x_row_bytes;
+#pragma omp for schedule(static)
+    for (size_t r = 0; r < run->rows; r++)
+        memcpy(run->x_rows + r * x_row, act + token[r] * x_row, x_row);
+}
+
+static void gateup_phase(const moe_experts_job *job, const group_run *run)
+{
+    const moe_expert_group *g = run->g;
+    const unsigned char *act = run->x_rows ? run->x_rows : job->act[g->ks->recipe];
     const int64_t per = tiles_per_item(g->gateup_tiles, run->n_spans);
     const int64_t ipe = (g->gateup_tiles + per - 1) / per;
     const int64_t n_items = (int64_t)run->n_spans * ipe;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < n_items; it++) {
-        const span s = span_of(job, run->routed, (size_t)(it / ipe));
+        span s = span_of(job, run->routed, (size_t)(it / ipe));
+        if (run->x_rows) s.token = NULL; /* gathered: row r's activations at row r */
         const int64_t j0 = it % ipe * per;
         const int64_t j1 = j0 + per < g->gateup_tiles ? j0 + per : g->gateup_tiles;
         gateup_span(g, &s, act, run->h, j0, j1);
@@ -346,6 +363,17 @@ static void run_group(moe_experts_job *job, const group_run *run, const char *pr
 {
     const moe_expert_group *g = run->g;
     const uint64_t ib = (uint64_t)g->inter * g->act_elem;
+    if (run->x_rows) {
+        gather_phase(job, run);
+#pragma omp master
+        {
+            char name[32];
+            snprintf(name, sizeof name, "%s.gather", prefix);
+            const uint64_t bytes = run->rows * (uint64_t)g->x_row_bytes;
+            moe_trace_mark(job->trace, name, "rows in expert order (memcpy)",
+                           bytes + run->rows * sizeof(size_t), bytes);
+        }
+    }
     gateup_phase(job, run);
 #pragma omp master
     mark_gemm(job->trace, prefix, "gate_up", run, g->gateup_bytes, g->x_row_bytes, ib);
@@ -390,6 +418,7 @@ void moe_experts_run_team(moe_experts_job *job)
                                .routed = true,
                                .n_spans = job->ws.plan.n_active,
                                .rows = n_t * (size_t)job->top_k,
+                               .x_rows = job->ws.x_routed,
                                .h = job->ws.h_routed,
                                .hq = job->ws.hq_routed,
                                .y = job->ws.y_routed,

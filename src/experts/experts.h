@@ -24,6 +24,9 @@
  *   plan       counting sort of the [T, K] ids by expert (one thread): per-expert row
  *              counts and offsets, the token of every row (ascending within an expert), and
  *              the row of every (token, slot)
+ *   gather     the tile recipe's routed group only: every row's activations copied in row
+ *              order, so each expert's rows are one uniformly strided panel (kernels that
+ *              load them as tiles read them in place)
  *   gate_up    work items (expert, run of N-tiles of I): for each tile, the expert's rows in
  *              M-chunks of MR, so the tile stays in cache while every chunk uses it; writes h
  *   prepare_h  the Q8 recipe only: every h row (f32) becomes a prepared Q8 row of k = I
@@ -44,7 +47,7 @@
 #define MOE_EXPERTS_MAX_MR 64
 
 /* The recipes (moe_expert_recipe values index the activation arrays of a job). */
-#define MOE_EXPERTS_RECIPES 3
+#define MOE_EXPERTS_RECIPES 4
 
 /* One packed MLP group: n_experts MLPs of the same shape, format and kernel set. */
 typedef struct moe_expert_group {
@@ -63,7 +66,7 @@ typedef struct moe_expert_group {
     size_t expert_stride;     /* gateup_bytes + down_bytes, rounded up to 64 */
     size_t packed_bytes;      /* n_packed × expert_stride */
     size_t act_elem;          /* bytes of one h element as gate/up writes it: 4 (F32 and Q8:
-                                 float) or 2 (BF16) */
+                                 float) or 2 (BF16 and TILE) */
     size_t h_stride;          /* elements between h rows: I rounded up to 32, tail zeroed */
     size_t x_row_bytes;       /* one input row as gate/up reads it: H floats, H bf16 codes, or
                                  (Q8) a prepared row, act_row_bytes(H) */
@@ -170,6 +173,8 @@ void *moe_carve_take(moe_carve *c, size_t n, size_t elem);
 /* The engine's scratch for one forward. */
 typedef struct moe_experts_ws {
     moe_route_plan plan;
+    void *x_routed;  /* TILE: [T·K rows] of x_row_bytes, the activations in row order; else
+                        NULL */
     void *h_routed;  /* [T·K rows, h_stride] of the routed recipe */
     void *hq_routed; /* Q8: [T·K rows] prepared h rows of hq_row_bytes; else NULL */
     float *y_routed; /* [T·K rows, H] */

@@ -33,7 +33,7 @@ static moe_status check_kernels(const moe_expert_kernels *ks, const char *what)
         return moe_error(MOE_EINVAL, "%s: kernel set %s has tile %dx%d (MR must be in [1, %d])",
                          what, ks->name ? ks->name : "?", ks->mr, ks->nr, MOE_EXPERTS_MAX_MR);
     if (ks->recipe != MOE_RECIPE_F32 && ks->recipe != MOE_RECIPE_BF16 &&
-        ks->recipe != MOE_RECIPE_Q8)
+        ks->recipe != MOE_RECIPE_Q8 && ks->recipe != MOE_RECIPE_TILE)
         return moe_error(MOE_EINVAL, "%s: kernel set %s has an unknown recipe %d", what,
                          ks->name ? ks->name : "?", (int)ks->recipe);
     if (ks->recipe == MOE_RECIPE_Q8 && (!ks->act_row_bytes || !ks->prepare_act))
@@ -66,7 +66,7 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     g->act = *act;
     g->gateup_tile_bytes = ks->gateup_tile_bytes(hidden);
     g->down_tile_bytes = ks->down_tile_bytes(inter);
-    g->act_elem = ks->recipe == MOE_RECIPE_BF16 ? 2 : 4;
+    g->act_elem = ks->recipe == MOE_RECIPE_BF16 || ks->recipe == MOE_RECIPE_TILE ? 2 : 4;
     g->h_stride = round_up((size_t)inter, H_ROW_ALIGN);
     g->run_bytes = moe_expert_run_bytes();
     size_t sum;

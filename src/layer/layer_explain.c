@@ -57,6 +57,10 @@ static const char *recipe_text(moe_expert_recipe r)
     case MOE_RECIPE_BF16:
         return "bf16 (activations rounded to bf16 once per forward, vdpbf16ps, fp32 "
                "accumulation; the same at every batch size)";
+    case MOE_RECIPE_TILE:
+        return "tile (activations and h rounded to bf16 once per forward, the tile unit's "
+               "arithmetic (tdpbf16ps): per 32 along K two fp32 chains summed into the total; "
+               "the same at every batch size and ISA level)";
     case MOE_RECIPE_Q8:
         return "q8 (input rows and h rows quantised per 32-block to int8 with one f32 scale, "
                "exact int32 dot products with the doubled E2M1 codes, fp32 accumulation across "
@@ -116,18 +120,22 @@ static void put_gate(text *t, const moe_layer_plan *p)
 
 static void put_activations(text *t, const moe_layer_plan *p)
 {
-    const bool f32 = p->recipe_used[MOE_RECIPE_F32], bf16 = p->recipe_used[MOE_RECIPE_BF16];
+    const bool f32 = p->recipe_used[MOE_RECIPE_F32];
+    const bool bf16 = p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE];
+    /* The recipe that reads the bf16 rows (a layer asks one of the two). */
+    const char *b16 = p->recipe_used[MOE_RECIPE_TILE] ? "tile" : "bf16";
     const moe_layer_group_plan *q8 = NULL;
     for (int id = 0; id < MOE_LG_COUNT_ && !q8; id++)
         if (p->groups[id].present && p->groups[id].recipe == MOE_RECIPE_Q8) q8 = &p->groups[id];
     put(t, "  activations: f32 input: ");
     if (f32) put(t, "used in place by the f32 recipe%s", bf16 ? "; " : "");
-    if (bf16) put(t, "rounded to bf16 once per forward by moe_act_round_bf16 for the bf16 recipe");
+    if (bf16)
+        put(t, "rounded to bf16 once per forward by moe_act_round_bf16 for the %s recipe", b16);
     if (q8)
         put(t, "%sprepared as q8 rows once per forward by %s prepare_act for the q8 recipe",
             f32 || bf16 ? "; " : "", q8->ks->name);
     put(t, "\n  activations: bf16 input: ");
-    if (bf16) put(t, "used in place by the bf16 recipe%s", f32 || q8 ? "; " : "");
+    if (bf16) put(t, "used in place by the %s recipe%s", b16, f32 || q8 ? "; " : "");
     if (f32 || q8)
         put(t, "widened to f32 once per forward for the %s: %s",
             f32 && q8 ? "f32 recipe and the q8 rows"
@@ -154,7 +162,9 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
                              : "fewer threads, all tried again after a pause (default: "
                                "options->fixed_threads false)");
     put(&t, "  recipe asked of the expert kernels: %s (%s)%s\n",
-        p->recipe == MOE_RECIPE_BF16 ? "bf16" : "f32",
+        p->recipe == MOE_RECIPE_BF16   ? "bf16"
+        : p->recipe == MOE_RECIPE_TILE ? "tile"
+                                       : "f32",
         p->recipe_default ? "default: f32 gives the same bits at every ISA level"
                           : "options->experts_recipe",
         moe_layer_q8_group(p) ? "; mxfp4 groups: q8, their one recipe" : "");

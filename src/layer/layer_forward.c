@@ -139,7 +139,8 @@ static void activations_step(fwd *f)
     const bool in_bf16 = f->a->hidden_dtype == MOE_DTYPE_BF16;
     const moe_expert_group *q8 = moe_layer_q8_group(p);
     const bool need_f32 = in_bf16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
-    const bool need_bf16 = !in_bf16 && p->recipe_used[MOE_RECIPE_BF16];
+    const bool need_bf16 =
+        !in_bf16 && (p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE]);
     moe_cvt_bf16_f32_ukernel *widen = need_f32 ? p->cvt_bf16.kernel->fn.cvt_bf16_f32 : NULL;
     const float *f32 = in_bf16 ? f->b.act_f32 : (const float *)f->a->hidden;
     if (need_f32 || need_bf16 || q8) {
@@ -281,6 +282,7 @@ static void bind(fwd *f)
     const bool in_bf16 = a->hidden_dtype == MOE_DTYPE_BF16;
     f->act[MOE_RECIPE_F32] = in_bf16 ? (const void *)f->b.act_f32 : a->hidden;
     f->act[MOE_RECIPE_BF16] = in_bf16 ? a->hidden : (const void *)f->b.act_bf16;
+    f->act[MOE_RECIPE_TILE] = f->act[MOE_RECIPE_BF16]; /* the same bf16 rows */
     f->act[MOE_RECIPE_Q8] = f->b.act_q8;
     f->logits = a->logits_out ? a->logits_out : f->b.logits;
     f->ids = a->ids_out ? a->ids_out : f->b.ids;

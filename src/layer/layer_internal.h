@@ -58,8 +58,9 @@ typedef struct moe_layer_plan {
     int threads;
     bool threads_default;
     bool fixed_threads;       /* options->fixed_threads: no fewer threads while preempted */
-    moe_expert_recipe recipe; /* asked of the expert eligibility function for every bf16 and
-                                 FP8 group; MXFP4 groups are asked for their one recipe, Q8 */
+    moe_expert_recipe recipe; /* asked of the expert eligibility function for every bf16, FP8,
+                                 f32 and f16 group; MXFP4 groups are asked for their one
+                                 recipe, Q8 */
     bool recipe_default;      /* not asked for by the caller (options->experts_recipe) */
     int resident_experts;     /* moe_layer_tuning's; 0: all */
     moe_dtype logits_dtype;   /* F32 or BF16: what forward uses */

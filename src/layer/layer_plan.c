@@ -53,10 +53,10 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
                          "later)",
                          layer, moe_dtype_name(logits));
     if (recipe != MOE_EXPERTS_RECIPE_DEFAULT && recipe != MOE_EXPERTS_RECIPE_F32 &&
-        recipe != MOE_EXPERTS_RECIPE_BF16)
+        recipe != MOE_EXPERTS_RECIPE_BF16 && recipe != MOE_EXPERTS_RECIPE_TILE)
         return moe_error(MOE_EINVAL,
-                         "layer %d: options->experts_recipe = %d is not default (0), f32 (1) or "
-                         "bf16 (2)",
+                         "layer %d: options->experts_recipe = %d is not default (0), f32 (1), "
+                         "bf16 (2) or tile (3)",
                          layer, (int)recipe);
     p->threads_default = threads == 0;
     if (threads == 0) threads = omp_get_num_procs();
@@ -65,7 +65,9 @@ static moe_status resolve_options(const moe_layer_options *o, int layer, moe_lay
     p->logits_origin = logits == MOE_DTYPE_INVALID ? 0 : 1;
     p->logits_dtype = logits == MOE_DTYPE_INVALID ? MOE_DTYPE_F32 : logits;
     p->recipe_default = recipe == MOE_EXPERTS_RECIPE_DEFAULT;
-    p->recipe = recipe == MOE_EXPERTS_RECIPE_BF16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32;
+    p->recipe = recipe == MOE_EXPERTS_RECIPE_BF16   ? MOE_RECIPE_BF16
+                : recipe == MOE_EXPERTS_RECIPE_TILE ? MOE_RECIPE_TILE
+                                                    : MOE_RECIPE_F32;
     return MOE_OK;
 }
 
@@ -390,7 +392,8 @@ void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe
     if (moe_mul_overflow_size(n_tokens, h, &th)) th = SIZE_MAX;
     if (p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8])
         b->act_f32 = moe_carve_take(c, th, sizeof(float));
-    if (p->recipe_used[MOE_RECIPE_BF16]) b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
+    if (p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE])
+        b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
     const moe_expert_group *q8 = moe_layer_q8_group(p);
     if (q8) b->act_q8 = moe_carve_take(c, n_tokens, q8->x_row_bytes);
     const moe_expert_group *routed = NULL, *always = NULL;

@@ -43,6 +43,8 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 = 20,
     /* Expert MLP kernel sets for f32 weights (and f16, widened at packing), f32 recipe. */
     MOE_KERNEL_FAMILY_EXPERT_F32_F32 = 21,
+    /* Expert MLP kernel sets for bf16 weights, tile recipe (tdpbf16ps's arithmetic). */
+    MOE_KERNEL_FAMILY_EXPERT_BF16_TILE = 22,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 
@@ -120,6 +122,7 @@ typedef union moe_kernel_fn {
 #define MOE_REQ_AVX512VNNI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VNNI)
 #define MOE_REQ_AVX512VBMI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VBMI)
 #define MOE_REQ_AVX512AMX (MOE_REQ_AVX512VNNI | (uint32_t)MOE_FEAT_AMX_INT8)
+#define MOE_REQ_AVX512AMXBF16 (MOE_REQ_AVX512BF16 | (uint32_t)MOE_FEAT_AMX_BF16)
 
 /* A registered kernel. Registry entries are constant and live for the whole process. */
 typedef struct moe_kernel {
@@ -134,8 +137,8 @@ typedef struct moe_kernel {
 const char *moe_kernel_family_name(moe_kernel_family family);
 
 /* The ISA token a requirement mask stands for ("ref", "avx2", "avxvnni", "avx512",
- * "avx512bf16", "avx512vnni", "avx512vbmi", "avx512amx"), or NULL for a mask that is none of the
- * MOE_REQ_* values. */
+ * "avx512bf16", "avx512vnni", "avx512vbmi", "avx512amx", "avx512amxbf16"), or NULL for a mask
+ * that is none of the MOE_REQ_* values. */
 const char *moe_kernel_isa_token(uint32_t isa);
 
 /*

@@ -114,6 +114,10 @@ static const moe_kernel registry[] = {
     {#name, MOE_KERNEL_FAMILY_EXPERT_F32_F32, isa, {.expert_set = &name}, {.expert_set = &ref}},
 #include "kernels/expert_f32_f32.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_BF16_TILE, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_bf16_tile.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -139,6 +143,7 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_EXPERT_FP8_BF16] = "expert_fp8_bf16",
     [MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8] = "expert_mxfp4_q8",
     [MOE_KERNEL_FAMILY_EXPERT_F32_F32] = "expert_f32_f32",
+    [MOE_KERNEL_FAMILY_EXPERT_BF16_TILE] = "expert_bf16_tile",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)
@@ -158,6 +163,7 @@ const char *moe_kernel_isa_token(uint32_t isa)
     case MOE_REQ_AVX512VNNI: return "avx512vnni";
     case MOE_REQ_AVX512VBMI: return "avx512vbmi";
     case MOE_REQ_AVX512AMX: return "avx512amx";
+    case MOE_REQ_AVX512AMXBF16: return "avx512amxbf16";
     }
     return NULL;
 }

@@ -138,8 +138,9 @@ static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
     if (format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16)
         return MOE_KERNEL_FAMILY_EXPERT_F32_F32;
     if (format == MOE_EXPERT_FMT_BF16)
-        return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_BF16_BF16
-                                         : MOE_KERNEL_FAMILY_EXPERT_BF16_F32;
+        return recipe == MOE_RECIPE_BF16   ? MOE_KERNEL_FAMILY_EXPERT_BF16_BF16
+               : recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_BF16_TILE
+                                           : MOE_KERNEL_FAMILY_EXPERT_BF16_F32;
     return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_FP8_BF16
                                      : MOE_KERNEL_FAMILY_EXPERT_FP8_F32;
 }
@@ -163,10 +164,11 @@ static moe_status check_mxfp4_problem(const moe_expert_problem *p)
         return moe_error(MOE_EDTYPE,
                          "moe_select_experts: MXFP4 scales of dtype %s, not f8_e8m0 (or u8)",
                          moe_dtype_name(p->scale_dtype));
-    if (p->recipe == MOE_RECIPE_BF16)
+    if (p->recipe == MOE_RECIPE_BF16 || p->recipe == MOE_RECIPE_TILE)
         return moe_error(MOE_EUNSUPPORTED,
-                         "moe_select_experts: MXFP4 expert weights have no bf16 recipe (their "
-                         "recipe is q8)");
+                         "moe_select_experts: MXFP4 expert weights have no %s recipe (their "
+                         "recipe is q8)",
+                         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "tile");
     if (p->hidden >= 1 && p->intermediate >= 1 &&
         (p->hidden % MOE_EXPERT_MXBLOCK != 0 || p->intermediate % MOE_EXPERT_MXBLOCK != 0))
         return moe_error(MOE_ESHAPE,
@@ -196,12 +198,17 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
     if (p->format != MOE_EXPERT_FMT_BF16 && p->format != MOE_EXPERT_FMT_FP8_BLOCK &&
         p->format != MOE_EXPERT_FMT_MXFP4 && !is_plain_float(p->format))
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown weight format %d", p->format);
-    if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16 && p->recipe != MOE_RECIPE_Q8)
+    if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16 && p->recipe != MOE_RECIPE_Q8 &&
+        p->recipe != MOE_RECIPE_TILE)
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown recipe %d", (int)p->recipe);
     if (p->format != MOE_EXPERT_FMT_MXFP4 && p->recipe == MOE_RECIPE_Q8)
         return moe_error(MOE_EUNSUPPORTED,
                          "moe_select_experts: the q8 recipe is for MXFP4 weights, not %s",
                          format_text(p->format));
+    if (p->format == MOE_EXPERT_FMT_FP8_BLOCK && p->recipe == MOE_RECIPE_TILE)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "moe_select_experts: FP8 expert weights have no tile recipe yet (it "
+                         "takes bf16 weights)");
     if (p->format == MOE_EXPERT_FMT_BF16 && p->weight_dtype != MOE_DTYPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
                          "moe_select_experts: bf16-format expert weights of dtype %s; %s weights "
@@ -248,6 +255,21 @@ static const char *recipe_reason(const moe_expert_kernels *set, const moe_expert
                      "have no bf16 recipe (it would round them)"
                    : "recipe f32 (f32 activations, fp32 FMA): bf16 requested, but f16 weights "
                      "have no bf16 recipe (it would round them)";
+    if (is_plain_float(p->format) && p->recipe == MOE_RECIPE_TILE)
+        return p->format == MOE_EXPERT_FMT_F32
+                   ? "recipe f32 (f32 activations, fp32 FMA): tile requested, but f32 weights "
+                     "have no tile recipe (it would round them)"
+                   : "recipe f32 (f32 activations, fp32 FMA): tile requested, but f16 weights "
+                     "have no tile recipe (it would round them)";
+    if (set->recipe == MOE_RECIPE_TILE) {
+        if (set->isa == MOE_REQ_AVX512AMXBF16)
+            return "recipe tile (activations rounded to bf16, tdpbf16ps tiles), as requested";
+        return set->isa != MOE_REQ_SCALAR
+                   ? "recipe tile (bf16 activations, the tile unit's arithmetic as two FMA chains "
+                     "under DAZ and FTZ), as requested"
+                   : "recipe tile (bf16 activations, the tile unit's arithmetic in portable C), "
+                     "as requested";
+    }
     if (set->recipe == MOE_RECIPE_BF16) {
         if (set->isa == MOE_REQ_AVX512BF16)
             return "recipe bf16 (activations rounded to bf16, vdpbf16ps), as requested";

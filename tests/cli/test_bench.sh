@@ -24,7 +24,7 @@ usage "bad list" "--tokens" --preset qwen3-30b-a3b --tokens 1,,2
 usage "threads 0" "--threads" --preset qwen3-30b-a3b --threads 0
 usage "layer with preset" "--layer" --preset qwen3-30b-a3b --layer 1
 usage "unknown option" "--bogus" --preset qwen3-30b-a3b --bogus
-usage "unknown recipe" "--recipe 'q8' is not f32 or bf16" --preset qwen3-30b-a3b --recipe q8
+usage "unknown recipe" "--recipe 'q8' is not f32, bf16 or tile" --preset qwen3-30b-a3b --recipe q8
 usage "--plot into a .png" "--plot $tmp/roof.png: the roofline is written as SVG only" --preset qwen3-30b-a3b --plot "$tmp/roof.png"
 usage "--plot without an extension" "--plot $tmp/roof: the roofline is written as SVG only" --preset qwen3-30b-a3b --plot "$tmp/roof"
 check "--plot into a .png: nothing written" test ! -e "$tmp/roof.png"
@@ -183,6 +183,20 @@ m = doc["machine"]
 assert (m["isa_level"], m["features"], m["moe_isa"]) == ("scalar", [], "scalar"), m
 assert c["bound"] == "memory" and c["floor_ms"] > 0, c
 PY
+# --recipe tile: the tile recipe's kernel set and the peak it is held to (the FMA's for the AVX2
+# and AVX-512 sets, two chains per 32-K chunk; the portable set has none).
+"$moe" bench --model "$tmp/q" --tokens 2 --threads 1 --time-ms 1 --recipe tile --json \
+  >"$tmp/tb.json" 2>"$tmp/err"
+check "--recipe tile run: nothing on stderr" stderr_quiet "$tmp/err"
+check "--recipe tile: the recipe, its kernel set and its instruction" python3 - "$tmp/tb.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+(c,) = doc["cases"]
+assert c["recipe"] == "tile" and "_bf16_tile_" in c["kernel"], c
+want = {"avx512": "vfmadd231ps zmm", "avx2": "vfmadd231ps ymm", "ref": ""}
+isa = c["kernel"].rsplit("__", 1)[1]
+assert isa not in want or c["insn"] == want[isa], c
+PY
 
 # --trace: each case's median forward, step by step, in the JSON and after the table.
 "$moe" bench --model "$tmp/q" --tokens 1,3 --threads 1 --time-ms 1 --json --trace \
@@ -312,7 +326,7 @@ check "inspect --recipe bf16 --pack --threads 1: says so" grep -qF "default opti
 rc=0
 "$moe" inspect --recipe f16 "$tmp/q" >"$tmp/out" 2>"$tmp/err" || rc=$?
 check "inspect --recipe f16: exit 2 (got $rc)" test "$rc" -eq 2
-check "inspect --recipe f16: stderr names it" grep -qF -- "--recipe 'f16' is not f32 or bf16" "$tmp/err"
+check "inspect --recipe f16: stderr names it" grep -qF -- "--recipe 'f16' is not f32, bf16 or tile" "$tmp/err"
 for bad in "--threads 1" "--pack --threads 0" "--pack --threads x"; do
   rc=0
   # shellcheck disable=SC2086 # the options are words

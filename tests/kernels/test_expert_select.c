@@ -20,7 +20,7 @@ _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_G
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16, bool vbmi,
                               bool avx_vnni, bool amx)
 {
-    /* amx_bf16 off: no expert set uses tdpbf16ps yet */
+    /* amx_bf16 off: only the tile recipe's sets use tdpbf16ps (test_tile_ladder) */
     moe_cpu_caps c = {avx2, avx512, bf16, vnni, fp16, vbmi, avx_vnni, amx, false};
     return c;
 }
@@ -178,15 +178,17 @@ static void test_plain_ladder(const moe_cpu_caps *caps, size_t ncaps)
 #ifdef MOE_COMPILED_AVX512
         if (norm.avx2 && norm.avx512) want = "moe_expert_f32_f32_12x16__avx512";
 #endif
+        const moe_expert_recipe asked[] = {MOE_RECIPE_F32, MOE_RECIPE_BF16, MOE_RECIPE_TILE};
         for (size_t f = 0; f < 2; f++)
-            for (int r = 0; r < 2; r++) {
-                moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, (moe_expert_recipe)r);
+            for (size_t a = 0; a < 3; a++) {
+                const moe_expert_recipe r = asked[a];
+                moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, r);
                 p.format = formats[f];
                 p.weight_dtype = dtypes[f];
                 moe_expert_choice ch;
                 CHECK_STATUS(moe_select_experts(&caps[c], &p, &ch), MOE_OK);
                 CHECKF(!strcmp(ch.set->name, want), "caps %zu format %d recipe %d: %s, want %s", c,
-                       formats[f], r, ch.set->name, want);
+                       formats[f], (int)r, ch.set->name, want);
                 CHECK(ch.set->format == MOE_EXPERT_FMT_F32 && ch.recipe == MOE_RECIPE_F32);
                 CHECK(ch.kernel && ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_F32_F32);
                 CHECKF(!strncmp(ch.reason, want, strlen(want)) &&
@@ -196,6 +198,11 @@ static void test_plain_ladder(const moe_cpu_caps *caps, size_t ncaps)
                                   strstr(ch.reason, f ? "f16 weights have no bf16 recipe"
                                                       : "f32 weights have no bf16 recipe") != NULL;
                 CHECKF(said == (r == MOE_RECIPE_BF16), "reason '%s'", ch.reason);
+                const bool said_tile =
+                    strstr(ch.reason, "tile requested, but f") != NULL &&
+                    strstr(ch.reason, f ? "f16 weights have no tile recipe"
+                                        : "f32 weights have no tile recipe") != NULL;
+                CHECKF(said_tile == (r == MOE_RECIPE_TILE), "reason '%s'", ch.reason);
             }
     }
     /* The dtype must be the format's; no q8 recipe. *out untouched on error. */
@@ -221,6 +228,83 @@ static void test_plain_ladder(const moe_cpu_caps *caps, size_t ncaps)
     p.weight_dtype = MOE_DTYPE_F32;
     CHECK_STATUS(moe_select_experts(&all, &p, &out), MOE_EUNSUPPORTED);
     CHECK(strstr(moe_last_error(), "f32 weights are their own format") != NULL);
+}
+
+/* The tile recipe's AMX-BF16 set, where this build registers one (the registry is read for it:
+ * its tile size is the set's own), else NULL. */
+static const moe_kernel *tile_amx_set(void)
+{
+    size_t n;
+    const moe_kernel *reg = moe_kernel_registry(&n);
+    for (size_t i = 0; i < n; i++)
+        if (reg[i].family == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE &&
+            reg[i].isa == MOE_REQ_AVX512AMXBF16)
+            return &reg[i];
+    return NULL;
+}
+
+/* bf16 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 -> avx512amxbf16,
+ * the reason naming the arithmetic that runs (tdpbf16ps tiles, or the tile unit's arithmetic
+ * as FMA chains, or in portable C). Made-up machines: AMX-BF16 with the OS's grant of the tile
+ * data (amx_bf16 allowed) and without it (the CPU's AMX flags, but amx_bf16 not allowed);
+ * AVX512-BF16 alone; AVX-512 alone; AVX2 alone; nothing. Names spelled out from
+ * kernels/expert_bf16_tile.inc. */
+static void test_tile_ladder(void)
+{
+    const moe_kernel *amx = tile_amx_set();
+    const char *fma = "recipe tile (bf16 activations, the tile unit's arithmetic as two FMA chains "
+                      "under DAZ and FTZ), as requested";
+    const struct {
+        const char *what;
+        moe_cpu_caps caps;
+        bool tiles; /* the AMX set, where this build has one */
+    } cases[] = {
+        {"amx_bf16 allowed", {1, 1, 1, 1, 1, 1, 0, 1, 1}, true},
+        {"amx_bf16 without the OS's grant", {1, 1, 1, 1, 1, 1, 0, 0, 0}, false},
+        {"amx_bf16 without avx512_bf16", {1, 1, 0, 1, 0, 0, 0, 1, 1}, false},
+        {"avx512_bf16 only", {1, 1, 1, 0, 0, 0, 0, 0, 0}, false},
+        {"avx512 only", {1, 1, 0, 0, 0, 0, 0, 0, 0}, false},
+        {"avx2 only", {1, 0, 0, 0, 0, 0, 0, 0, 0}, false},
+        {"scalar", {0, 0, 0, 0, 0, 0, 0, 0, 0}, false},
+        {"amx_bf16 flag without avx2", {0, 1, 1, 0, 0, 0, 0, 0, 1}, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const moe_cpu_caps norm = moe_cpu_caps_normalize(cases[c].caps);
+        const char *want = "moe_expert_bf16_tile_8x16__ref", *recipe = "the tile unit's arithmetic "
+                                                                       "in portable C";
+#ifdef MOE_COMPILED_AVX2
+        if (norm.avx2) want = "moe_expert_bf16_tile_4x16__avx2", recipe = fma;
+#endif
+#ifdef MOE_COMPILED_AVX512
+        if (norm.avx2 && norm.avx512) want = "moe_expert_bf16_tile_12x16__avx512", recipe = fma;
+#endif
+        if (cases[c].tiles && amx) {
+            want = amx->name;
+            recipe = "recipe tile (activations rounded to bf16, tdpbf16ps tiles), as requested";
+        }
+        moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_TILE);
+        moe_expert_choice ch;
+        CHECK_STATUS(moe_select_experts(&cases[c].caps, &p, &ch), MOE_OK);
+        CHECKF(!strcmp(ch.set->name, want), "%s: %s, want %s", cases[c].what, ch.set->name, want);
+        CHECK(ch.kernel && ch.kernel->fn.expert_set == ch.set);
+        CHECK(ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE);
+        CHECK(ch.recipe == MOE_RECIPE_TILE && ch.set->format == MOE_EXPERT_FMT_BF16);
+        CHECKF(!strncmp(ch.reason, want, strlen(want)) && strstr(ch.reason, recipe) != NULL,
+               "%s: reason '%s' lacks '%s'", cases[c].what, ch.reason, recipe);
+        /* Where the AMX set was given up for the AVX-512 one, amx_bf16 is what was missing. */
+        if (amx && !cases[c].tiles && norm.avx512_bf16)
+            CHECKF(ch.missing == MOE_FEAT_AMX_BF16 &&
+                       strstr(ch.reason, "needs amx_bf16, which is not allowed") != NULL,
+                   "%s: missing %#x, reason '%s'", cases[c].what, ch.missing, ch.reason);
+        for (int a = 0; a < 3; a++) {
+            moe_expert_problem q = p;
+            q.activation = a;
+            q.has_bias = a == 2;
+            moe_expert_choice ch2;
+            CHECK_STATUS(moe_select_experts(&cases[c].caps, &q, &ch2), MOE_OK);
+            CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
+        }
+    }
 }
 
 static void test_ladder(void)
@@ -283,6 +367,7 @@ static void test_ladder(void)
             }
     test_mxfp4_ladder(caps, sizeof caps / sizeof caps[0]);
     test_plain_ladder(caps, sizeof caps / sizeof caps[0]);
+    test_tile_ladder();
 }
 
 /* The reasons' wording for the decisive feature, where this build has the better set. */
@@ -437,6 +522,12 @@ static void test_errors(void)
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "the q8 recipe is for MXFP4 weights, not FP8");
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_Q8);
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "not bf16");
+    /* The tile recipe takes bf16 weights only, for now: FP8 and MXFP4 are named. */
+    p = good;
+    p.recipe = MOE_RECIPE_TILE;
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "FP8 expert weights have no tile recipe");
+    p = mxfp4_problem(MOE_RECIPE_TILE);
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "MXFP4 expert weights have no tile recipe");
 
     /* Every accepted scale dtype, U8 (E8M0 bytes some writers label U8) included. */
     const moe_dtype scales[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F8_E8M0, MOE_DTYPE_U8};

@@ -6,9 +6,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <xmmintrin.h>
 
 #include "expert_check.h"
 #include "guarded.h"
+
+#define MXCSR_FLAGS 0x3Fu /* MXCSR's status flags */
 
 /* ---- The kernel sets, from the enumerators -------------------------------------------- */
 
@@ -27,6 +30,9 @@ static const xset sets[] = {
 #undef MOE_KERNEL
 #define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_F32_F32},
 #include "kernels/expert_f32_f32.inc"
+#undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_BF16_TILE},
+#include "kernels/expert_bf16_tile.inc"
 #undef MOE_KERNEL
 };
 #define NSETS (sizeof sets / sizeof sets[0])
@@ -163,6 +169,8 @@ static void mat_init(mat *m, int fmt, int64_t rows, int64_t cols, moe_dtype sdt,
         REQUIRE(b);
         for (int64_t r = 0; r < rows; r++) {
             float v = (float)(0.5 * gauss());
+            /* to_f16 takes the normal range: an f16 bias is at least 2^-14 in magnitude. */
+            if (bdt == MOE_DTYPE_F16 && fabsf(v) < 0x1p-14f) v = copysignf(0x1p-14f, v);
             if (bdt == MOE_DTYPE_F32) memcpy(b + 4 * r, &v, 4);
             uint16_t c = bdt == MOE_DTYPE_BF16 ? to_bf16(v) : to_f16(v);
             if (bdt != MOE_DTYPE_F32) memcpy(b + 2 * r, &c, 2);
@@ -412,7 +420,11 @@ static const void *pack_ref(const xset *xs, const mat *a, const mat *b, guarded 
     return dst;
 }
 
-static bool is_bf16_recipe(const xset *xs) { return xs->set->recipe == MOE_RECIPE_BF16; }
+/* The recipes with bf16 activations (and h): bf16 and tile. */
+static bool is_bf16_recipe(const xset *xs)
+{
+    return xs->set->recipe == MOE_RECIPE_BF16 || xs->set->recipe == MOE_RECIPE_TILE;
+}
 
 /* Against the exact activations a recipe with bf16 activations must stay within docs/design.md's
  * 1e-2 overall: the cases' relative errors pooled (weighted by their outputs), as a block
@@ -555,6 +567,9 @@ static const kcase cases[] = {
 
 static void test_sets(const moe_cpu_info *info)
 {
+    /* The controls of MXCSR (not its sticky status flags) as every kernel must leave them: the
+     * sets that set DAZ and FTZ around their chains put them back. */
+    const unsigned mxcsr0 = _mm_getcsr() | MXCSR_FLAGS;
     const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
     for (size_t s = 0; s < NSETS; s++) {
         const xset *xs = &sets[s];
@@ -566,7 +581,11 @@ static void test_sets(const moe_cpu_info *info)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             plain_dtype = c % 2 ? MOE_DTYPE_F16 : MOE_DTYPE_F32; /* format F32 only */
             case_gateup(xs, &cases[c]);
+            CHECKF((_mm_getcsr() | MXCSR_FLAGS) == mxcsr0, "%s gate/up case %zu: MXCSR %#x",
+                   xs->name, c, _mm_getcsr());
             case_down(xs, &cases[c]);
+            CHECKF((_mm_getcsr() | MXCSR_FLAGS) == mxcsr0, "%s down case %zu: MXCSR %#x", xs->name,
+                   c, _mm_getcsr());
         }
         plain_dtype = MOE_DTYPE_F32;
         if (is_bf16_recipe(xs)) {

@@ -41,7 +41,8 @@ static bool is_expert(moe_kernel_family f)
 {
     return f == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 || f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
-           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_F32_F32;
+           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_F32_F32 ||
+           f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE;
 }
 
 static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
@@ -57,7 +58,9 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
         .scale_dtype = MOE_DTYPE_F32,
         .hidden = 7168,
         .intermediate = 2048,
-        .recipe = bf16 ? MOE_RECIPE_BF16 : MOE_RECIPE_F32,
+        .recipe = bf16                                      ? MOE_RECIPE_BF16
+                  : f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE ? MOE_RECIPE_TILE
+                                                            : MOE_RECIPE_F32,
     };
     if (f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) {
         p.format = MOE_EXPERT_FMT_MXFP4;

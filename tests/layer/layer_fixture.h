@@ -123,16 +123,40 @@ static const fam_case fam_cases[] = {
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
-/* The public request for an internal recipe (MOE_RECIPE_F32 or MOE_RECIPE_BF16), and the
- * options of a layer with THREADS threads asking for it, every forward on all of them (a busy
- * machine must not take the tests' many-thread paths away: layer_team.h). */
+/* The public request for an internal recipe (MOE_RECIPE_F32, MOE_RECIPE_BF16 or
+ * MOE_RECIPE_TILE), and the options of a layer with THREADS threads asking for it, every forward
+ * on all of them (a busy machine must not take the tests' many-thread paths away:
+ * layer_team.h). */
 static inline moe_layer_options fx_options(int threads, int recipe)
 {
     const moe_layer_options o = {sizeof o, threads, MOE_DTYPE_INVALID,
-                                 recipe == MOE_RECIPE_BF16 ? MOE_EXPERTS_RECIPE_BF16
-                                                           : MOE_EXPERTS_RECIPE_F32,
+                                 recipe == MOE_RECIPE_BF16   ? MOE_EXPERTS_RECIPE_BF16
+                                 : recipe == MOE_RECIPE_TILE ? MOE_EXPERTS_RECIPE_TILE
+                                                             : MOE_EXPERTS_RECIPE_F32,
                                  true};
     return o;
+}
+
+/* An internal recipe's name. */
+static inline const char *fx_recipe_name(int recipe)
+{
+    static const char *const names[] = {"f32", "bf16", "q8", "tile"};
+    return recipe >= 0 && recipe < 4 ? names[recipe] : "?";
+}
+
+/* Whether any expert group of the model holds FP8 weights (which the tile recipe refuses). */
+static inline bool fx_has_fp8(const moe_model *m)
+{
+    const moe_model_desc *d = moe_model_desc_of(m);
+    for (int i = 0; i < d->n_layers; i++) {
+        const moe_layer_desc *ld = &d->layers[i];
+        if (ld->kind == MOE_LAYER_DENSE ? ld->dense.format == MOE_WFMT_FP8_BLOCK
+                                        : ld->experts.format == MOE_WFMT_FP8_BLOCK ||
+                                              (ld->n_shared > 0 &&
+                                               ld->shared.format == MOE_WFMT_FP8_BLOCK))
+            return true;
+    }
+    return false;
 }
 
 /* LAYER of M, created with options O and TUNING (NULL: none, as moe_layer_create does); a

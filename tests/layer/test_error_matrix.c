@@ -769,7 +769,7 @@ static int create_recipe(void)
     const moe_layer_options o = {.size = sizeof o,
                                  .threads = 1,
                                  .logits_dtype = MOE_DTYPE_INVALID,
-                                 .experts_recipe = (moe_experts_recipe)3};
+                                 .experts_recipe = (moe_experts_recipe)4};
     return create_layer(C.v3m, 1, &o);
 }
 
@@ -1514,8 +1514,9 @@ static const matrix_case cases[] = {
     {"moe_layer_create", "options->logits_dtype i8", "moe_layer_create(m, 1, &o, &l)", false,
      MOE_EINVAL, "layer 1: options->logits_dtype = i8 is not f32, bf16 or invalid (decide later)",
      create_logits},
-    {"moe_layer_create", "options->experts_recipe 3", "moe_layer_create(m, 1, &o, &l)", false,
-     MOE_EINVAL, "layer 1: options->experts_recipe = 3 is not default (0), f32 (1) or bf16 (2)",
+    {"moe_layer_create", "options->experts_recipe 4", "moe_layer_create(m, 1, &o, &l)", false,
+     MOE_EINVAL,
+     "layer 1: options->experts_recipe = 4 is not default (0), f32 (1), bf16 (2) or tile (3)",
      create_recipe},
     {"moe_layer_create", "options->size 4", "moe_layer_create(m, 1, &o, &l)", false, MOE_EINVAL,
      "layer 1: options->size = 4 is smaller than the * bytes this version reads (set it to "

@@ -3,7 +3,7 @@
 
 #include "layer_fixture.h"
 
-enum { POOL = 300 };
+enum { POOL = 300, KEEP = 32 };
 
 typedef struct run_ctx {
     const moe_layer *l;
@@ -92,8 +92,10 @@ static moe_layer *make(const moe_model *m, int layer, int threads, const moe_cpu
     return fx_layer(m, layer, &o, &tune);
 }
 
+/* Tokens alone = batches of several sizes = 1 and 2 threads = concurrent callers, for the first
+ * POOL tokens; keep (NULL or KEEP rows) receives the first KEEP tokens' outputs alone. */
 static void run_layer(const moe_model *m, int layer, const moe_cpu_caps *caps, int recipe,
-                      size_t pool, const char *what)
+                      size_t pool, const char *what, float *keep)
 {
     const moe_model_desc *d = moe_model_desc_of(m);
     const moe_layer_desc *ld = &d->layers[layer];
@@ -166,12 +168,54 @@ static void run_layer(const moe_model *m, int layer, const moe_cpu_caps *caps, i
             "%s: %zu tokens alone = batches of 1..%zu = 1 and 2 threads = 4 concurrent "
             "callers\n",
             what, pool, pool);
+    if (keep) memcpy(keep, alone.out, KEEP * c.h * sizeof *keep);
     out_free(&alone);
     out_free(&batch);
     free(x);
     free(tokens);
     moe_layer_destroy(l1);
     moe_layer_destroy(l2);
+}
+
+/* The tile recipe on bf16 experts (routed, shared and dense groups; gpt-oss's stacked tensors
+ * and biases): at every level tokens alone = batches of 1..300 (best level; 64 above the
+ * reference, 32 on it) = 1 and 2 threads, and the same bits at every level, the portable
+ * reference's included. */
+static void test_tile(const char *dir, const moe_cpu_caps *caps, const char **names,
+                      size_t n_levels)
+{
+    static const char *const families[] = {"deepseek_v3", "qwen3_moe", "gpt_oss"};
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        const fam_case *fc = NULL;
+        for (size_t i = 0; i < N_FAM_CASES; i++)
+            if (!strcmp(fam_cases[i].name, families[f])) fc = &fam_cases[i];
+        REQUIRE(fc);
+        fx_write_model(dir, fc->config, 700 + f);
+        moe_model *m = fx_open(dir, false);
+        REQUIRE(!fx_has_fp8(m));
+        const int layers[2] = {fc->moe_layer, fc->other_layer};
+        const size_t h = (size_t)moe_model_desc_of(m)->hidden;
+        for (int li = 0; li < 2; li++) {
+            if (layers[li] < 0) continue;
+            float *first = malloc(KEEP * h * sizeof *first), *out = malloc(KEEP * h * sizeof *out);
+            REQUIRE(first && out);
+            for (size_t lv = 0; lv < n_levels; lv++) {
+                char what[128];
+                snprintf(what, sizeof what, "%s layer %d at %s, tile recipe", fc->name, layers[li],
+                         names[lv]);
+                const size_t pool = lv + 1 == n_levels ? POOL : lv == 0 ? KEEP : 64;
+                run_layer(m, layers[li], &caps[lv], MOE_RECIPE_TILE, pool, what,
+                          lv == 0 ? first : out);
+                if (lv > 0)
+                    CHECKF(!memcmp(first, out, KEEP * h * sizeof *out),
+                           "%s: the outputs differ from those at %s", what, names[0]);
+            }
+            free(first);
+            free(out);
+        }
+        moe_model_close(m);
+        fx_remove_model(dir);
+    }
 }
 
 int main(void)
@@ -221,7 +265,7 @@ int main(void)
                               full       ? POOL
                               : f32_best ? 64
                                          : 32,
-                              what);
+                              what, NULL);
                 }
             }
         }
@@ -246,11 +290,12 @@ int main(void)
                              fc->name, moe_dtype_name(plain[pi]), layer, names[lv],
                              recipe ? "bf16" : "f32");
                     const bool best = lv + 1 == n_levels && recipe == MOE_RECIPE_F32;
-                    run_layer(m, layer, &caps[lv], recipe, best ? POOL : 32, what);
+                    run_layer(m, layer, &caps[lv], recipe, best ? POOL : 32, what, NULL);
                 }
         moe_model_close(m);
         fx_remove_model(dir);
     }
+    test_tile(dir, caps, names, n_levels);
     CHECK(rmdir(dir) == 0);
     return TEST_END();
 }

@@ -216,11 +216,13 @@ bool cli_u64(cli_args *a, const char *opt, const char *text, uint64_t *out)
 
 bool cli_recipe(cli_args *a, const char *text, moe_experts_recipe *out)
 {
-    if (!strcmp(text, "f32") || !strcmp(text, "bf16")) {
-        *out = text[0] == 'f' ? MOE_EXPERTS_RECIPE_F32 : MOE_EXPERTS_RECIPE_BF16;
+    if (!strcmp(text, "f32") || !strcmp(text, "bf16") || !strcmp(text, "tile")) {
+        *out = text[0] == 'f'   ? MOE_EXPERTS_RECIPE_F32
+               : text[0] == 'b' ? MOE_EXPERTS_RECIPE_BF16
+                                : MOE_EXPERTS_RECIPE_TILE;
         return true;
     }
-    cli_usage_error(a, "--recipe '%s' is not f32 or bf16", text);
+    cli_usage_error(a, "--recipe '%s' is not f32, bf16 or tile", text);
     return false;
 }
 

@@ -53,8 +53,9 @@ static void help(void)
            "                     format the model ships in)\n"
            "  --model DIR        a checkpoint instead of a preset\n"
            "  --layer N          with --model: the layer (default: the first MoE layer)\n"
-           "  --recipe R         f32 or bf16: how bf16 and FP8 experts meet the activations\n"
-           "                     (default: the library's, f32; MXFP4 experts run q8 always)\n"
+           "  --recipe R         f32, bf16 or tile: how bf16 and FP8 experts meet the\n"
+           "                     activations (default: the library's, f32; tile takes bf16\n"
+           "                     experts only; MXFP4 experts run q8 always)\n"
            "  --tokens LIST      tokens per forward (default 1,2,4,8,16,32,64,128,512,2048)\n"
            "  --threads LIST     thread counts (default: 1 and the number of cores)\n"
            "  --memory-gb X      the most weights to keep resident, GB (fractions allowed;\n"
@@ -364,6 +365,7 @@ static const char *recipe_name(int recipe)
     case MOE_RECIPE_F32: return "f32";
     case MOE_RECIPE_BF16: return "bf16";
     case MOE_RECIPE_Q8: return "q8";
+    case MOE_RECIPE_TILE: return "tile";
     default: return "?";
     }
 }
@@ -377,6 +379,8 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
     switch (g->recipe) {
     case MOE_RECIPE_BF16: /* below AVX512-BF16 two FMAs per pair step (the emulation) */
         if (!strcmp(isa, "avx512bf16")) return "vdpbf16ps zmm";
+        return zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
+    case MOE_RECIPE_TILE: /* below AMX-BF16 two FMA chains per 32-K chunk */
         return zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
     case MOE_RECIPE_Q8:
         if (!strcmp(isa, "avx512amx")) return "tdpbssd k32";

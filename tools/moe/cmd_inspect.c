@@ -46,8 +46,9 @@ static void help(void)
            "              growth of resident memory against 1.15 x packed + 64 MB\n"
            "  --threads N packing threads for --pack (default: every core, as the library's\n"
            "              options->threads = 0; OMP_NUM_THREADS does not change it)\n"
-           "  --recipe R  f32 or bf16: the layers as created with options->experts_recipe R\n"
-           "              (how bf16 and FP8 experts meet the activations; default f32)\n"
+           "  --recipe R  f32, bf16 or tile: the layers as created with options->experts_recipe\n"
+           "              R (how bf16 and FP8 experts meet the activations; default f32; tile\n"
+           "              takes bf16 experts only)\n"
            "  --no-mmap   read the files instead of mapping them\n"
            "  --help      this text\n"
            "\n"
@@ -770,6 +771,7 @@ static const char *recipe_text(const inspect_args *o)
     switch (o->recipe) {
     case MOE_EXPERTS_RECIPE_F32: return " but experts_recipe = f32";
     case MOE_EXPERTS_RECIPE_BF16: return " but experts_recipe = bf16";
+    case MOE_EXPERTS_RECIPE_TILE: return " but experts_recipe = tile";
     default: return "";
     }
 }

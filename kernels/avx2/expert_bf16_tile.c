@@ -1,0 +1,190 @@
+/* expert_bf16_tile.c — the AVX2 expert kernel set of the tile recipe, 4x16: tdpbf16ps's arithmetic
+ * as two FMA chains per 32-K chunk under DAZ and FTZ. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/avx2/expert_shared.h"
+#include "kernels/inline.h"
+#include "kernels/mxcsr_daz_ftz.h"
+#include "kernels/ref/expert_layout.h"
+#include "select/kernel.h"
+
+/*
+ * For CPUs without AVX-512 (kernels/avx512/expert_bf16_tile.c is this on zmm). Per chunk of 32
+ * along K, per projection and per half of the tile's rows (0-7, 8-15: one ymm), each token runs
+ * the chunk's two chains from +0 (even elements, odd elements; 16 FMAs each on the widened bf16
+ * values), then adds them and adds that sum to its total, with MXCSR's DAZ and FTZ set around
+ * the whole K loop (kernels/mxcsr_daz_ftz.h): the reference's bits (kernels/expert.h, "The tile
+ * recipe"). Bias and activation run under the caller's MXCSR. The chunk is padded with zeros,
+ * and its padded steps run like the others.
+ *
+ * Up to MR = 4 tokens: 8 chains, the half-line's two weight vectors and the broadcasts fill the
+ * 16 ymm. A half-line is 32 bytes of a 64-byte pair line (the even elements by a shift, the odd
+ * ones by a mask); the second half's pass reads the chunk's lines from L1, the first prefetches
+ * them 8 KB ahead into L2 (gate's going on to the next tile's up once it would fall in this
+ * tile's up, as in the other sets). Each token's chunk of x is widened once per chunk into a
+ * stack buffer (the last chunk copied into zeros first: nothing past x[k-1] is read).
+ */
+
+#define NR MOE_XL_NR
+#define MR_TILE 4
+#define CHUNK MOE_XL_TILE_CHUNK
+#define STEPS (CHUNK / 2) /* pair steps per chunk */
+#define PF_BYTES 8192
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* A chunk of each token's row as f32: xs[i][j] the even element of pair j, xs[i][STEPS + j]
+ * the odd one; zeros past k. */
+INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size_t c,
+                        float (*xs)[CHUNK])
+{
+    const size_t k0 = c * CHUNK, n = k - k0 < CHUNK ? k - k0 : CHUNK;
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        const uint16_t *src = x[i] + k0;
+        uint16_t pad[CHUNK];
+        if (n < CHUNK) {
+            memset(pad, 0, sizeof pad);
+            memcpy(pad, src, n * sizeof pad[0]);
+            src = pad;
+        }
+        UNROLL
+        for (size_t h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(src + STEPS * h));
+            _mm256_store_si256((__m256i *)(xs[i] + 8 * h), _mm256_slli_epi32(v, 16));
+            _mm256_store_si256((__m256i *)(xs[i] + STEPS + 8 * h), _mm256_and_si256(v, hi));
+        }
+    }
+}
+
+/* One chunk of one projection's rows half (the 16 pair lines from l, the half at l + 32·half)
+ * into the M tokens' totals tot[i][slot], under DAZ and FTZ. The first half's pass prefetches
+ * each line, its L2 line skip bytes further once it reaches end. */
+INLINE void chunk_dp(const size_t M, const unsigned char *l, int half, const unsigned char *end,
+                     size_t skip, const float (*xs)[CHUNK], __m256 tot[][4], int slot)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 e[MR_TILE], o[MR_TILE];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        e[i] = o[i] = _mm256_setzero_ps();
+        dp_fence(e[i]);
+        dp_fence(o[i]);
+    }
+    for (size_t j = 0; j < STEPS; j++, l += MOE_XL_BF16_LINE) {
+        if (half == 0)
+            _mm_prefetch((const char *)moe_xl_pair_prefetch(l + PF_BYTES, end, skip), _MM_HINT_T1);
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(l + 32 * half));
+        const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+        const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            e[i] = _mm256_fmadd_ps(we, _mm256_broadcast_ss(&xs[i][j]), e[i]);
+            o[i] = _mm256_fmadd_ps(wo, _mm256_broadcast_ss(&xs[i][STEPS + j]), o[i]);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        tot[i][slot] = _mm256_add_ps(tot[i][slot], _mm256_add_ps(e[i], o[i]));
+}
+
+/* The chains of tot fenced (dp_fence), so no step of theirs moves across what follows. */
+INLINE void fence_tot(const size_t M, __m256 tot[][4])
+{
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        UNROLL
+        for (int s = 0; s < 4; s++)
+            dp_fence(tot[i][s]);
+    }
+}
+
+/* The totals over K of np projections (tb: the tile's bytes) for M tokens: slots 0-1 the first
+ * projection's rows 0-7 and 8-15, 2-3 up's; in DP's MXCSR, fenced on both sides. */
+INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
+                 const unsigned char *tile, size_t tb, __m256 tot[][4])
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np);
+    const unsigned char *up = w + moe_xl_tile_pair_at((int64_t)k, 1, 0);
+    float xs[MR_TILE][CHUNK] __attribute__((aligned(32)));
+    const dp_state st = dp_enter();
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        tot[i][0] = tot[i][1] = tot[i][2] = tot[i][3] = _mm256_setzero_ps();
+    fence_tot(M, tot);
+    for (size_t c = 0; c < moe_xl_tile_chunks((int64_t)k); c++) {
+        widen_chunk(M, x, k, c, xs);
+        const size_t off = moe_xl_tile_pair_at((int64_t)k, 0, c * STEPS);
+        const float(*cx)[CHUNK] = (const float(*)[CHUNK])xs;
+        UNROLL
+        for (int half = 0; half < 2; half++) {
+            if (np == 2) {
+                chunk_dp(M, w + off, half, up, tb, cx, tot, half);
+                chunk_dp(M, up + off, half, up, 0, cx, tot, 2 + half);
+            } else {
+                chunk_dp(M, w + off, half, w, 0, cx, tot, half);
+            }
+        }
+    }
+    fence_tot(M, tot);
+    dp_leave(st);
+    fence_tot(M, tot);
+}
+
+INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
+                     const moe_act_params *act, uint16_t *h, size_t hs, size_t n_valid)
+{
+    const uint16_t *x[MR_TILE];
+    __m256 tot[MR_TILE][4];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        x[i] = xv[i];
+    dots(M, 2, k, x, tile, moe_xl_tile_gateup_bytes((int64_t)k), tot);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        gateup_row(tot[i][0], tot[i][1], tot[i][2], tot[i][3], tile, act, h + i * hs, n_valid);
+}
+
+INLINE void down_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
+                   float *y, size_t ys, size_t n_valid)
+{
+    const uint16_t *x[MR_TILE];
+    __m256 tot[MR_TILE][4];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        x[i] = hv[i];
+    dots(M, 1, k, x, tile, moe_xl_tile_down_bytes((int64_t)k), tot);
+    const float *bias = (const float *)tile;
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        store16(y + i * ys, _mm256_add_ps(tot[i][0], _mm256_loadu_ps(bias)),
+                _mm256_add_ps(tot[i][1], _mm256_loadu_ps(bias + 8)), n_valid);
+}
+
+/* body(M, ...) with M = m as a compile-time constant, for m = 1..4. */
+#define DISPATCH4(body, m, ...)                                                                    \
+    do {                                                                                           \
+        switch (m) {                                                                               \
+        case 1: body(1, __VA_ARGS__); break;                                                       \
+        case 2: body(2, __VA_ARGS__); break;                                                       \
+        case 3: body(3, __VA_ARGS__); break;                                                       \
+        case 4: body(4, __VA_ARGS__); break;                                                       \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void gateup_tile(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    DISPATCH4(gateup_m, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_tile(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    DISPATCH4(down_m, m, k, h, tile, y, y_stride, n_valid);
+}
+
+MOE_XL_SET(moe_expert_bf16_tile_4x16__avx2, MOE_RECIPE_TILE, MOE_REQ_AVX2, MR_TILE,
+           MOE_XL_TILE_LAYOUT, .gateup = gateup_tile, .down = down_tile);

@@ -1,0 +1,164 @@
+/* expert_bf16_tile.c — the AVX-512 expert kernel set of the tile recipe, 12x16: tdpbf16ps's
+ * arithmetic as two FMA chains per 32-K chunk under DAZ and FTZ. */
+#include <immintrin.h>
+
+#include "kernels/avx512/expert_f32_common.h"
+#include "kernels/mxcsr_daz_ftz.h"
+#include "select/kernel.h"
+
+/*
+ * For CPUs with AVX-512 but no AMX-BF16 (or no grant of the tile data). Per chunk of 32 along
+ * K and per projection, each token runs the chunk's two chains from +0 (the even elements and
+ * the odd ones, 16 FMAs each on the widened bf16 values), then adds them and adds that sum to
+ * its total, with MXCSR's DAZ and FTZ set: FMA and ADD then read denormal operands as zero and
+ * flush denormal results after rounding, which is what tdpbf16ps does and the reference states
+ * (kernels/expert.h, "The tile recipe"). MXCSR is set around the whole K loop and put back
+ * before the bias and the activation (kernels/mxcsr_daz_ftz.h), fences keeping each value's
+ * arithmetic on its side of the switches. The chunk is padded with zeros, and its padded steps
+ * run like the others (a step on zeros can turn a chain's -0 into +0, as the tile unit's does).
+ *
+ * Register tile 12x16: per token and chunk the two chains of one projection (24 zmm at 12
+ * tokens), gate's chunk then up's, each token's totals beside them. The weights stream as the
+ * bf16 f32-recipe set reads them (kernels/avx512/expert_f32.c): one 64-byte pair line per step,
+ * its even elements by a shift and its odd ones by a mask, prefetched 8 KB ahead into L2 and
+ * 2 KB into L1 (kernels/avx512/expert_f32_common.h), gate's L2 line going on to the next tile's
+ * up once it would fall in this tile's up. Each token's chunk of x is widened once per chunk
+ * into a stack buffer (the even elements, then the odd ones, as f32; zeros past k, read with a
+ * masked load so nothing past x[k-1] is touched), from which the FMAs broadcast it.
+ */
+
+#define MR_TILE 12
+#define CHUNK MOE_XL_TILE_CHUNK
+#define STEPS (CHUNK / 2) /* pair steps per chunk */
+
+/* A chunk of each token's row as f32: xs[i][j] the even element of pair j, xs[i][STEPS + j]
+ * the odd one; zeros past k. */
+INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size_t c,
+                        float (*xs)[CHUNK])
+{
+    const size_t k0 = c * CHUNK, n = k - k0 < CHUNK ? k - k0 : CHUNK;
+    const __mmask32 mask = (__mmask32)(n == CHUNK ? ~0u : (1u << n) - 1u);
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        const __m512i v = _mm512_maskz_loadu_epi16(mask, x[i] + k0);
+        _mm512_store_si512(xs[i], _mm512_slli_epi32(v, 16));
+        _mm512_store_si512(xs[i] + STEPS, _mm512_and_si512(v, hi));
+    }
+}
+
+/* One chunk of one projection (its 16 pair lines from l; the L2 prefetch of a line goes skip
+ * bytes further once it reaches end) into the M tokens' totals tot[i][p], under DAZ and FTZ. */
+INLINE void chunk_dp(const size_t M, const unsigned char *l, const unsigned char *end, size_t skip,
+                     const float (*xs)[CHUNK], __m512 tot[][2], int p)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 e[MR_TILE], o[MR_TILE];
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        e[i] = o[i] = _mm512_setzero_ps();
+        dp_fence(e[i]);
+        dp_fence(o[i]);
+    }
+    for (size_t j = 0; j < STEPS; j++, l += MOE_XL_BF16_LINE) {
+        prefetch_side(l, end, skip);
+        const __m512i w = _mm512_loadu_si512(l);
+        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
+        UNROLL
+        for (size_t i = 0; i < M; i++) {
+            e[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xs[i][j]), e[i]);
+            o[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xs[i][STEPS + j]), o[i]);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        tot[i][p] = _mm512_add_ps(tot[i][p], _mm512_add_ps(e[i], o[i]));
+}
+
+/* The totals over K of np projections (tb: the tile's bytes) for M tokens, in DP's MXCSR:
+ * entered before the first chain, left after the last sum, fenced on both sides. */
+INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
+                 const unsigned char *tile, size_t tb, __m512 tot[][2])
+{
+    const unsigned char *w = tile + moe_xl_bf16_weights(np);
+    const unsigned char *up = w + moe_xl_tile_pair_at((int64_t)k, 1, 0);
+    float xs[MR_TILE][CHUNK] __attribute__((aligned(64)));
+    const dp_state st = dp_enter();
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        tot[i][0] = tot[i][1] = _mm512_setzero_ps();
+        dp_fence(tot[i][0]);
+        dp_fence(tot[i][1]);
+    }
+    for (size_t c = 0; c < moe_xl_tile_chunks((int64_t)k); c++) {
+        widen_chunk(M, x, k, c, xs);
+        const size_t off = moe_xl_tile_pair_at((int64_t)k, 0, c * STEPS);
+        if (np == 2) {
+            chunk_dp(M, w + off, up, tb, (const float(*)[CHUNK])xs, tot, 0);
+            chunk_dp(M, up + off, up, 0, (const float(*)[CHUNK])xs, tot, 1);
+        } else {
+            chunk_dp(M, w + off, w, 0, (const float(*)[CHUNK])xs, tot, 0);
+        }
+    }
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        dp_fence(tot[i][0]);
+        dp_fence(tot[i][1]);
+    }
+    dp_leave(st);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        dp_fence(tot[i][0]);
+        dp_fence(tot[i][1]);
+    }
+}
+
+INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
+                     const moe_act_params *act, uint16_t *h, size_t hs, size_t n_valid)
+{
+    const uint16_t *x[MR_TILE];
+    __m512 tot[MR_TILE][2];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        x[i] = xv[i];
+    dots(M, 2, k, x, tile, moe_xl_tile_gateup_bytes((int64_t)k), tot);
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = rows_mask(n_valid);
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        const __m512 v = act16(act, _mm512_add_ps(tot[i][0], bg), _mm512_add_ps(tot[i][1], bu));
+        _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(v));
+    }
+}
+
+INLINE void down_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
+                   float *y, size_t ys, size_t n_valid)
+{
+    const uint16_t *x[MR_TILE];
+    __m512 tot[MR_TILE][2];
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        x[i] = hv[i];
+    dots(M, 1, k, x, tile, moe_xl_tile_down_bytes((int64_t)k), tot);
+    const __m512 b = _mm512_loadu_ps(tile);
+    const __mmask16 mask = rows_mask(n_valid);
+    UNROLL
+    for (size_t i = 0; i < M; i++)
+        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(tot[i][0], b));
+}
+
+static void gateup_tile(size_t m, size_t k, const void *const *x, const void *tile,
+                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    DISPATCH12(gateup_m, m, k, x, tile, act, h, h_stride, n_valid);
+}
+
+static void down_tile(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                      size_t y_stride, size_t n_valid)
+{
+    DISPATCH12(down_m, m, k, h, tile, y, y_stride, n_valid);
+}
+
+MOE_XL_SET(moe_expert_bf16_tile_12x16__avx512, MOE_RECIPE_TILE, MOE_REQ_AVX512, MR_TILE,
+           MOE_XL_TILE_LAYOUT, .gateup = gateup_tile, .down = down_tile);
