@@ -22,6 +22,7 @@ tokens with a float64 numpy reference of the same experts (relative Frobenius er
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -189,6 +190,8 @@ def child(argv):
             emit({"impl": impl.name, "na": f"{type(e).__name__}: {e}"})
         finally:
             impl.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    emit({"impl": c.child, "peak_rss_gb": round(peak, 2)})
     with open(c.result, "w") as f:
         json.dump(records, f)
     return 0
@@ -229,7 +232,7 @@ def check_report(a, dtype, folder, work, records):
 
 
 def table(a, dtype, records):
-    impls = list(dict.fromkeys(r["impl"] for r in records))
+    impls = list(dict.fromkeys(r["impl"] for r in records if "peak_rss_gb" not in r))
     ms = {(r["impl"], r["tokens"]): r["ms"] for r in records if "ms" in r}
     na = {r["impl"]: r["na"] for r in records if "na" in r}
     print(f"\n{dtype} weights — cell: median ms, GFLOP/s, ratio to libmoe's best at that T "
@@ -249,6 +252,9 @@ def table(a, dtype, records):
     for r in records:
         if "note" in r:
             print(f"  {r['impl']}: {r['note']}")
+    rss = [f"{r['impl']} {r['peak_rss_gb']:.2f}" for r in records if "peak_rss_gb" in r]
+    print("  peak resident memory of each side's process, GB (mapped checkpoint pages included): "
+          + ", ".join(rss))
     for i, why in na.items():
         print(f"  {i}: n/a — {why}")
 

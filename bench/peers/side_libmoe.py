@@ -35,15 +35,17 @@ class Recipe:
 
 
 def implementations(folder, threads, max_tokens, options):
-    """One Recipe per recipe in options.recipes, or (name, reason) where creation refuses."""
+    """One Recipe per recipe in options.recipes, or (name, reason) where creation refuses.
+    The model is closed once its layer is created (the layer stays valid), so the mapped
+    checkpoint does not stay resident beside the packed weights."""
     sys.path.insert(0, os.path.join(REPO, "python"))
     import libmoe
 
-    model = libmoe.open(folder)
-    index = next(i for i in range(len(model)) if model.layer_info(i).kind == "moe")
     for recipe in options.recipes.split(","):
-        try:
-            yield Recipe(model, index, threads, recipe)
-        except libmoe.MoeError as e:
-            yield (f"libmoe {recipe}", str(e))
-    model.close()
+        with libmoe.open(folder) as model:
+            index = next(i for i in range(len(model)) if model.layer_info(i).kind == "moe")
+            try:
+                impl = Recipe(model, index, threads, recipe)
+            except libmoe.MoeError as e:
+                impl = (f"libmoe {recipe}", str(e))
+        yield impl
