@@ -25,6 +25,8 @@ usage "threads 0" "--threads" --preset qwen3-30b-a3b --threads 0
 usage "layer with preset" "--layer" --preset qwen3-30b-a3b --layer 1
 usage "unknown option" "--bogus" --preset qwen3-30b-a3b --bogus
 usage "unknown recipe" "--recipe 'q8' is not f32, bf16 or tile" --preset qwen3-30b-a3b --recipe q8
+usage "recipe listed twice" "--recipe: 'tile' is listed twice" --preset qwen3-30b-a3b --recipe tile,f32,tile
+usage "empty recipe" "--recipe 'f32,' is not a comma-separated list" --preset qwen3-30b-a3b --recipe f32,
 usage "--plot into a .png" "--plot $tmp/roof.png: the roofline is written as SVG only" --preset qwen3-30b-a3b --plot "$tmp/roof.png"
 usage "--plot without an extension" "--plot $tmp/roof: the roofline is written as SVG only" --preset qwen3-30b-a3b --plot "$tmp/roof"
 check "--plot into a .png: nothing written" test ! -e "$tmp/roof.png"
@@ -196,6 +198,32 @@ assert c["recipe"] == "tile" and "_bf16_tile_" in c["kernel"], c
 want = {"avx512": "vfmadd231ps zmm", "avx2": "vfmadd231ps ymm", "ref": ""}
 isa = c["kernel"].rsplit("__", 1)[1]
 assert isa not in want or c["insn"] == want[isa], c
+PY
+
+# --recipe f32,tile: every case with each recipe, in the order given, and a side-by-side table.
+"$moe" bench --model "$tmp/q" --tokens 1,2 --threads 1 --time-ms 1 --recipe f32,tile --json \
+  >"$tmp/two.json" 2>"$tmp/err"
+check "--recipe f32,tile run: nothing on stderr" stderr_quiet "$tmp/err"
+check "--recipe f32,tile: each case with each recipe" python3 - "$tmp/two.json" <<'PY'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+assert [(c["recipe"], c["tokens"]) for c in cases] == [
+    ("f32", 1), ("f32", 2), ("tile", 1), ("tile", 2)], cases
+assert all("_tile_" in c["kernel"] for c in cases[2:]) and not any(
+    "_tile_" in c["kernel"] for c in cases[:2]), cases
+PY
+"$moe" bench --model "$tmp/q" --tokens 1,2 --threads 1 --time-ms 1 --recipe tile,f32 \
+  >"$tmp/two.txt" 2>"$tmp/err"
+check "--recipe tile,f32: the side-by-side table, against tile" python3 - "$tmp/two.txt" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+_, _, table = text.partition("recipes side by side: median ms, and its ratio to tile's\n")
+lines = table.splitlines()
+assert lines and lines[0].split() == ["threads", "tokens", "tile", "ratio", "f32", "ratio"], text
+for tokens, line in zip(("1", "2"), lines[1:3]):
+    threads, tok, ms_tile, r_tile, ms_f32, r_f32 = line.split()
+    assert threads == "1" and tok == tokens and r_tile == "1.00", line
+    assert abs(float(ms_f32) / float(ms_tile) - float(r_f32)) < 0.01 + 0.01 * float(r_f32), line
 PY
 
 # --trace: each case's median forward, step by step, in the JSON and after the table.

@@ -28,6 +28,7 @@
 #define MAX_LIST 16
 #define MAX_TOKENS 65536
 #define MAX_RESULTS 512
+#define MAX_RECIPES 3
 
 static void help(void)
 {
@@ -53,9 +54,11 @@ static void help(void)
            "                     format the model ships in)\n"
            "  --model DIR        a checkpoint instead of a preset\n"
            "  --layer N          with --model: the layer (default: the first MoE layer)\n"
-           "  --recipe R         f32, bf16 or tile: how bf16 and FP8 experts meet the\n"
+           "  --recipe LIST      f32, bf16 or tile: how bf16 and FP8 experts meet the\n"
            "                     activations (default: the library's, f32; tile takes bf16\n"
-           "                     experts only; MXFP4 experts run q8 always)\n"
+           "                     experts only; MXFP4 experts run q8 always); a list such\n"
+           "                     as f32,tile runs every case with each, side by side\n"
+           "                     against the same floors\n"
            "  --tokens LIST      tokens per forward (default 1,2,4,8,16,32,64,128,512,2048)\n"
            "  --threads LIST     thread counts (default: 1 and the number of cores)\n"
            "  --memory-gb X      the most weights to keep resident, GB (fractions allowed;\n"
@@ -85,7 +88,8 @@ typedef struct bench_args {
     int threads[MAX_LIST];
     int n_threads;
     double memory_gb, time_ms;
-    moe_experts_recipe recipe;
+    moe_experts_recipe recipes[MAX_RECIPES]; /* --recipe's list, run one after another */
+    int n_recipes;
     bool json, list, trace;
 } bench_args;
 
@@ -113,6 +117,33 @@ static bool parse_list(cli_args *a, const char *opt, const char *text, int64_t m
     }
 }
 
+/* --recipe f32,tile: each a recipe cli_recipe knows, at most MAX_RECIPES, none twice. */
+static bool parse_recipes(cli_args *a, const char *text, bench_args *o)
+{
+    o->n_recipes = 0;
+    for (const char *p = text;; p++) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[16];
+        if (o->n_recipes == MAX_RECIPES)
+            return cli_usage_error(a, "--recipe: at most %d recipes", MAX_RECIPES), false;
+        if (len == 0 || len >= sizeof item)
+            return cli_usage_error(a, "--recipe '%s' is not a comma-separated list of recipes",
+                                   text),
+                   false;
+        memcpy(item, p, len);
+        item[len] = 0;
+        moe_experts_recipe r;
+        if (!cli_recipe(a, item, &r)) return false;
+        for (int i = 0; i < o->n_recipes; i++)
+            if (o->recipes[i] == r)
+                return cli_usage_error(a, "--recipe: '%s' is listed twice", item), false;
+        o->recipes[o->n_recipes++] = r;
+        if (!end) return true;
+        p = end;
+    }
+}
+
 static int parse_args(bench_args *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
@@ -125,6 +156,8 @@ static int parse_args(bench_args *o, int argc, char **argv)
     if (cores > 1) o->threads[o->n_threads++] = (int)cores;
     o->layer = -1;
     o->time_ms = 1000;
+    o->recipes[0] = MOE_EXPERTS_RECIPE_DEFAULT;
+    o->n_recipes = 1;
     cli_args a;
     cli_args_init(&a, PROG, argc, argv);
     const char *v, *tok = NULL, *thr = NULL, *layer = NULL, *mem = NULL, *ms = NULL;
@@ -147,7 +180,7 @@ static int parse_args(bench_args *o, int argc, char **argv)
         } else if (cli_option(&a, "--layer", &v)) {
             layer = v;
         } else if (cli_option(&a, "--recipe", &v)) {
-            if (v && !cli_recipe(&a, v, &o->recipe)) return 2;
+            if (v && !parse_recipes(&a, v, o)) return 2;
         } else if (cli_option(&a, "--tokens", &v)) {
             tok = v;
         } else if (cli_option(&a, "--threads", &v)) {
@@ -391,11 +424,11 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
     }
 }
 
-static int create_layer(const moe_model *model, int index, const bench_args *o, int threads,
+static int create_layer(const moe_model *model, int index, moe_experts_recipe recipe, int threads,
                         double expected, bench_layer_info *info, moe_layer **out)
 {
     moe_layer_options lo = {
-        .size = sizeof lo, .threads = threads, .experts_recipe = o->recipe, .fixed_threads = true};
+        .size = sizeof lo, .threads = threads, .experts_recipe = recipe, .fixed_threads = true};
     /* Experts past the resident ones run on the copies (resident = experts: all packed). */
     const moe_layer_tuning tuning = {.allowed = NULL, .resident_experts = (int)info->resident};
     pack_watch w = {.base = (double)bench_rss_now(), .expected = expected, .what = "packing"};
@@ -631,9 +664,12 @@ static void set_floor(bench_result *r, const bench_floors *f)
 
 /* ---- A layer: every thread count and token count ---------------------------------- */
 
+/* One layer per (recipe, thread count). */
+#define MAX_INFOS (MAX_RECIPES * MAX_LIST)
+
 typedef struct results {
     bench_result r[MAX_RESULTS];
-    bench_layer_info info[MAX_LIST];
+    bench_layer_info info[MAX_INFOS];
     size_t n, n_info;
 } results;
 
@@ -645,11 +681,14 @@ static int bench_layer(const moe_model *model, int index, const bench_args *o, b
     size_t max_t = 1;
     for (int i = 0; i < o->n_tokens; i++)
         if (o->tokens[i] > max_t) max_t = o->tokens[i];
-    for (int i = 0; i < o->n_threads && res->n_info < MAX_LIST; i++) {
+    for (int c = 0; c < o->n_recipes * o->n_threads && res->n_info < MAX_INFOS; c++) {
+        const int i = c % o->n_threads;
         bench_layer_info *info = &res->info[res->n_info++];
         *info = *base;
         moe_layer *layer = NULL;
-        if (create_layer(model, index, o, o->threads[i], expected, info, &layer)) return 1;
+        if (create_layer(model, index, o->recipes[c / o->n_threads], o->threads[i], expected, info,
+                         &layer))
+            return 1;
         buffers b;
         if (buffers_alloc(layer, max_t, (size_t)d->hidden, (size_t)ld->routing.top_k, d->vocab_size,
                           &b)) {
@@ -828,6 +867,37 @@ static int bench_preset_run(const bench_args *o, bench_floors *f, results *res)
     return rc;
 }
 
+/* With several recipes: per thread count and token count, each recipe's median ms and its
+ * ratio to the first recipe's (below 1: faster). */
+static void print_side_by_side(const bench_args *o, const results *res)
+{
+    const char *first = res->n_info ? res->info[0].recipe : "?";
+    printf("\nrecipes side by side: median ms, and its ratio to %s's\n%-8s %-7s", first, "threads",
+           "tokens");
+    for (int c = 0; c < o->n_recipes && (size_t)(c * o->n_threads) < res->n_info; c++)
+        printf(" %10s %6s", res->info[c * o->n_threads].recipe, "ratio");
+    putchar('\n');
+    for (int i = 0; i < o->n_threads; i++)
+        for (int j = 0; j < o->n_tokens; j++) {
+            printf("%-8d %-7zu", o->threads[i], o->tokens[j]);
+            double base = 0;
+            for (int c = 0; c < o->n_recipes && (size_t)(c * o->n_threads + i) < res->n_info;
+                 c++) {
+                const bench_layer_info *info = &res->info[c * o->n_threads + i];
+                const bench_result *r = NULL;
+                for (size_t k = 0; k < res->n && !r; k++)
+                    if (res->r[k].layer == info && res->r[k].tokens == o->tokens[j]) r = &res->r[k];
+                if (!r) {
+                    printf(" %10s %6s", "-", "-");
+                    continue;
+                }
+                if (c == 0) base = r->ms;
+                printf(" %10.3f %6.2f", r->ms, base > 0 ? r->ms / base : 0.0);
+            }
+            putchar('\n');
+        }
+}
+
 int moe_cmd_bench(int argc, char **argv)
 {
     bench_args o;
@@ -874,6 +944,7 @@ int moe_cmd_bench(int argc, char **argv)
         rc = cli_fail(PROG, 1, "cannot write the JSON report");
     if (!rc && o.plot && !bench_report_svg(o.plot, &f, res->r, res->n))
         rc = cli_fail(PROG, 1, "cannot write %s: %s", o.plot, strerror(errno));
+    if (!rc && !o.json && o.n_recipes > 1) print_side_by_side(&o, res);
     if (!rc && !o.json)
         printf("\nfloor: max(weight bytes / read bandwidth, flops / instruction peak) at the "
                "same thread count; effic = floor / ms; bound: which term is the floor. hit: "
