@@ -1,0 +1,248 @@
+/* expert_bf16_tile.c — the AMX-BF16 micro-kernels of the tile recipe (bf16 experts), 32x16: one
+ * tdpbf16ps per 32-K chunk, 16 tokens and 16 rows. */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/avx512/expert_shared.h"
+#include "kernels/avx512amxbf16/expert_bf16_tile.h"
+#include "kernels/inline.h"
+
+/*
+ * Tile registers, configured once per call from m (palette 1): 0 and 1 the A rows of tokens
+ * 0-15 and 16-31 (one 32-K chunk each: 64 bytes), 2 and 3 two B chunks (16 pairs × 16 rows),
+ * and the sums: 4 = A0·B2, 5 = A0·B3, 6 = A1·B2, 7 = A1·B3. Gate/up puts gate's chunk in 2
+ * and up's in 3; down puts two tiles' chunks there (the multi-tile entry) or one. So every
+ * chunk of 32 tokens loads 4 tiles and runs 4 tdpbf16ps. The sums start at +0 (tilezero) and
+ * take each chunk in K order, which is the recipe's chain itself: the same bits for every m
+ * and token position.
+ *
+ * A rows: when x[i] = x[0] + i·stride for one stride (the engine's panels), the full chunks
+ * load straight from the rows with that stride; otherwise each chunk's rows are first copied
+ * into a 64-byte aligned stack buffer. A last partial chunk (k % 32 != 0) always goes through
+ * the buffer, with masked loads that read nothing past x[i][k - 1] and zero the rest.
+ *
+ * Epilogue: the sums stored to the stack, then on 16 lanes (AVX-512) + bias in f32 and, for
+ * gate/up, act16 (kernels/avx512/expert_shared.h, moe_xr_act's twin) and the bf16 rounding of
+ * the bf16 recipe; masked stores of the n_valid rows.
+ */
+
+#define ROWS 16      /* tile rows: tokens per A tile, weight rows per tile */
+#define CHUNK 32     /* bf16 along K per tdpbf16ps */
+#define B_BYTES 1024 /* one B chunk: 16 rows of 64 bytes */
+#define MR MOE_TILE_AMX_MR
+
+/* The palette-1 tile configuration, as LDTILECFG reads it (Intel SDM): 64 bytes. */
+typedef struct tile_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_cfg;
+
+/* A call's tokens: where their rows are, the staging buffer, the tile configuration. */
+typedef struct amx_acts {
+    uint16_t buf[MR][CHUNK] __attribute__((aligned(64)));   /* a chunk's rows, gathered */
+    float sums[4][ROWS][ROWS] __attribute__((aligned(64))); /* tiles 4-7, stored */
+    tile_cfg cfg __attribute__((aligned(64)));
+    const uint16_t *const *x;
+    const unsigned char *row0; /* x[0] */
+    long stride;               /* bytes from x[i] to x[i + 1] when uniform */
+    size_t m, k, chunks;
+    size_t direct; /* chunks loaded straight from the rows: k / 32 when uniform, else 0 */
+} amx_acts;
+
+/* Tile t as rows × colsb bytes (rows 0: unused). */
+INLINE void tile_shape(tile_cfg *c, int t, size_t rows, size_t colsb)
+{
+    c->rows[t] = (uint8_t)rows;
+    c->colsb[t] = (uint16_t)(rows ? colsb : 0);
+}
+
+/* Reads the call's rows and configures the tiles for m tokens. */
+static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x)
+{
+    a->x = (const uint16_t *const *)x;
+    a->m = m;
+    a->k = k;
+    a->chunks = (k + CHUNK - 1) / CHUNK;
+    a->row0 = x[0];
+    const uintptr_t p0 = (uintptr_t)x[0];
+    const uintptr_t step = m > 1 ? (uintptr_t)x[1] - p0 : 0;
+    bool uniform = true;
+    for (size_t i = 2; i < m && uniform; i++)
+        uniform = (uintptr_t)x[i] == p0 + i * step;
+    a->stride = (long)step;
+    a->direct = uniform ? k / CHUNK : 0;
+    const size_t r0 = m < ROWS ? m : ROWS, r1 = m - r0;
+    memset(&a->cfg, 0, sizeof a->cfg);
+    a->cfg.palette = 1;
+    tile_shape(&a->cfg, 0, r0, 64);
+    tile_shape(&a->cfg, 1, r1, 64);
+    tile_shape(&a->cfg, 2, ROWS, 64);
+    tile_shape(&a->cfg, 3, ROWS, 64);
+    tile_shape(&a->cfg, 4, r0, 64);
+    tile_shape(&a->cfg, 5, r0, 64);
+    tile_shape(&a->cfg, 6, r1, 64);
+    tile_shape(&a->cfg, 7, r1, 64);
+    _tile_loadconfig(&a->cfg);
+}
+
+/* Chunk c of every row into the buffer: the 32 codes, or the k - 32c left zero-padded. */
+INLINE void gather(amx_acts *a, size_t c)
+{
+    const size_t left = a->k - CHUNK * c;
+    const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
+    for (size_t i = 0; i < a->m; i++)
+        _mm512_store_si512(a->buf[i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
+}
+
+/* Chunk c's A tiles (tile 1 when TWO: more than 16 tokens); straight from the rows (DIRECT) or
+ * through the buffer. Macros here and below: tile numbers are immediates. */
+#define LOAD_A(a, c, DIRECT, TWO)                                                                  \
+    do {                                                                                           \
+        if (DIRECT) {                                                                              \
+            const unsigned char *p_ = (a)->row0 + 2 * CHUNK * (c);                                 \
+            _tile_loadd(0, p_, (a)->stride);                                                       \
+            if (TWO) _tile_loadd(1, p_ + ROWS * (a)->stride, (a)->stride);                         \
+        } else {                                                                                   \
+            gather((a), (c));                                                                      \
+            _tile_loadd(0, (a)->buf[0], 2 * CHUNK);                                                \
+            if (TWO) _tile_loadd(1, (a)->buf[ROWS], 2 * CHUNK);                                    \
+        }                                                                                          \
+    } while (0)
+
+/* Chunks [c0, c1) against the B chunks at b2 and b3 (chunk c at + c · 1 KB); b3 only when B3
+ * (gate/up, or a second down tile). */
+INLINE void run_chunks(amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
+                       const unsigned char *b3, const bool DIRECT, const bool TWO, const bool B3)
+{
+    for (size_t c = c0; c < c1; c++) {
+        LOAD_A(a, c, DIRECT, TWO);
+        _tile_loadd(2, b2 + c * B_BYTES, 64);
+        if (B3) _tile_loadd(3, b3 + c * B_BYTES, 64);
+        _tile_dpbf16ps(4, 0, 2);
+        if (B3) _tile_dpbf16ps(5, 0, 3);
+        if (TWO) {
+            _tile_dpbf16ps(6, 1, 2);
+            if (B3) _tile_dpbf16ps(7, 1, 3);
+        }
+    }
+}
+
+/* The sums of one or two B streams over all chunks, stored to a->sums (4-7 in order). */
+INLINE void sums_m(amx_acts *a, const unsigned char *b2, const unsigned char *b3, const bool TWO,
+                   const bool B3)
+{
+    _tile_zero(4);
+    if (B3) _tile_zero(5);
+    if (TWO) {
+        _tile_zero(6);
+        if (B3) _tile_zero(7);
+    }
+    run_chunks(a, 0, a->direct, b2, b3, true, TWO, B3);
+    run_chunks(a, a->direct, a->chunks, b2, b3, false, TWO, B3);
+    _tile_stored(4, a->sums[0], 64);
+    if (B3) _tile_stored(5, a->sums[1], 64);
+    if (TWO) {
+        _tile_stored(6, a->sums[2], 64);
+        if (B3) _tile_stored(7, a->sums[3], 64);
+    }
+}
+
+static void sums(amx_acts *a, const unsigned char *b2, const unsigned char *b3)
+{
+    const bool two = a->m > ROWS;
+    if (b3)
+        two ? sums_m(a, b2, b3, true, true) : sums_m(a, b2, b3, false, true);
+    else
+        two ? sums_m(a, b2, b3, true, false) : sums_m(a, b2, b3, false, false);
+}
+
+/* The sums row of token i against B tile t (2 or 3). */
+INLINE const float *sum_row(const amx_acts *a, int t, size_t i)
+{
+    return a->sums[(i >= ROWS ? 2 : 0) + (t - 2)][i % ROWS];
+}
+
+/* moe_f32_to_bf16 on 16 lanes (nearest even, NaN quiet, subnormals kept), narrowed to 16
+ * words: the integer rounding of the bf16 recipe's AVX-512 epilogue
+ * (kernels/avx512/expert_bf16_body.h), not vcvtneps2bf16, which flushes subnormals. */
+INLINE __m256i to_bf16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+    r = _mm512_srli_epi32(r, 16);
+    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* One gate/up tile: h[i][0..n_valid) for the call's tokens. */
+static void gateup_tile(amx_acts *a, const unsigned char *tile, const moe_act_params *act,
+                        uint16_t *h, size_t hs, size_t n_valid)
+{
+    const unsigned char *gate = tile + 2 * 64;
+    sums(a, gate, gate + a->chunks * B_BYTES);
+    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
+    const __mmask16 mask = rows_mask(n_valid);
+    for (size_t i = 0; i < a->m; i++) {
+        const __m512 g = _mm512_add_ps(_mm512_load_ps(sum_row(a, 2, i)), bg);
+        const __m512 u = _mm512_add_ps(_mm512_load_ps(sum_row(a, 3, i)), bu);
+        _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(act16(act, g, u)));
+    }
+}
+
+/* y[i][0..n_valid) of one down tile whose sums are against B tile t. */
+static void down_out(const amx_acts *a, int t, const unsigned char *tile, float *y, size_t ys,
+                     size_t n_valid)
+{
+    const __m512 b = _mm512_loadu_ps(tile);
+    const __mmask16 mask = rows_mask(n_valid);
+    for (size_t i = 0; i < a->m; i++)
+        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(sum_row(a, t, i)), b));
+}
+
+void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
+                               size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
+                               size_t n_valid)
+{
+    amx_acts a;
+    acts_init(&a, m, k, x);
+    const size_t bytes = 2 * 64 + 2 * a.chunks * B_BYTES;
+    for (size_t t = 0; t < n_tiles; t++)
+        gateup_tile(&a, (const unsigned char *)tile + t * bytes, act, (uint16_t *)h + t * ROWS,
+                    h_stride, t + 1 < n_tiles ? ROWS : n_valid);
+    _tile_release();
+}
+
+void moe_tile_amx_down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
+                             size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
+{
+    amx_acts a;
+    acts_init(&a, m, k, h);
+    const size_t bytes = 64 + a.chunks * B_BYTES;
+    const unsigned char *w = tile;
+    for (size_t t = 0; t < n_tiles; t += 2) {
+        const unsigned char *t0 = w + t * bytes, *t1 = t0 + bytes;
+        const bool pair = t + 1 < n_tiles;
+        sums(&a, t0 + 64, pair ? t1 + 64 : NULL);
+        down_out(&a, 2, t0, y + t * ROWS, y_stride, pair ? ROWS : n_valid);
+        if (pair)
+            down_out(&a, 3, t1, y + (t + 1) * ROWS, y_stride, t + 2 < n_tiles ? ROWS : n_valid);
+    }
+    _tile_release();
+}
+
+void moe_tile_amx_gateup(size_t m, size_t k, const void *const *x, const void *tile,
+                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    moe_tile_amx_gateup_tiles(m, k, x, tile, 1, act, h, h_stride, n_valid);
+}
+
+void moe_tile_amx_down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                       size_t y_stride, size_t n_valid)
+{
+    moe_tile_amx_down_tiles(m, k, h, tile, 1, y, y_stride, n_valid);
+}
