@@ -20,8 +20,9 @@
  *
  * A rows: when x[i] = x[0] + i·stride for one stride (the engine's panels), the full chunks
  * load straight from the rows with that stride; otherwise each chunk's rows are first copied
- * into a 64-byte aligned stack buffer. A last partial chunk (k % 32 != 0) always goes through
- * the buffer, with masked loads that read nothing past x[i][k - 1] and zero the rest.
+ * into a 64-byte aligned stack buffer, one chunk ahead of the products (two buffers). A last
+ * partial chunk (k % 32 != 0) always goes through the buffer, with masked loads that read
+ * nothing past x[i][k - 1] and zero the rest.
  *
  * Epilogue: the sums stored to the stack, then on 16 lanes (AVX-512) + bias in f32 and, for
  * gate/up, act16 (kernels/avx512/expert_shared.h, moe_xr_act's twin) and the bf16 rounding of
@@ -42,8 +43,8 @@ typedef struct tile_cfg {
 
 /* A call's tokens: where their rows are, the staging buffer, the tile configuration. */
 typedef struct amx_acts {
-    uint16_t buf[MR][CHUNK] __attribute__((aligned(64)));   /* a chunk's rows, gathered */
-    float sums[4][ROWS][ROWS] __attribute__((aligned(64))); /* tiles 4-7, stored */
+    uint16_t buf[2][MR][CHUNK] __attribute__((aligned(64))); /* two chunks' rows, gathered */
+    float sums[4][ROWS][ROWS] __attribute__((aligned(64)));  /* tiles 4-7, stored */
     tile_cfg cfg __attribute__((aligned(64)));
     const uint16_t *const *x;
     const unsigned char *row0; /* x[0] */
@@ -88,45 +89,50 @@ static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x)
     _tile_loadconfig(&a->cfg);
 }
 
-/* Chunk c of every row into the buffer: the 32 codes, or the k - 32c left zero-padded. */
+/* Chunk c of every row into buf[c % 2]: the 32 codes, or the k - 32c left zero-padded. */
 INLINE void gather(amx_acts *a, size_t c)
 {
     const size_t left = a->k - CHUNK * c;
     const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
     for (size_t i = 0; i < a->m; i++)
-        _mm512_store_si512(a->buf[i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
+        _mm512_store_si512(a->buf[c % 2][i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
 }
 
-/* Chunk c's A tiles (tile 1 when TWO: more than 16 tokens); straight from the rows (DIRECT) or
- * through the buffer. Macros here and below: tile numbers are immediates. */
-#define LOAD_A(a, c, DIRECT, TWO)                                                                  \
-    do {                                                                                           \
-        if (DIRECT) {                                                                              \
-            const unsigned char *p_ = (a)->row0 + 2 * CHUNK * (c);                                 \
-            _tile_loadd(0, p_, (a)->stride);                                                       \
-            if (TWO) _tile_loadd(1, p_ + ROWS * (a)->stride, (a)->stride);                         \
-        } else {                                                                                   \
-            gather((a), (c));                                                                      \
-            _tile_loadd(0, (a)->buf[0], 2 * CHUNK);                                                \
-            if (TWO) _tile_loadd(1, (a)->buf[ROWS], 2 * CHUNK);                                    \
-        }                                                                                          \
-    } while (0)
-
-/* Chunks [c0, c1) against the B chunks at b2 and b3 (chunk c at + c · 1 KB); b3 only when B3
- * (gate/up, or a second down tile). */
-INLINE void run_chunks(amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
-                       const unsigned char *b3, const bool DIRECT, const bool TWO, const bool B3)
+/* One chunk: A rows from pa, sa bytes apart (tokens 16-31 from pa + 16·sa, when TWO: more than
+ * 16 tokens), against the B chunks at b2 and, when B3 (gate/up, or a second down tile), b3. */
+INLINE void step(const unsigned char *pa, long sa, const unsigned char *b2, const unsigned char *b3,
+                 const bool TWO, const bool B3)
 {
+    _tile_loadd(0, pa, sa);
+    if (TWO) _tile_loadd(1, pa + ROWS * sa, sa);
+    _tile_loadd(2, b2, 64);
+    if (B3) _tile_loadd(3, b3, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    if (B3) _tile_dpbf16ps(5, 0, 3);
+    if (TWO) {
+        _tile_dpbf16ps(6, 1, 2);
+        if (B3) _tile_dpbf16ps(7, 1, 3);
+    }
+}
+
+/* Chunks [c0, c1) with A straight from the rows (one stride), B chunk c at b + c · 1 KB. */
+INLINE void run_direct(const amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
+                       const unsigned char *b3, const bool TWO, const bool B3)
+{
+    for (size_t c = c0; c < c1; c++)
+        step(a->row0 + 2 * CHUNK * c, a->stride, b2 + c * B_BYTES, b3 + c * B_BYTES, TWO, B3);
+}
+
+/* The same with A through the buffer, one chunk ahead: chunk c + 1 is gathered before chunk c's
+ * tiles are loaded, so the loads find the stores done and the copy overlaps the products. */
+INLINE void run_gathered(amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
+                         const unsigned char *b3, const bool TWO, const bool B3)
+{
+    if (c0 < c1) gather(a, c0);
     for (size_t c = c0; c < c1; c++) {
-        LOAD_A(a, c, DIRECT, TWO);
-        _tile_loadd(2, b2 + c * B_BYTES, 64);
-        if (B3) _tile_loadd(3, b3 + c * B_BYTES, 64);
-        _tile_dpbf16ps(4, 0, 2);
-        if (B3) _tile_dpbf16ps(5, 0, 3);
-        if (TWO) {
-            _tile_dpbf16ps(6, 1, 2);
-            if (B3) _tile_dpbf16ps(7, 1, 3);
-        }
+        if (c + 1 < c1) gather(a, c + 1);
+        step((const unsigned char *)a->buf[c % 2][0], 2 * CHUNK, b2 + c * B_BYTES, b3 + c * B_BYTES,
+             TWO, B3);
     }
 }
 
@@ -140,8 +146,8 @@ INLINE void sums_m(amx_acts *a, const unsigned char *b2, const unsigned char *b3
         _tile_zero(6);
         if (B3) _tile_zero(7);
     }
-    run_chunks(a, 0, a->direct, b2, b3, true, TWO, B3);
-    run_chunks(a, a->direct, a->chunks, b2, b3, false, TWO, B3);
+    run_direct(a, 0, a->direct, b2, b3, TWO, B3);
+    run_gathered(a, a->direct, a->chunks, b2, b3, TWO, B3);
     _tile_stored(4, a->sums[0], 64);
     if (B3) _tile_stored(5, a->sums[1], 64);
     if (TWO) {
@@ -155,8 +161,8 @@ static void sums(amx_acts *a, const unsigned char *b2, const unsigned char *b3)
     const bool two = a->m > ROWS;
     if (b3)
         two ? sums_m(a, b2, b3, true, true) : sums_m(a, b2, b3, false, true);
-    else
-        two ? sums_m(a, b2, b3, true, false) : sums_m(a, b2, b3, false, false);
+    else /* b3 unread */
+        two ? sums_m(a, b2, b2, true, false) : sums_m(a, b2, b2, false, false);
 }
 
 /* The sums row of token i against B tile t (2 or 3). */
