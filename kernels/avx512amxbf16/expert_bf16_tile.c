@@ -43,8 +43,8 @@ typedef struct tile_cfg {
 
 /* A call's tokens: where their rows are, the staging buffer, the tile configuration. */
 typedef struct amx_acts {
-    uint16_t buf[2][MR][CHUNK] __attribute__((aligned(64))); /* two chunks' rows, gathered */
-    float sums[4][ROWS][ROWS] __attribute__((aligned(64)));  /* tiles 4-7, stored */
+    uint16_t buf[2][MR][CHUNK] __attribute__((aligned(64)));   /* two chunks' rows, gathered */
+    float sums[2][4][ROWS][ROWS] __attribute__((aligned(64))); /* tiles 4-7 stored, twice */
     tile_cfg cfg __attribute__((aligned(64)));
     const uint16_t *const *x;
     const unsigned char *row0; /* x[0] */
@@ -98,79 +98,6 @@ INLINE void gather(amx_acts *a, size_t c)
         _mm512_store_si512(a->buf[c % 2][i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
 }
 
-/* One chunk: A rows from pa, sa bytes apart (tokens 16-31 from pa + 16·sa, when TWO: more than
- * 16 tokens), against the B chunks at b2 and, when B3 (gate/up, or a second down tile), b3. */
-INLINE void step(const unsigned char *pa, long sa, const unsigned char *b2, const unsigned char *b3,
-                 const bool TWO, const bool B3)
-{
-    _tile_loadd(0, pa, sa);
-    if (TWO) _tile_loadd(1, pa + ROWS * sa, sa);
-    _tile_loadd(2, b2, 64);
-    if (B3) _tile_loadd(3, b3, 64);
-    _tile_dpbf16ps(4, 0, 2);
-    if (B3) _tile_dpbf16ps(5, 0, 3);
-    if (TWO) {
-        _tile_dpbf16ps(6, 1, 2);
-        if (B3) _tile_dpbf16ps(7, 1, 3);
-    }
-}
-
-/* Chunks [c0, c1) with A straight from the rows (one stride), B chunk c at b + c · 1 KB. */
-INLINE void run_direct(const amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
-                       const unsigned char *b3, const bool TWO, const bool B3)
-{
-    for (size_t c = c0; c < c1; c++)
-        step(a->row0 + 2 * CHUNK * c, a->stride, b2 + c * B_BYTES, b3 + c * B_BYTES, TWO, B3);
-}
-
-/* The same with A through the buffer, one chunk ahead: chunk c + 1 is gathered before chunk c's
- * tiles are loaded, so the loads find the stores done and the copy overlaps the products. */
-INLINE void run_gathered(amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
-                         const unsigned char *b3, const bool TWO, const bool B3)
-{
-    if (c0 < c1) gather(a, c0);
-    for (size_t c = c0; c < c1; c++) {
-        if (c + 1 < c1) gather(a, c + 1);
-        step((const unsigned char *)a->buf[c % 2][0], 2 * CHUNK, b2 + c * B_BYTES, b3 + c * B_BYTES,
-             TWO, B3);
-    }
-}
-
-/* The sums of one or two B streams over all chunks, stored to a->sums (4-7 in order). */
-INLINE void sums_m(amx_acts *a, const unsigned char *b2, const unsigned char *b3, const bool TWO,
-                   const bool B3)
-{
-    _tile_zero(4);
-    if (B3) _tile_zero(5);
-    if (TWO) {
-        _tile_zero(6);
-        if (B3) _tile_zero(7);
-    }
-    run_direct(a, 0, a->direct, b2, b3, TWO, B3);
-    run_gathered(a, a->direct, a->chunks, b2, b3, TWO, B3);
-    _tile_stored(4, a->sums[0], 64);
-    if (B3) _tile_stored(5, a->sums[1], 64);
-    if (TWO) {
-        _tile_stored(6, a->sums[2], 64);
-        if (B3) _tile_stored(7, a->sums[3], 64);
-    }
-}
-
-static void sums(amx_acts *a, const unsigned char *b2, const unsigned char *b3)
-{
-    const bool two = a->m > ROWS;
-    if (b3)
-        two ? sums_m(a, b2, b3, true, true) : sums_m(a, b2, b3, false, true);
-    else /* b3 unread */
-        two ? sums_m(a, b2, b2, true, false) : sums_m(a, b2, b2, false, false);
-}
-
-/* The sums row of token i against B tile t (2 or 3). */
-INLINE const float *sum_row(const amx_acts *a, int t, size_t i)
-{
-    return a->sums[(i >= ROWS ? 2 : 0) + (t - 2)][i % ROWS];
-}
-
 /* moe_f32_to_bf16 on 16 lanes (nearest even, NaN quiet, subnormals kept), narrowed to 16
  * words: the integer rounding of the bf16 recipe's AVX-512 epilogue
  * (kernels/avx512/expert_bf16_body.h), not vcvtneps2bf16, which flushes subnormals. */
@@ -185,59 +112,168 @@ INLINE __m256i to_bf16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
-/* One gate/up tile: h[i][0..n_valid) for the call's tokens. */
-static void gateup_tile(amx_acts *a, const unsigned char *tile, const moe_act_params *act,
-                        uint16_t *h, size_t hs, size_t n_valid)
+/* A tile's epilogue, token by token: in a multi-tile call one token per chunk of the next
+ * tile (the vector units work while the tile unit does), the rest after its last chunk. */
+typedef struct epilogue {
+    const float (*s)[ROWS][ROWS]; /* the stored sums, tiles 4-7 */
+    const moe_act_params *act;    /* gate/up; NULL: down */
+    __m512 b0, b1;                /* the biases of the rows against B tiles 2 and 3 */
+    __mmask16 mask0, mask1;       /* their valid rows */
+    bool second;                  /* down: a second tile, against B tile 3 */
+    unsigned char *out;           /* token 0's first output (h: bf16, y: f32) */
+    size_t out_bytes;             /* bytes between tokens' outputs */
+    size_t m, next;               /* tokens, and the next one to write */
+} epilogue;
+
+/* Token i: gate/up h = bf16(act(g + bg, u + bu)); down y = sum + b, of one or two tiles. */
+INLINE void epilogue_token(const epilogue *e, size_t i)
 {
-    const unsigned char *gate = tile + 2 * 64;
-    sums(a, gate, gate + a->chunks * B_BYTES);
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t i = 0; i < a->m; i++) {
-        const __m512 g = _mm512_add_ps(_mm512_load_ps(sum_row(a, 2, i)), bg);
-        const __m512 u = _mm512_add_ps(_mm512_load_ps(sum_row(a, 3, i)), bu);
-        _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(act16(act, g, u)));
+    const size_t r = i % ROWS, t = i >= ROWS ? 2 : 0;
+    unsigned char *out = e->out + i * e->out_bytes;
+    const __m512 v = _mm512_add_ps(_mm512_load_ps(e->s[t][r]), e->b0);
+    if (e->act) {
+        const __m512 u = _mm512_add_ps(_mm512_load_ps(e->s[t + 1][r]), e->b1);
+        _mm256_mask_storeu_epi16(out, e->mask0, to_bf16(act16(e->act, v, u)));
+        return;
+    }
+    _mm512_mask_storeu_ps(out, e->mask0, v);
+    if (e->second)
+        _mm512_mask_storeu_ps(out + ROWS * sizeof(float), e->mask1,
+                              _mm512_add_ps(_mm512_load_ps(e->s[t + 1][r]), e->b1));
+}
+
+INLINE void epilogue_step(epilogue *e)
+{
+    if (e->next < e->m) epilogue_token(e, e->next++);
+}
+
+static void epilogue_finish(epilogue *e)
+{
+    while (e->next < e->m)
+        epilogue_token(e, e->next++);
+}
+
+/* One chunk: A rows from pa, sa bytes apart (tokens 16-31 from pa + 16·sa, when TWO: more than
+ * 16 tokens), against the B chunks at b2 and, when B3 (gate/up, or a second down tile), b3;
+ * then a token of the pending epilogue. */
+INLINE void step(const unsigned char *pa, long sa, const unsigned char *b2, const unsigned char *b3,
+                 epilogue *e, const bool TWO, const bool B3)
+{
+    _tile_loadd(0, pa, sa);
+    if (TWO) _tile_loadd(1, pa + ROWS * sa, sa);
+    _tile_loadd(2, b2, 64);
+    if (B3) _tile_loadd(3, b3, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    if (B3) _tile_dpbf16ps(5, 0, 3);
+    if (TWO) {
+        _tile_dpbf16ps(6, 1, 2);
+        if (B3) _tile_dpbf16ps(7, 1, 3);
+    }
+    epilogue_step(e);
+}
+
+/* Chunks [c0, c1) with A straight from the rows (one stride), B chunk c at b + c · 1 KB. */
+INLINE void run_direct(const amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
+                       const unsigned char *b3, epilogue *e, const bool TWO, const bool B3)
+{
+    for (size_t c = c0; c < c1; c++)
+        step(a->row0 + 2 * CHUNK * c, a->stride, b2 + c * B_BYTES, b3 + c * B_BYTES, e, TWO, B3);
+}
+
+/* The same with A through the buffer, one chunk ahead: chunk c + 1 is gathered before chunk c's
+ * tiles are loaded, so the loads find the stores done and the copy overlaps the products. */
+INLINE void run_gathered(amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
+                         const unsigned char *b3, epilogue *e, const bool TWO, const bool B3)
+{
+    if (c0 < c1) gather(a, c0);
+    for (size_t c = c0; c < c1; c++) {
+        if (c + 1 < c1) gather(a, c + 1);
+        step((const unsigned char *)a->buf[c % 2][0], 2 * CHUNK, b2 + c * B_BYTES, b3 + c * B_BYTES,
+             e, TWO, B3);
     }
 }
 
-/* y[i][0..n_valid) of one down tile whose sums are against B tile t. */
-static void down_out(const amx_acts *a, int t, const unsigned char *tile, float *y, size_t ys,
-                     size_t n_valid)
+/* The sums of one or two B streams over all chunks, stored to s (tiles 4-7 in order), while
+ * the pending epilogue e runs; e finished before the stores. */
+INLINE void sums_m(amx_acts *a, const unsigned char *b2, const unsigned char *b3, epilogue *e,
+                   float (*s)[ROWS][ROWS], const bool TWO, const bool B3)
 {
-    const __m512 b = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
-    for (size_t i = 0; i < a->m; i++)
-        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(_mm512_load_ps(sum_row(a, t, i)), b));
+    _tile_zero(4);
+    if (B3) _tile_zero(5);
+    if (TWO) {
+        _tile_zero(6);
+        if (B3) _tile_zero(7);
+    }
+    run_direct(a, 0, a->direct, b2, b3, e, TWO, B3);
+    run_gathered(a, a->direct, a->chunks, b2, b3, e, TWO, B3);
+    epilogue_finish(e);
+    _tile_stored(4, s[0], 64);
+    if (B3) _tile_stored(5, s[1], 64);
+    if (TWO) {
+        _tile_stored(6, s[2], 64);
+        if (B3) _tile_stored(7, s[3], 64);
+    }
+}
+
+/* One tile (gate/up: b3 up's chunks) or two (down: b3 the second's chunks, or NULL): its sums
+ * into the buffer the pending epilogue e does not read, then e set to its own epilogue (outputs
+ * and biases still to be filled in). */
+static void tile_sums(amx_acts *a, const unsigned char *b2, const unsigned char *b3, epilogue *e)
+{
+    float(*s)[ROWS][ROWS] = a->sums[e->s == a->sums[0] ? 1 : 0];
+    const bool two = a->m > ROWS;
+    if (b3)
+        two ? sums_m(a, b2, b3, e, s, true, true) : sums_m(a, b2, b3, e, s, false, true);
+    else /* b3 unread */
+        two ? sums_m(a, b2, b2, e, s, true, false) : sums_m(a, b2, b2, e, s, false, false);
+    e->s = (const float(*)[ROWS][ROWS])s;
+    e->m = a->m;
+    e->next = 0;
 }
 
 void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
                                size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
                                size_t n_valid)
 {
+    if (m == 0 || n_tiles == 0) return;
     amx_acts a;
     acts_init(&a, m, k, x);
     const size_t bytes = 2 * 64 + 2 * a.chunks * B_BYTES;
-    for (size_t t = 0; t < n_tiles; t++)
-        gateup_tile(&a, (const unsigned char *)tile + t * bytes, act, (uint16_t *)h + t * ROWS,
-                    h_stride, t + 1 < n_tiles ? ROWS : n_valid);
+    epilogue e = {.act = act, .second = false, .out_bytes = h_stride * sizeof(uint16_t)};
+    for (size_t t = 0; t < n_tiles; t++) {
+        const unsigned char *w = (const unsigned char *)tile + t * bytes;
+        tile_sums(&a, w + 2 * 64, w + 2 * 64 + a.chunks * B_BYTES, &e);
+        e.b0 = _mm512_loadu_ps(w);
+        e.b1 = _mm512_loadu_ps(w + 64);
+        e.mask0 = rows_mask(t + 1 < n_tiles ? ROWS : n_valid);
+        e.out = (unsigned char *)((uint16_t *)h + t * ROWS);
+    }
+    epilogue_finish(&e);
     _tile_release();
 }
 
 void moe_tile_amx_down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
                              size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
 {
+    if (m == 0 || n_tiles == 0) return;
     amx_acts a;
     acts_init(&a, m, k, h);
     const size_t bytes = 64 + a.chunks * B_BYTES;
-    const unsigned char *w = tile;
+    epilogue e = {.act = NULL, .out_bytes = y_stride * sizeof(float)};
     for (size_t t = 0; t < n_tiles; t += 2) {
-        const unsigned char *t0 = w + t * bytes, *t1 = t0 + bytes;
+        const unsigned char *t0 = (const unsigned char *)tile + t * bytes, *t1 = t0 + bytes;
         const bool pair = t + 1 < n_tiles;
-        sums(&a, t0 + 64, pair ? t1 + 64 : NULL);
-        down_out(&a, 2, t0, y + t * ROWS, y_stride, pair ? ROWS : n_valid);
-        if (pair)
-            down_out(&a, 3, t1, y + (t + 1) * ROWS, y_stride, t + 2 < n_tiles ? ROWS : n_valid);
+        tile_sums(&a, t0 + 64, pair ? t1 + 64 : NULL, &e);
+        e.b0 = _mm512_loadu_ps(t0);
+        e.mask0 = rows_mask(pair ? ROWS : n_valid);
+        e.second = pair;
+        if (pair) {
+            e.b1 = _mm512_loadu_ps(t1);
+            e.mask1 = rows_mask(t + 2 < n_tiles ? ROWS : n_valid);
+        }
+        e.out = (unsigned char *)(y + t * ROWS);
     }
+    epilogue_finish(&e);
     _tile_release();
 }
 
