@@ -26,7 +26,10 @@
  *
  * Epilogue: the sums stored to the stack, then on 16 lanes (AVX-512) + bias in f32 and, for
  * gate/up, act16 (kernels/avx512/expert_shared.h, moe_xr_act's twin) and the bf16 rounding of
- * the bf16 recipe; masked stores of the n_valid rows.
+ * the bf16 recipe; masked stores of the n_valid rows. In a multi-tile call a tile's epilogue
+ * runs during the next tile's chunks, one token per chunk, from the second of two sums
+ * buffers: the vector units' work (the activation's exp and division above all) then
+ * overlaps the tile unit's instead of following it.
  */
 
 #define ROWS 16      /* tile rows: tokens per A tile, weight rows per tile */
