@@ -15,9 +15,9 @@
 
 /*
  * One thread, hidden H = 7168, intermediate I = 2048: gate/up tiles of K = H (448 KB each, 128
- * per expert), down tiles of K = I (64 KB, 448 per expert), tokens in one panel (the engine's
- * rows, uniformly strided; "gathered": every other row of a panel, so the kernels copy each
- * chunk's rows first). Two working sets:
+ * per expert), down tiles of K = I (64 KB, 448 per expert), m = 8, 16, 32 tokens in one panel
+ * (the engine's rows, uniformly strided; "gathered": rows 0, 3, 4, 6, 8, ... of a panel, no
+ * one stride, so the kernels copy each chunk's rows first). Two working sets:
  *   L2:   2 gate/up tiles and 8 down tiles (+ the token rows: about 1.4 MB and 0.6 MB); for
  *         both phases together 1 and 4 (1.3 MB); run over and over, so they stay in L2;
  *   full: a whole expert (88 MB), every tile once per pass, so they come from beyond L2.
@@ -225,7 +225,7 @@ int main(void)
     const char *set_names[3] = {"L2", "L2", "full"};
     for (int si = 0; si < 3; si += 2)
         for (int phase = GATEUP; phase <= BOTH; phase++)
-            for (size_t m = 16; m <= 32; m += 16)
+            for (size_t m = 8; m <= 32; m *= 2)
                 for (int multi = 0; multi < 2; multi++)
                     for (int gathered = 0; gathered < 2; gathered++) {
                         if (gathered && (phase == BOTH || m != 32 || !multi)) continue;
