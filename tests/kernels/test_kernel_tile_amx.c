@@ -21,16 +21,17 @@
 
 /*
  * Each case packs random gate/up (np = 2) or down (np = 1) weights into the "tile pairs"
- * layout with the loops below (docs/kernels.md's statement of the tile recipe: bias np × 16
+ * layout with the loops below (kernels/avx512amxbf16/expert_bf16_tile.h states it: bias np × 16
  * f32, then per projection 16 pair dwords per K pair, zeros past K and past the rows), and
  * computes each output element as the recipe defines it: acc = +0, acc =
  * moe_tile_bf16_dot_ref(acc, x chunk, w chunk, 16) per 32-K chunk zero-padded, v = acc + bias
  * in f32, then moe_xr_act and moe_f32_to_bf16 (gate/up) or y = v (down). The kernels must give
  * those bits (NaN: NaN-ness) for every m = 1..32, with token rows in one panel (stride
  * positive or negative) and scattered (the gathered path), and through the multi-tile
- * entries; nothing else in h / y is written, nothing past a row's k codes is read (the rows
- * end at an inaccessible page). Independently of the reference, the kernels' outputs of
- * finite cases are within an error bound of the same expressions in float64.
+ * entries; nothing else in h / y is written, nothing past a row's k codes or the tiles is read
+ * (they end at an inaccessible page), and the tile state is released after every call.
+ * Independently of the reference, the kernels' outputs of finite cases are within an error bound of
+ * the same expressions in float64.
  */
 
 #define ROWS 16
@@ -352,6 +353,16 @@ static uint16_t hbuf[MAXM * (ROWS * 4 + HS_PAD)];
 static float ybuf[MAXM * (ROWS * 4 + HS_PAD)];
 
 /* Every m and layout through the single-tile entries (tile by tile) and the multi-tile one. */
+/* Whether the tile data is in use (XINUSE bit 18, XGETBV with ECX = 1): the kernels release
+ * the tiles before returning, so the OS need not save them. */
+static bool tiles_in_use(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+    (void)hi;
+    return (lo >> 18) & 1;
+}
+
 static long run_kernels(const tcase *c, const weights *W, const moe_act_params *act,
                         const uint16_t *want_h, const float *want_y, uint64_t *s)
 {
@@ -376,6 +387,7 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
                                                 hbuf + t * ROWS, ld,
                                                 t + 1 < W->n_tiles ? ROWS : last);
                     bad += compare_h(hbuf, ld, m, W->rows, want_h, what, c, layout);
+                    bad += tiles_in_use();
                 } else {
                     for (size_t i = 0; i < MAXM * ld; i++)
                         memcpy(&ybuf[i], &(uint32_t){Y_SENTINEL}, 4);
@@ -387,6 +399,7 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
                                               ybuf + t * ROWS, ld,
                                               t + 1 < W->n_tiles ? ROWS : last);
                     bad += compare_y(ybuf, ld, m, W->rows, want_y, what, c, layout);
+                    bad += tiles_in_use();
                 }
             }
         rows_free(&R);
