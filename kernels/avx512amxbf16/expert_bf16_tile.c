@@ -11,12 +11,14 @@
 
 /*
  * Tile registers, configured once per call from m (palette 1): 0 and 1 the A rows of tokens
- * 0-15 and 16-31 (one 32-K chunk each: 64 bytes), 2 and 3 two B chunks (16 pairs × 16 rows),
- * and the sums: 4 = A0·B2, 5 = A0·B3, 6 = A1·B2, 7 = A1·B3. Gate/up puts gate's chunk in 2
- * and up's in 3; down puts two tiles' chunks there (the multi-tile entry) or one. So every
- * chunk of 32 tokens loads 4 tiles and runs 4 tdpbf16ps. The sums start at +0 (tilezero) and
- * take each chunk in K order, which is the recipe's chain itself: the same bits for every m
- * and token position.
+ * 0-15 and 16-31 (one 32-K chunk each: 64 bytes), 2 and 3 B chunks (16 pairs × 16 rows), 4-7
+ * the sums. A call's tiles run in groups of B streams (gate/up: each tile's gate and up; down:
+ * each tile): with more than 16 tokens two streams, 4 = A0·B2, 5 = A0·B3, 6 = A1·B2, 7 = A1·B3
+ * (gate/up one tile, down two); with at most 16, four streams through B tiles 2 and 3 twice
+ * per chunk into sums 4-7 (gate/up two tiles, down four). So every A load feeds 4 tdpbf16ps
+ * and every B load 2 (more than 16 tokens) or 1 (at most: at 8-16 tokens 19-25 % faster than
+ * two streams). The sums start at +0 (tilezero) and take each chunk in K order, which is the
+ * recipe's chain itself: the same bits for every m, token position and group.
  *
  * A rows: when x[i] = x[0] + i·stride for one stride (the engine's panels), the full chunks
  * load straight from the rows with that stride; otherwise each chunk's rows are first copied
@@ -87,8 +89,8 @@ static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x)
     tile_shape(&a->cfg, 3, ROWS, 64);
     tile_shape(&a->cfg, 4, r0, 64);
     tile_shape(&a->cfg, 5, r0, 64);
-    tile_shape(&a->cfg, 6, r1, 64);
-    tile_shape(&a->cfg, 7, r1, 64);
+    tile_shape(&a->cfg, 6, r1 ? r1 : r0, 64); /* one A tile: sums of streams 2 and 3 */
+    tile_shape(&a->cfg, 7, r1 ? r1 : r0, 64);
     _tile_loadconfig(&a->cfg);
 }
 
@@ -115,34 +117,43 @@ INLINE __m256i to_bf16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
-/* A tile's epilogue, token by token: in a multi-tile call one token per chunk of the next
- * tile (the vector units work while the tile unit does), the rest after its last chunk. */
+/* The epilogue of a group of tiles, token by token: in a multi-tile call one token per chunk
+ * of the next group (the vector units work while the tile unit does), the rest after its
+ * last chunk. Output q of a token is tile q of the group: gate/up from B streams 2q (gate)
+ * and 2q + 1 (up), down from stream q. */
 typedef struct epilogue {
     const float (*s)[ROWS][ROWS]; /* the stored sums, tiles 4-7 */
     const moe_act_params *act;    /* gate/up; NULL: down */
-    __m512 b0, b1;                /* the biases of the rows against B tiles 2 and 3 */
-    __mmask16 mask0, mask1;       /* their valid rows */
-    bool second;                  /* down: a second tile, against B tile 3 */
+    __m512 b[4];                  /* the biases of the rows of each stream */
+    __mmask16 mask[4];            /* the valid rows of each output */
+    size_t n_out;                 /* tiles in the group */
     unsigned char *out;           /* token 0's first output (h: bf16, y: f32) */
     size_t out_bytes;             /* bytes between tokens' outputs */
     size_t m, next;               /* tokens, and the next one to write */
 } epilogue;
 
-/* Token i: gate/up h = bf16(act(g + bg, u + bu)); down y = sum + b, of one or two tiles. */
+/* The stored sums of token i against B stream j (tiles 4-7: A0·B2, A0·B3, then for tokens
+ * 16-31 A1·B2, A1·B3; one A tile: streams 0-3 in tiles 4-7). */
+INLINE __m512 sums_of(const epilogue *e, size_t i, size_t j)
+{
+    return _mm512_load_ps(e->s[(i >= ROWS ? 2 : 0) + j][i % ROWS]);
+}
+
+/* Token i: gate/up h = bf16(act(g + bg, u + bu)), down y = sum + b, for each tile. */
 INLINE void epilogue_token(const epilogue *e, size_t i)
 {
-    const size_t r = i % ROWS, t = i >= ROWS ? 2 : 0;
     unsigned char *out = e->out + i * e->out_bytes;
-    const __m512 v = _mm512_add_ps(_mm512_load_ps(e->s[t][r]), e->b0);
-    if (e->act) {
-        const __m512 u = _mm512_add_ps(_mm512_load_ps(e->s[t + 1][r]), e->b1);
-        _mm256_mask_storeu_epi16(out, e->mask0, to_bf16(act16(e->act, v, u)));
-        return;
+    for (size_t q = 0; q < e->n_out; q++) {
+        if (e->act) {
+            const __m512 g = _mm512_add_ps(sums_of(e, i, 2 * q), e->b[2 * q]);
+            const __m512 u = _mm512_add_ps(sums_of(e, i, 2 * q + 1), e->b[2 * q + 1]);
+            _mm256_mask_storeu_epi16(out + q * ROWS * sizeof(uint16_t), e->mask[q],
+                                     to_bf16(act16(e->act, g, u)));
+        } else {
+            _mm512_mask_storeu_ps(out + q * ROWS * sizeof(float), e->mask[q],
+                                  _mm512_add_ps(sums_of(e, i, q), e->b[q]));
+        }
     }
-    _mm512_mask_storeu_ps(out, e->mask0, v);
-    if (e->second)
-        _mm512_mask_storeu_ps(out + ROWS * sizeof(float), e->mask1,
-                              _mm512_add_ps(_mm512_load_ps(e->s[t + 1][r]), e->b1));
 }
 
 INLINE void epilogue_step(epilogue *e)
@@ -156,83 +167,102 @@ static void epilogue_finish(epilogue *e)
         epilogue_token(e, e->next++);
 }
 
-/* One chunk: A rows from pa, sa bytes apart (tokens 16-31 from pa + 16·sa, when TWO: more than
- * 16 tokens), against the B chunks at b2 and, when B3 (gate/up, or a second down tile), b3;
- * then a token of the pending epilogue. */
-INLINE void step(const unsigned char *pa, long sa, const unsigned char *b2, const unsigned char *b3,
-                 epilogue *e, const bool TWO, const bool B3)
+/* The B streams of a group, chunk c of stream j at b[j] + c · 1 KB. */
+typedef struct streams {
+    const unsigned char *b[4];
+} streams;
+
+/*
+ * One chunk: A rows from pa, sa bytes apart, against NB B streams' chunk c; then a token of
+ * the pending epilogue. TWO (more than 16 tokens): tokens 16-31 from pa + 16·sa in tile 1, NB
+ * ≤ 2 streams in tiles 2 and 3, four sums. One A tile: up to 4 streams, through tiles 2 and 3
+ * twice, each into its own sum (4 tdpbf16ps per A load, where a pair of streams gave 2).
+ */
+INLINE void step(const unsigned char *pa, long sa, const streams *w, size_t c, epilogue *e,
+                 const bool TWO, const int NB)
 {
+    const size_t o = c * B_BYTES;
     _tile_loadd(0, pa, sa);
     if (TWO) _tile_loadd(1, pa + ROWS * sa, sa);
-    _tile_loadd(2, b2, 64);
-    if (B3) _tile_loadd(3, b3, 64);
+    _tile_loadd(2, w->b[0] + o, 64);
+    if (NB > 1) _tile_loadd(3, w->b[1] + o, 64);
     _tile_dpbf16ps(4, 0, 2);
-    if (B3) _tile_dpbf16ps(5, 0, 3);
+    if (NB > 1) _tile_dpbf16ps(5, 0, 3);
     if (TWO) {
         _tile_dpbf16ps(6, 1, 2);
-        if (B3) _tile_dpbf16ps(7, 1, 3);
+        if (NB > 1) _tile_dpbf16ps(7, 1, 3);
+    } else if (NB > 2) {
+        _tile_loadd(2, w->b[2] + o, 64);
+        _tile_dpbf16ps(6, 0, 2);
+        if (NB > 3) {
+            _tile_loadd(3, w->b[3] + o, 64);
+            _tile_dpbf16ps(7, 0, 3);
+        }
     }
     epilogue_step(e);
 }
 
-/* Chunks [c0, c1) with A straight from the rows (one stride), B chunk c at b + c · 1 KB. */
-INLINE void run_direct(const amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
-                       const unsigned char *b3, epilogue *e, const bool TWO, const bool B3)
+/* Chunks [c0, c1) with A straight from the rows (one stride). */
+INLINE void run_direct(const amx_acts *a, size_t c0, size_t c1, const streams *w, epilogue *e,
+                       const bool TWO, const int NB)
 {
     for (size_t c = c0; c < c1; c++)
-        step(a->row0 + 2 * CHUNK * c, a->stride, b2 + c * B_BYTES, b3 + c * B_BYTES, e, TWO, B3);
+        step(a->row0 + 2 * CHUNK * c, a->stride, w, c, e, TWO, NB);
 }
 
 /* The same with A through the buffer, one chunk ahead: chunk c + 1 is gathered before chunk c's
  * tiles are loaded, so the loads find the stores done and the copy overlaps the products. */
-INLINE void run_gathered(amx_acts *a, size_t c0, size_t c1, const unsigned char *b2,
-                         const unsigned char *b3, epilogue *e, const bool TWO, const bool B3)
+INLINE void run_gathered(amx_acts *a, size_t c0, size_t c1, const streams *w, epilogue *e,
+                         const bool TWO, const int NB)
 {
     if (c0 < c1) gather(a, c0);
     for (size_t c = c0; c < c1; c++) {
         if (c + 1 < c1) gather(a, c + 1);
-        step((const unsigned char *)a->buf[c % 2][0], 2 * CHUNK, b2 + c * B_BYTES, b3 + c * B_BYTES,
-             e, TWO, B3);
+        step((const unsigned char *)a->buf[c % 2][0], 2 * CHUNK, w, c, e, TWO, NB);
     }
 }
 
-/* The sums of one or two B streams over all chunks, stored to s (tiles 4-7 in order), while
- * the pending epilogue e runs; e finished before the stores. */
-INLINE void sums_m(amx_acts *a, const unsigned char *b2, const unsigned char *b3, epilogue *e,
-                   float (*s)[ROWS][ROWS], const bool TWO, const bool B3)
+/* The sum tiles a group uses: 4 and, per stream and A tile, the next. */
+#define SUM_TILES(OP, TWO, NB)                                                                     \
+    do {                                                                                           \
+        OP(4, 0);                                                                                  \
+        if ((NB) > 1) OP(5, 1);                                                                    \
+        if ((TWO) || (NB) > 2) OP(6, 2);                                                           \
+        if (((TWO) && (NB) > 1) || (NB) > 3) OP(7, 3);                                             \
+    } while (0)
+#define ZERO_SUM(t, j) _tile_zero(t)
+#define STORE_SUM(t, j) _tile_stored(t, s[j], 64)
+
+/* The group's sums over all chunks, stored to s, while the pending epilogue e runs; e
+ * finished before the stores. */
+INLINE void sums_m(amx_acts *a, const streams *w, epilogue *e, float (*s)[ROWS][ROWS],
+                   const bool TWO, const int NB)
 {
-    _tile_zero(4);
-    if (B3) _tile_zero(5);
-    if (TWO) {
-        _tile_zero(6);
-        if (B3) _tile_zero(7);
-    }
-    run_direct(a, 0, a->direct, b2, b3, e, TWO, B3);
-    run_gathered(a, a->direct, a->chunks, b2, b3, e, TWO, B3);
+    SUM_TILES(ZERO_SUM, TWO, NB);
+    run_direct(a, 0, a->direct, w, e, TWO, NB);
+    run_gathered(a, a->direct, a->chunks, w, e, TWO, NB);
     epilogue_finish(e);
-    _tile_stored(4, s[0], 64);
-    if (B3) _tile_stored(5, s[1], 64);
-    if (TWO) {
-        _tile_stored(6, s[2], 64);
-        if (B3) _tile_stored(7, s[3], 64);
-    }
+    SUM_TILES(STORE_SUM, TWO, NB);
 }
 
-/* One tile (gate/up: b3 up's chunks) or two (down: b3 the second's chunks, or NULL): its sums
- * into the buffer the pending epilogue e does not read, then e set to its own epilogue (outputs
- * and biases still to be filled in). */
-static void tile_sums(amx_acts *a, const unsigned char *b2, const unsigned char *b3, epilogue *e)
+/* A group of nb streams (TWO: nb ≤ 2, else ≤ 4): its sums into the buffer the pending epilogue
+ * e does not read, then e made its epilogue (biases, masks and outputs still to be set). */
+static void group_sums(amx_acts *a, const streams *w, size_t nb, epilogue *e)
 {
     float(*s)[ROWS][ROWS] = a->sums[e->s == a->sums[0] ? 1 : 0];
-    const bool two = a->m > ROWS;
-    if (b3)
-        two ? sums_m(a, b2, b3, e, s, true, true) : sums_m(a, b2, b3, e, s, false, true);
-    else /* b3 unread */
-        two ? sums_m(a, b2, b2, e, s, true, false) : sums_m(a, b2, b2, e, s, false, false);
+    if (a->m > ROWS)
+        nb == 2 ? sums_m(a, w, e, s, true, 2) : sums_m(a, w, e, s, true, 1);
+    else if (nb > 2)
+        nb == 4 ? sums_m(a, w, e, s, false, 4) : sums_m(a, w, e, s, false, 3);
+    else
+        nb == 2 ? sums_m(a, w, e, s, false, 2) : sums_m(a, w, e, s, false, 1);
     e->s = (const float(*)[ROWS][ROWS])s;
     e->m = a->m;
     e->next = 0;
 }
+
+/* Tiles per group: gate/up (2 streams each) 1 with two A tiles, else 2; down 2, else 4. */
+static size_t group_tiles(const amx_acts *a, int np) { return (a->m > ROWS ? 2 : 4) / (size_t)np; }
 
 void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
                                size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
@@ -241,14 +271,23 @@ void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const v
     if (m == 0 || n_tiles == 0) return;
     amx_acts a;
     acts_init(&a, m, k, x);
-    const size_t bytes = 2 * 64 + 2 * a.chunks * B_BYTES;
-    epilogue e = {.act = act, .second = false, .out_bytes = h_stride * sizeof(uint16_t)};
-    for (size_t t = 0; t < n_tiles; t++) {
-        const unsigned char *w = (const unsigned char *)tile + t * bytes;
-        tile_sums(&a, w + 2 * 64, w + 2 * 64 + a.chunks * B_BYTES, &e);
-        e.b0 = _mm512_loadu_ps(w);
-        e.b1 = _mm512_loadu_ps(w + 64);
-        e.mask0 = rows_mask(t + 1 < n_tiles ? ROWS : n_valid);
+    const size_t bytes = 2 * 64 + 2 * a.chunks * B_BYTES, g = group_tiles(&a, 2);
+    epilogue e = {.act = act, .out_bytes = h_stride * sizeof(uint16_t)};
+    for (size_t t = 0; t < n_tiles; t += g) {
+        const size_t n = n_tiles - t < g ? n_tiles - t : g;
+        streams w;
+        for (size_t q = 0; q < n; q++) {
+            w.b[2 * q] = (const unsigned char *)tile + (t + q) * bytes + 2 * 64;
+            w.b[2 * q + 1] = w.b[2 * q] + a.chunks * B_BYTES;
+        }
+        group_sums(&a, &w, 2 * n, &e);
+        for (size_t q = 0; q < n; q++) {
+            const unsigned char *bias = (const unsigned char *)tile + (t + q) * bytes;
+            e.b[2 * q] = _mm512_loadu_ps(bias);
+            e.b[2 * q + 1] = _mm512_loadu_ps(bias + 64);
+            e.mask[q] = rows_mask(t + q + 1 < n_tiles ? ROWS : n_valid);
+        }
+        e.n_out = n;
         e.out = (unsigned char *)((uint16_t *)h + t * ROWS);
     }
     epilogue_finish(&e);
@@ -261,19 +300,19 @@ void moe_tile_amx_down_tiles(size_t m, size_t k, const void *const *h, const voi
     if (m == 0 || n_tiles == 0) return;
     amx_acts a;
     acts_init(&a, m, k, h);
-    const size_t bytes = 64 + a.chunks * B_BYTES;
+    const size_t bytes = 64 + a.chunks * B_BYTES, g = group_tiles(&a, 1);
     epilogue e = {.act = NULL, .out_bytes = y_stride * sizeof(float)};
-    for (size_t t = 0; t < n_tiles; t += 2) {
-        const unsigned char *t0 = (const unsigned char *)tile + t * bytes, *t1 = t0 + bytes;
-        const bool pair = t + 1 < n_tiles;
-        tile_sums(&a, t0 + 64, pair ? t1 + 64 : NULL, &e);
-        e.b0 = _mm512_loadu_ps(t0);
-        e.mask0 = rows_mask(pair ? ROWS : n_valid);
-        e.second = pair;
-        if (pair) {
-            e.b1 = _mm512_loadu_ps(t1);
-            e.mask1 = rows_mask(t + 2 < n_tiles ? ROWS : n_valid);
+    for (size_t t = 0; t < n_tiles; t += g) {
+        const size_t n = n_tiles - t < g ? n_tiles - t : g;
+        streams w;
+        for (size_t q = 0; q < n; q++)
+            w.b[q] = (const unsigned char *)tile + (t + q) * bytes + 64;
+        group_sums(&a, &w, n, &e);
+        for (size_t q = 0; q < n; q++) {
+            e.b[q] = _mm512_loadu_ps((const unsigned char *)tile + (t + q) * bytes);
+            e.mask[q] = rows_mask(t + q + 1 < n_tiles ? ROWS : n_valid);
         }
+        e.n_out = n;
         e.out = (unsigned char *)(y + t * ROWS);
     }
     epilogue_finish(&e);

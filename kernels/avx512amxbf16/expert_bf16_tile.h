@@ -38,9 +38,10 @@ void moe_tile_amx_gateup(size_t m, size_t k, const void *const *x, const void *t
 void moe_tile_amx_down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
                        size_t y_stride, size_t n_valid);
 /* n_tiles consecutive tiles (tile i at tile + i · tile bytes), their outputs 16 elements
- * apart in each row; every tile but the last has 16 valid rows, the last n_valid. Down runs
- * two tiles side by side (one A load feeds four tdpbf16ps), and each tile's epilogue runs
- * while the next one's products do: faster than tile-by-tile calls at every m. */
+ * apart in each row; every tile but the last has 16 valid rows, the last n_valid. They run
+ * tiles side by side (gate/up 2 and down 4 up to 16 tokens, down 2 above: one A load feeds
+ * four tdpbf16ps) and each group's epilogue while the next group's products run: faster than
+ * tile-by-tile calls at every m (bench/bench_tile_amx.c). */
 void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
                                size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
                                size_t n_valid);

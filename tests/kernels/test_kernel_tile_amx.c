@@ -37,6 +37,7 @@
 #define ROWS 16
 #define CHUNK 32
 #define MAXM 32
+#define WANT_LD (ROWS * 8) /* expected outputs per token: up to 8 tiles */
 
 static uint32_t bits(float f)
 {
@@ -266,7 +267,7 @@ static long compare_h(const uint16_t *h, size_t hs, size_t m, size_t cols, const
         for (size_t n = 0; n < hs; n++) {
             const uint16_t got = h[i * hs + n];
             const bool out = i < m && n < cols;
-            const uint16_t w = out ? want[i * ROWS * 4 + n] : H_SENTINEL;
+            const uint16_t w = out ? want[i * WANT_LD + n] : H_SENTINEL;
             const bool ok = got == w || (out && is_nan_bf16(got) && is_nan_bf16(w));
             n_compared += out;
             if (!ok && bad++ < 3)
@@ -287,9 +288,9 @@ static long compare_y(const float *y, size_t ys, size_t m, size_t cols, const fl
         for (size_t n = 0; n < ys; n++) {
             const uint32_t got = bits(y[i * ys + n]);
             const bool out = i < m && n < cols;
-            const uint32_t w = out ? bits(want[i * ROWS * 4 + n]) : Y_SENTINEL;
+            const uint32_t w = out ? bits(want[i * WANT_LD + n]) : Y_SENTINEL;
             const bool ok =
-                got == w || (out && isnan(y[i * ys + n]) && isnan(want[i * ROWS * 4 + n]));
+                got == w || (out && isnan(y[i * ys + n]) && isnan(want[i * WANT_LD + n]));
             n_compared += out;
             if (!ok && bad++ < 3)
                 fprintf(stderr,
@@ -308,9 +309,9 @@ static void expected(const weights *W, const moe_act_params *act, uint16_t *want
         for (size_t r = 0; r < W->rows; r++) {
             const float g = ref_v(W, 0, r, xsrc[i]);
             if (W->np == 1)
-                want_y[i * ROWS * 4 + r] = g;
+                want_y[i * WANT_LD + r] = g;
             else
-                want_h[i * ROWS * 4 + r] =
+                want_h[i * WANT_LD + r] =
                     moe_f32_to_bf16(moe_xr_act(act, g, ref_v(W, 1, r, xsrc[i])));
         }
 }
@@ -349,8 +350,8 @@ static long check_float64(const weights *W, const moe_act_params *act, const uin
 }
 
 #ifdef MOE_COMPILED_AVX512AMXBF16
-static uint16_t hbuf[MAXM * (ROWS * 4 + HS_PAD)];
-static float ybuf[MAXM * (ROWS * 4 + HS_PAD)];
+static uint16_t hbuf[MAXM * (WANT_LD + HS_PAD)];
+static float ybuf[MAXM * (WANT_LD + HS_PAD)];
 
 /* Every m and layout through the single-tile entries (tile by tile) and the multi-tile one. */
 /* Whether the tile data is in use (XINUSE bit 18, XGETBV with ECX = 1): the kernels release
@@ -413,21 +414,36 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
 
 static const tcase cases[] = {
     /* np, k, rows, bias, regime, act */
-    {2, 32, 16, false, NEAR_ONE, 0},   {2, 64, 16, true, NEAR_ONE, 0},
-    {2, 33, 5, true, WIDE, 1},         {2, 7, 16, false, NEAR_ONE, 2},
-    {2, 100, 13, true, DENORMALS, 0},  {2, 96, 40, true, NEAR_ONE, 2},
-    {2, 160, 16, true, TINY, 0},       {2, 130, 33, true, HUGE_EXP, 1},
-    {2, 200, 16, false, SPECIALS, 0},  {2, 2048, 16, true, NEAR_ONE, 0},
-    {2, 2085, 21, true, WIDE, 2},      {1, 32, 16, true, NEAR_ONE, 0},
-    {1, 64, 3, false, WIDE, 0},        {1, 45, 16, true, DENORMALS, 0},
-    {1, 256, 64, true, NEAR_ONE, 0},   {1, 96, 47, false, TINY, 0},
-    {1, 150, 16, true, HUGE_EXP, 0},   {1, 300, 35, true, SPECIALS, 0},
-    {1, 2048, 64, false, NEAR_ONE, 0}, {1, 2070, 30, true, WIDE, 0},
+    {2, 32, 16, false, NEAR_ONE, 0},
+    {2, 64, 16, true, NEAR_ONE, 0},
+    {2, 33, 5, true, WIDE, 1},
+    {2, 7, 16, false, NEAR_ONE, 2},
+    {2, 100, 13, true, DENORMALS, 0},
+    {2, 96, 40, true, NEAR_ONE, 2},
+    {2, 160, 16, true, TINY, 0},
+    {2, 130, 33, true, HUGE_EXP, 1},
+    {2, 200, 16, false, SPECIALS, 0},
+    {2, 2048, 16, true, NEAR_ONE, 0},
+    {2, 2085, 21, true, WIDE, 2},
+    {1, 32, 16, true, NEAR_ONE, 0},
+    {1, 64, 3, false, WIDE, 0},
+    {1, 45, 16, true, DENORMALS, 0},
+    {1, 256, 64, true, NEAR_ONE, 0},
+    {1, 96, 47, false, TINY, 0},
+    {1, 150, 16, true, HUGE_EXP, 0},
+    {1, 300, 35, true, SPECIALS, 0},
+    {1, 2048, 64, false, NEAR_ONE, 0},
+    {1, 2070, 30, true, WIDE, 0},
+    /* groups of tiles: gate/up 2 per group up to 16 tokens, down 4 (2 from 17) */
+    {2, 96, 70, true, NEAR_ONE, 1},
+    {1, 128, 100, true, WIDE, 0},
+    {1, 64, 128, false, NEAR_ONE, 0},
+    {2, 33, 128, true, DENORMALS, 2},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static uint16_t want_h[MAXM * ROWS * 4];
-static float want_y[MAXM * ROWS * 4];
+static uint16_t want_h[MAXM * WANT_LD];
+static float want_y[MAXM * WANT_LD];
 
 int main(void)
 {
@@ -443,7 +459,7 @@ int main(void)
     uint64_t s = 0x9E3779B97F4A7C15u;
     for (size_t ci = 0; ci < N_CASES; ci++) {
         const tcase *c = &cases[ci];
-        REQUIRE(c->k <= 4096 && c->rows <= ROWS * 4);
+        REQUIRE(c->k <= 4096 && c->rows <= WANT_LD);
         const moe_act_params act = {c->act_kind, 7.0f, 1.702f};
         weights W;
         weights_make(&W, c->np, c->rows, c->k, c->bias, c->regime, &s);
@@ -453,7 +469,7 @@ int main(void)
         expected(&W, &act, want_h, want_y);
         long bad = 0;
         if (c->regime != SPECIALS && c->regime != HUGE_EXP) /* the reference itself vs float64 */
-            bad += check_float64(&W, &act, want_h, want_y, ROWS * 4);
+            bad += check_float64(&W, &act, want_h, want_y, WANT_LD);
 #ifdef MOE_COMPILED_AVX512AMXBF16
         if (amx) bad += run_kernels(c, &W, &act, want_h, want_y, &s);
 #endif
