@@ -16,7 +16,8 @@
 /*
  * One thread, hidden H = 7168, intermediate I = 2048: gate/up tiles of K = H (448 KB each, 128
  * per expert), down tiles of K = I (64 KB, 448 per expert), m = 8, 16, 32 tokens in one panel
- * (the engine's rows, uniformly strided; "gathered": rows 0, 3, 4, 6, 8, ... of a panel, no
+ * (the engine's rows, uniformly strided, K codes apart; "padded": K + 32 codes apart, so rows
+ * are not a multiple of 4 KB apart; "gathered": rows 0, 3, 4, 6, 8, ... of a padded panel, no
  * one stride, so the kernels copy each chunk's rows first). Two working sets:
  *   L2:   2 gate/up tiles and 8 down tiles (+ the token rows: about 1.4 MB and 0.6 MB); for
  *         both phases together 1 and 4 (1.3 MB); run over and over, so they stay in L2;
@@ -34,6 +35,7 @@
 #define I 2048
 #define ROWS 16
 #define REPS 7
+#define PAD 32 /* codes added to a padded row */
 
 #if defined(MOE_COMPILED_AVX512AMXBF16)
 
@@ -133,8 +135,8 @@ static void wset_init(wset *w, size_t n_gu, size_t n_dn, uint64_t *s)
     w->dn_bytes = tile_bytes(1, I);
     w->gu = big(n_gu * w->gu_bytes, 121, s);
     w->dn = big(n_dn * w->dn_bytes, 121, s);
-    w->x = big(2 * 32 * H * 2, 126, s); /* 64 rows: the gathered path takes every other one */
-    w->h = big(2 * 32 * I * 2, 126, s);
+    w->x = big(2 * 32 * (H + PAD) * 2, 126, s); /* 64 rows: gathered takes every other one */
+    w->h = big(2 * 32 * (I + PAD) * 2, 126, s);
     w->hout = big(32 * (I + 64) * 2, 126, s);
     w->y = big(32 * (H + 64) * 4, 126, s);
 }
@@ -173,15 +175,19 @@ static double phase_flops(const wset *w, int phase, size_t m)
 }
 
 /* GFLOP/s: the median of REPS timed runs of enough passes for about 50 ms. */
-static double measure(const wset *w, int phase, size_t m, bool multi, bool gathered)
+enum { PANEL, PADDED, GATHERED, N_ROWS };
+static const char *const rows_names[N_ROWS] = {"panel", "padded", "gathered"};
+
+static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
 {
     const void *x[32], *hr[32];
-    const size_t step = gathered ? 2 : 1;
+    const bool gathered = rows == GATHERED;
+    const size_t step = gathered ? 2 : 1, pad = rows == PANEL ? 0 : PAD;
     for (size_t i = 0; i < m; i++) {
         /* gathered: rows 0, 2, 4, ... but row 2 placed as row 3, so no one stride fits */
         const size_t r = i * step + (gathered && i == 1);
-        x[i] = w->x + r * H;
-        hr[i] = w->h + r * I;
+        x[i] = w->x + r * (H + pad);
+        hr[i] = w->h + r * (I + pad);
     }
     int passes = 1;
     for (;;) {
@@ -227,14 +233,14 @@ int main(void)
         for (int phase = GATEUP; phase <= BOTH; phase++)
             for (size_t m = 8; m <= 32; m *= 2)
                 for (int multi = 0; multi < 2; multi++)
-                    for (int gathered = 0; gathered < 2; gathered++) {
-                        if (gathered && (phase == BOTH || m != 32 || !multi)) continue;
-                        if (phase == BOTH && !multi) continue;
+                    for (int rows = PANEL; rows < N_ROWS; rows++) {
+                        if (rows != PANEL && (m != 32 || !multi)) continue;
+                        if (phase == BOTH && (!multi || rows == GATHERED)) continue;
                         const wset *w = &sets[si == 0 && phase == BOTH ? 1 : si];
-                        const double g = measure(w, phase, m, multi, gathered);
+                        const double g = measure(w, phase, m, multi, rows);
                         printf("%-6s %-14s %3zu %-12s %-9s %9.0f %7.2f\n", set_names[si],
                                phase_names[phase], m, multi ? "multi-tile" : "tile by tile",
-                               gathered ? "gathered" : "panel", g, g / peak);
+                               rows_names[rows], g, g / peak);
                     }
     return 0;
 }
