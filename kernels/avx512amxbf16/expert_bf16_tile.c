@@ -275,7 +275,7 @@ void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const v
     epilogue e = {.act = act, .out_bytes = h_stride * sizeof(uint16_t)};
     for (size_t t = 0; t < n_tiles; t += g) {
         const size_t n = n_tiles - t < g ? n_tiles - t : g;
-        streams w;
+        streams w = {{NULL}};
         for (size_t q = 0; q < n; q++) {
             w.b[2 * q] = (const unsigned char *)tile + (t + q) * bytes + 2 * 64;
             w.b[2 * q + 1] = w.b[2 * q] + a.chunks * B_BYTES;
@@ -304,7 +304,7 @@ void moe_tile_amx_down_tiles(size_t m, size_t k, const void *const *h, const voi
     epilogue e = {.act = NULL, .out_bytes = y_stride * sizeof(float)};
     for (size_t t = 0; t < n_tiles; t += g) {
         const size_t n = n_tiles - t < g ? n_tiles - t : g;
-        streams w;
+        streams w = {{NULL}};
         for (size_t q = 0; q < n; q++)
             w.b[q] = (const unsigned char *)tile + (t + q) * bytes + 64;
         group_sums(&a, &w, n, &e);
