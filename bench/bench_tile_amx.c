@@ -1,0 +1,254 @@
+/* bench_tile_amx.c — the tile recipe's AMX-BF16 micro-kernels at prefill: GFLOP/s at DeepSeek-V3's
+ * expert shape against tdpbf16ps's peak, measured in the same run. */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE for the buffers (bench/bench_util.h) */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "kernels/expert.h"
+#if defined(MOE_COMPILED_AVX512AMXBF16)
+#include "kernels/avx512amxbf16/expert_bf16_tile.h"
+#endif
+
+/*
+ * One thread, hidden H = 7168, intermediate I = 2048: gate/up tiles of K = H (448 KB each, 128
+ * per expert), down tiles of K = I (64 KB, 448 per expert), m = 8, 16, 32 tokens in one panel
+ * (the engine's rows, uniformly strided, K codes apart; "padded": K + 32 codes apart, so rows
+ * are not a multiple of 4 KB apart; "gathered": rows 0, 3, 4, 6, 8, ... of a padded panel, no
+ * one stride, so the kernels copy each chunk's rows first). Two working sets:
+ *   L2:   2 gate/up tiles and 8 down tiles (+ the token rows: about 1.4 MB and 0.6 MB); for
+ *         both phases together 1 and 4 (1.3 MB); run over and over, so they stay in L2;
+ *   full: a whole expert (88 MB), every tile once per pass, so they come from beyond L2.
+ * Each phase tile by tile (the single-tile entries) and through the multi-tile entries (down
+ * two tiles side by side); "gate/up+down" is the two phases' multi-tile calls one after the
+ * other, flops over the summed time. Figure: the median of 7 timed passes of about 50 ms,
+ * 2·m·K flops per row and token, and its share of the peak: a register-only loop of
+ * independent tdpbf16ps (6 sums, 16·16·32 multiply-adds each), fastest of 7.
+ *
+ * Usage: bench_tile_amx   (no arguments; prints why and exits 0 where AMX-BF16 is not allowed)
+ */
+
+#define H 7168
+#define I 2048
+#define ROWS 16
+#define REPS 7
+#define PAD 32 /* codes added to a padded row */
+
+#if defined(MOE_COMPILED_AVX512AMXBF16)
+
+/* 12 tdpbf16ps per iteration into 6 sum tiles (A 16 × 64 bytes, B 16 × 64), then released. */
+__attribute__((target("amx-tile,amx-bf16"))) static float peak_loop(uint64_t iters)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    static const uint16_t ab[16 * 32] __attribute__((aligned(64))) = {0x3F80, 0x4000, 0x3F00};
+    float c[16][16] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    _tile_loadd(0, ab, 64);
+    _tile_loadd(1, ab, 64);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (uint64_t i = 0; i < iters; i++)
+        for (int r = 0; r < 2; r++) {
+            _tile_dpbf16ps(2, 0, 1);
+            _tile_dpbf16ps(3, 0, 1);
+            _tile_dpbf16ps(4, 0, 1);
+            _tile_dpbf16ps(5, 0, 1);
+            _tile_dpbf16ps(6, 0, 1);
+            _tile_dpbf16ps(7, 0, 1);
+        }
+    _tile_stored(2, c, 64);
+    _tile_release();
+    return c[0][0];
+}
+
+static volatile float sink;
+
+static double peak_gflops(void)
+{
+    uint64_t iters = 1u << 12;
+    for (;;) {
+        double t0 = bench_now_ns();
+        sink = peak_loop(iters);
+        double dt = bench_now_ns() - t0;
+        if (dt > 5e6) {
+            iters = (uint64_t)((double)iters * 5e7 / dt) + 1;
+            break;
+        }
+        iters *= 4;
+    }
+    double t[REPS];
+    for (int r = 0; r < REPS; r++) {
+        double t0 = bench_now_ns();
+        sink = peak_loop(iters);
+        t[r] = bench_now_ns() - t0;
+    }
+    return 12.0 * 16 * 16 * 32 * 2 * (double)iters / bench_min(t, REPS);
+}
+
+/* A working set: n_gu gate/up and n_dn down tiles, m token rows of H and of I codes. */
+typedef struct wset {
+    size_t n_gu, n_dn, gu_bytes, dn_bytes;
+    unsigned char *gu, *dn;
+    uint16_t *x, *h, *hout;
+    float *y;
+} wset;
+
+static size_t tile_bytes(int np, size_t k) { return 64 * (size_t)np + np * (k + 31) / 32 * 1024; }
+
+/* bytes of bf16 codes of random sign and mantissa, magnitudes in [2^(e-127), 2^(e-126)) (f32
+ * biases read from them alike). Like a checkpoint's (activations near 1, weights near 2^-6),
+ * so the sums stay moderate: sums of one sign grow with K until the activation's exp
+ * underflows to subnormals, whose microcode assists would be timed instead of the kernels. */
+static void *big(size_t bytes, unsigned e, uint64_t *s)
+{
+    unsigned char *p = bench_alloc_pages(bytes, 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    for (size_t i = 0; i + 1 < bytes; i += 2) {
+        const uint64_t r = bench_rand(s);
+        const uint16_t c = (uint16_t)((r >> 40 & 0x8000u) | e << 7 | (r & 0x7Fu));
+        memcpy(p + i, &c, 2);
+    }
+    return p;
+}
+
+static void wset_init(wset *w, size_t n_gu, size_t n_dn, uint64_t *s)
+{
+    w->n_gu = n_gu;
+    w->n_dn = n_dn;
+    w->gu_bytes = tile_bytes(2, H);
+    w->dn_bytes = tile_bytes(1, I);
+    w->gu = big(n_gu * w->gu_bytes, 121, s);
+    w->dn = big(n_dn * w->dn_bytes, 121, s);
+    w->x = big(2 * 32 * (H + PAD) * 2, 126, s); /* 64 rows: gathered takes every other one */
+    w->h = big(2 * 32 * (I + PAD) * 2, 126, s);
+    w->hout = big(32 * (I + 64) * 2, 126, s);
+    w->y = big(32 * (H + 64) * 4, 126, s);
+}
+
+enum { GATEUP, DOWN, BOTH };
+static const char *const phase_names[] = {"gate/up", "down", "gate/up+down"};
+
+/* One pass over the set's tiles of a phase (multi: the multi-tile entries). */
+static void pass(const wset *w, int phase, size_t m, bool multi, const void *const *x,
+                 const void *const *hr)
+{
+    static const moe_act_params act = {0, 0, 0};
+    if (phase != DOWN) {
+        if (multi)
+            moe_tile_amx_gateup_tiles(m, H, x, w->gu, w->n_gu, &act, w->hout, I + 64, ROWS);
+        else
+            for (size_t t = 0; t < w->n_gu; t++)
+                moe_tile_amx_gateup(m, H, x, w->gu + t * w->gu_bytes, &act, w->hout + t * ROWS,
+                                    I + 64, ROWS);
+    }
+    if (phase != GATEUP) {
+        if (multi)
+            moe_tile_amx_down_tiles(m, I, hr, w->dn, w->n_dn, w->y, H + 64, ROWS);
+        else
+            for (size_t t = 0; t < w->n_dn; t++)
+                moe_tile_amx_down(m, I, hr, w->dn + t * w->dn_bytes, w->y + t * ROWS, H + 64, ROWS);
+    }
+}
+
+static double phase_flops(const wset *w, int phase, size_t m)
+{
+    double f = 0;
+    if (phase != DOWN) f += 2.0 * m * H * (2.0 * ROWS * (double)w->n_gu);
+    if (phase != GATEUP) f += 2.0 * m * I * (ROWS * (double)w->n_dn);
+    return f;
+}
+
+/* GFLOP/s: the median of REPS timed runs of enough passes for about 50 ms. */
+enum { PANEL, PADDED, GATHERED, N_ROWS };
+static const char *const rows_names[N_ROWS] = {"panel", "padded", "gathered"};
+
+static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
+{
+    const void *x[32], *hr[32];
+    const bool gathered = rows == GATHERED;
+    const size_t step = gathered ? 2 : 1, pad = rows == PANEL ? 0 : PAD;
+    for (size_t i = 0; i < m; i++) {
+        /* gathered: rows 0, 2, 4, ... but row 2 placed as row 3, so no one stride fits */
+        const size_t r = i * step + (gathered && i == 1);
+        x[i] = w->x + r * (H + pad);
+        hr[i] = w->h + r * (I + pad);
+    }
+    int passes = 1;
+    for (;;) {
+        double t0 = bench_now_ns();
+        for (int p = 0; p < passes; p++)
+            pass(w, phase, m, multi, x, hr);
+        double dt = bench_now_ns() - t0;
+        if (dt > 2e7) {
+            passes = (int)((double)passes * 5e7 / dt) + 1;
+            break;
+        }
+        passes *= 2;
+    }
+    double t[REPS];
+    for (int r = 0; r < REPS; r++) {
+        double t0 = bench_now_ns();
+        for (int p = 0; p < passes; p++)
+            pass(w, phase, m, multi, x, hr);
+        t[r] = (bench_now_ns() - t0) / passes;
+    }
+    return phase_flops(w, phase, m) / bench_median(t, REPS);
+}
+
+int main(void)
+{
+    moe_cpu_info ci;
+    if (moe_cpu_query(&ci) != MOE_OK || !ci.allowed.amx_bf16) {
+        printf("bench_tile_amx: amx_bf16 not allowed on this CPU / OS: nothing to time\n");
+        return 0;
+    }
+    uint64_t s = 0x2545F4914F6CDD1Du;
+    const double peak = peak_gflops();
+    printf("tdpbf16ps peak, one thread: %.0f GFLOP/s\n", peak);
+    printf("DeepSeek-V3 expert (H %d, I %d), bf16, tile recipe, AMX-BF16, one thread\n", H, I);
+    printf("%-6s %-14s %3s %-12s %-9s %9s %7s\n", "set", "phase", "m", "entry", "rows", "GFLOP/s",
+           "of peak");
+    wset sets[3];
+    wset_init(&sets[0], 2, 8, &s);
+    wset_init(&sets[1], 1, 4, &s); /* both phases in L2 */
+    wset_init(&sets[2], I / ROWS, H / ROWS, &s);
+    const char *set_names[3] = {"L2", "L2", "full"};
+    for (int si = 0; si < 3; si += 2)
+        for (int phase = GATEUP; phase <= BOTH; phase++)
+            for (size_t m = 8; m <= 32; m *= 2)
+                for (int multi = 0; multi < 2; multi++)
+                    for (int rows = PANEL; rows < N_ROWS; rows++) {
+                        if (rows != PANEL && (m != 32 || !multi)) continue;
+                        if (phase == BOTH && (!multi || rows == GATHERED)) continue;
+                        const wset *w = &sets[si == 0 && phase == BOTH ? 1 : si];
+                        const double g = measure(w, phase, m, multi, rows);
+                        printf("%-6s %-14s %3zu %-12s %-9s %9.0f %7.2f\n", set_names[si],
+                               phase_names[phase], m, multi ? "multi-tile" : "tile by tile",
+                               rows_names[rows], g, g / peak);
+                    }
+    return 0;
+}
+
+#else
+int main(void)
+{
+    printf("bench_tile_amx: no AMX-BF16 kernels in this build: nothing to time\n");
+    return 0;
+}
+#endif
