@@ -8,6 +8,8 @@
 #include "kernels/avx512/expert_shared.h"
 #include "kernels/avx512amxbf16/expert_bf16_tile.h"
 #include "kernels/inline.h"
+#include "kernels/ref/expert_layout.h"
+#include "select/kernel.h"
 
 /*
  * Tile registers, configured once per call from m (palette 1): 0 and 1 the A rows of tokens
@@ -101,20 +103,6 @@ INLINE void gather(amx_acts *a, size_t c)
     const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
     for (size_t i = 0; i < a->m; i++)
         _mm512_store_si512(a->buf[c % 2][i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
-}
-
-/* moe_f32_to_bf16 on 16 lanes (nearest even, NaN quiet, subnormals kept), narrowed to 16
- * words: the integer rounding of the bf16 recipe's AVX-512 epilogue
- * (kernels/avx512/expert_bf16_body.h), not vcvtneps2bf16, which flushes subnormals. */
-INLINE __m256i to_bf16(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-    r = _mm512_srli_epi32(r, 16);
-    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, q);
-    return _mm512_cvtepi32_epi16(r);
 }
 
 /* The epilogue of a group of tiles, token by token: in a multi-tile call one token per chunk
@@ -330,3 +318,10 @@ void moe_tile_amx_down(size_t m, size_t k, const void *const *h, const void *til
 {
     moe_tile_amx_down_tiles(m, k, h, tile, 1, y, y_stride, n_valid);
 }
+
+/* The set: the multi-tile entries at every m (they beat tile-by-tile calls at every m
+ * measured, and the engine hands them a work item's whole run of tiles). */
+MOE_XL_SET(moe_expert_bf16_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
+           MOE_TILE_AMX_MR, MOE_XL_TILE_LAYOUT, .gateup = moe_tile_amx_gateup,
+           .down = moe_tile_amx_down, .gateup_tiles = moe_tile_amx_gateup_tiles,
+           .down_tiles = moe_tile_amx_down_tiles, .tiles_from_m = 0, .tiles_to_m = 0);

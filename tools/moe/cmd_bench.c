@@ -414,6 +414,7 @@ static const char *recipe_insn(const moe_layer_group_plan *g)
         if (!strcmp(isa, "avx512bf16")) return "vdpbf16ps zmm";
         return zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
     case MOE_RECIPE_TILE: /* below AMX-BF16 two FMA chains per 32-K chunk */
+        if (!strcmp(isa, "avx512amxbf16")) return "tdpbf16ps";
         return zmm ? "vfmadd231ps zmm" : "vfmadd231ps ymm";
     case MOE_RECIPE_Q8:
         if (!strcmp(isa, "avx512amx")) return "tdpbssd k32";
