@@ -328,12 +328,12 @@ typedef enum moe_experts_recipe {
     MOE_EXPERTS_RECIPE_BF16 = 2, /* activations rounded to bf16 once per forward, vdpbf16ps's
                                 arithmetic (exact products, fp32 sums): the same bits at every
                                 level, fast from AVX2 up (emulated in portable C below) */
-    MOE_EXPERTS_RECIPE_TILE = 3, /* bf16 experts: activations and h rounded to bf16 as for bf16,
-                                the AMX tile unit's arithmetic (tdpbf16ps: per 32 along K two
-                                fp32 chains of exact products, summed into the total): the same
-                                bits at every level, tdpbf16ps where AMX-BF16 is allowed, FMA
-                                chains below; f32 / f16 experts run f32, FP8 experts are refused
-                                (MOE_EUNSUPPORTED) for now */
+    MOE_EXPERTS_RECIPE_TILE = 3, /* bf16 and FP8 experts: activations and h rounded to bf16 as
+                                for bf16, the AMX tile unit's arithmetic (tdpbf16ps: per 32
+                                along K two fp32 chains of exact products, summed into the
+                                total; FP8: per 128-K block from zero, then one scale FMA): the
+                                same bits at every level, tdpbf16ps where AMX-BF16 is allowed,
+                                FMA chains below; f32 / f16 experts run f32 */
 } moe_experts_recipe;
 
 typedef struct moe_layer_options {

@@ -60,12 +60,13 @@ typedef enum moe_expert_recipe {
     MOE_RECIPE_Q8 = 2,   /* MXFP4 weights: activations quantised per 32-block to int8 with one
                             f32 scale (prepare_act); exact int32 dot products with the doubled
                             E2M1 values; fp32 accumulation across blocks (below) */
-    MOE_RECIPE_TILE = 3, /* bf16 weights: activations rounded to bf16 once per forward (as
-                            BF16); the tile unit's arithmetic, tdpbf16ps, K cut every 32 (below) */
+    MOE_RECIPE_TILE = 3, /* bf16 and FP8 weights: activations rounded to bf16 once per forward
+                            (as BF16); the tile unit's arithmetic, tdpbf16ps, K cut every 32
+                            (FP8: per 128-K block, then one scale FMA; below) */
 } moe_expert_recipe;
 
 /*
- * The tile recipe (bf16 weights), exactly; every ISA gives these bits.
+ * The tile recipe (bf16 and FP8 weights), exactly; every ISA gives these bits.
  *
  * Activations x are the BF16 recipe's bf16 rows (rounded once per forward); gate/up writes h
  * as bf16 codes, down reads them; y is f32. For each output element (row n of a tile, one
@@ -85,6 +86,23 @@ typedef enum moe_expert_recipe {
  * C = acc (the AMX-BF16 sets); FMA under MXCSR DAZ|FTZ on zmm or ymm gives the same bits (the
  * AVX-512 and AVX2 sets: two FMA chains per chunk, then the two additions, MXCSR put back for
  * the bias and the activation). NaN payloads may differ between sets; NaN-ness does not.
+ *
+ * FP8 weights (the FP8 pairs layout, kernels/ref/expert_layout.h): w''_n is row n's codes
+ * widened to the bf16 of e4m3(code) · 2^-8 (exact) and s_b the packed scale of block b
+ * (scale · 2^8). The chunks run per 128-K block from a zero sum, and the block's sum meets its
+ * scale in one fused multiply-add under MXCSR's defaults (no flush):
+ *
+ *   acc = +0
+ *   for each 128-K block b:
+ *       C = +0
+ *       for each 32-K chunk c of block b (4, fewer in the last; the last chunk of K
+ *       zero-padded in x and w''):
+ *           C = moe_tile_bf16_dot_ref(C, x + 32c, w''_n + 32c, 16)
+ *       acc = fmaf(C, s_b, acc)
+ *   v = acc + bias_n, then the epilogue as above
+ *
+ * (on the tile unit: per block the C tiles zeroed, one tdpbf16ps per chunk, stored, and the
+ * FMA on the vector units; the AVX-512 and AVX2 sets put MXCSR back before the FMA).
  *
  * It is not the BF16 recipe's arithmetic: vdpbf16ps takes one chain from the accumulator, odd
  * product then even per pair, while tdpbf16ps, per instruction of at most 16 pairs, runs the
@@ -289,7 +307,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
     return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
-/* Every kernel set compiled into this build, declared from the seven enumerators (one per
+/* Every kernel set compiled into this build, declared from the eight enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
@@ -299,6 +317,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_fp8_bf16.inc"
 #include "kernels/expert_mxfp4_q8.inc"
 #include "kernels/expert_bf16_tile.inc"
+#include "kernels/expert_fp8_tile.inc"
 #undef MOE_KERNEL
 
 #endif

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "kernels/avx512/expert_f32_common.h"
+#include "kernels/avx512/expert_tile_chunk.h"
 #include "kernels/mxcsr_daz_ftz.h"
 #include "select/kernel.h"
 
@@ -27,55 +28,6 @@
  * masked load so nothing past x[k-1] is touched), from which the FMAs broadcast it.
  */
 
-#define MR_TILE 12
-#define CHUNK MOE_XL_TILE_CHUNK
-#define STEPS (CHUNK / 2) /* pair steps per chunk */
-
-/* A chunk of each token's row as f32: xs[i][j] the even element of pair j, xs[i][STEPS + j]
- * the odd one; zeros past k. */
-INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size_t c,
-                        float (*xs)[CHUNK])
-{
-    const size_t k0 = c * CHUNK, n = k - k0 < CHUNK ? k - k0 : CHUNK;
-    const __mmask32 mask = (__mmask32)(n == CHUNK ? ~0u : (1u << n) - 1u);
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        const __m512i v = _mm512_maskz_loadu_epi16(mask, x[i] + k0);
-        _mm512_store_si512(xs[i], _mm512_slli_epi32(v, 16));
-        _mm512_store_si512(xs[i] + STEPS, _mm512_and_si512(v, hi));
-    }
-}
-
-/* One chunk of one projection (its 16 pair lines from l; the L2 prefetch of a line goes skip
- * bytes further once it reaches end) into the M tokens' totals tot[i][p], under DAZ and FTZ. */
-INLINE void chunk_dp(const size_t M, const unsigned char *l, const unsigned char *end, size_t skip,
-                     const float (*xs)[CHUNK], __m512 tot[][2], int p)
-{
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    __m512 e[MR_TILE], o[MR_TILE];
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        e[i] = o[i] = _mm512_setzero_ps();
-        dp_fence(e[i]);
-        dp_fence(o[i]);
-    }
-    for (size_t j = 0; j < STEPS; j++, l += MOE_XL_BF16_LINE) {
-        prefetch_side(l, end, skip);
-        const __m512i w = _mm512_loadu_si512(l);
-        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
-        UNROLL
-        for (size_t i = 0; i < M; i++) {
-            e[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xs[i][j]), e[i]);
-            o[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xs[i][STEPS + j]), o[i]);
-        }
-    }
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        tot[i][p] = _mm512_add_ps(tot[i][p], _mm512_add_ps(e[i], o[i]));
-}
-
 /* The totals over K of np projections (tb: the tile's bytes) for M tokens, in DP's MXCSR:
  * entered before the first chain, left after the last sum, fenced on both sides. */
 INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
@@ -95,10 +47,10 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
         widen_chunk(M, x, k, c, xs);
         const size_t off = moe_xl_tile_pair_at((int64_t)k, 0, c * STEPS);
         if (np == 2) {
-            chunk_dp(M, w + off, up, tb, (const float(*)[CHUNK])xs, tot, 0);
-            chunk_dp(M, up + off, up, 0, (const float(*)[CHUNK])xs, tot, 1);
+            chunk_dp(M, w + off, 1, up, tb, (const float(*)[CHUNK])xs, tot, 0);
+            chunk_dp(M, up + off, 1, up, 0, (const float(*)[CHUNK])xs, tot, 1);
         } else {
-            chunk_dp(M, w + off, w, 0, (const float(*)[CHUNK])xs, tot, 0);
+            chunk_dp(M, w + off, 1, w, 0, (const float(*)[CHUNK])xs, tot, 0);
         }
     }
     UNROLL

@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "dtype/dtype.h"
-#include "kernels/ref/expert_layout.h"
 #include "kernels/inline.h"
+#include "kernels/ref/expert_fp8_pairs.h"
+#include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_ref.h"
 #include "select/kernel.h"
 
@@ -40,12 +41,6 @@ static float load_f32(const unsigned char *p)
     return v;
 }
 
-/* The bf16 code of e4m3(code) · 2^-8: an f32 with at most 4 significant bits, so its top half. */
-static uint32_t fp8_code_bf16(uint8_t code)
-{
-    return moe_math_bits(moe_e4m3_to_f32(code) * MOE_XL_FP8_CODE_UNIT) >> 16;
-}
-
 static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t k,
                       const uint16_t *x)
 {
@@ -55,14 +50,6 @@ static float dot_bf16(const unsigned char *tile, int np, int p, size_t n, size_t
         acc = moe_xr_dpbf16(acc, moe_xl_bf16_x_pair(x, q, k),
                             load_u32(w + moe_xl_bf16_pair_at(np, (int64_t)k, p, q)));
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
-}
-
-/* The weight pair q of row n, projection p, from an FP8 tile in the pairs order. */
-static uint32_t fp8_pair(const unsigned char *tile, int np, int p, size_t n, size_t k, size_t q)
-{
-    const unsigned char *codes = tile + moe_xl_fp8_codes((int64_t)k, np);
-    return fp8_code_bf16(codes[moe_xl_fp8_code_at(MOE_XL_FP8_PAIRS, np, 2 * q, p, n)]) |
-           fp8_code_bf16(codes[moe_xl_fp8_code_at(MOE_XL_FP8_PAIRS, np, 2 * q + 1, p, n)]) << 16;
 }
 
 static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t k,
@@ -76,7 +63,8 @@ static float dot_fp8(const unsigned char *tile, int np, int p, size_t n, size_t 
         const size_t q1 = q0 + block_pairs < pairs ? q0 + block_pairs : pairs;
         float bacc = 0.0f;
         for (size_t q = q0; q < q1; q++)
-            bacc = moe_xr_dpbf16(bacc, moe_xl_bf16_x_pair(x, q, k), fp8_pair(tile, np, p, n, k, q));
+            bacc = moe_xr_dpbf16(bacc, moe_xl_bf16_x_pair(x, q, k),
+                                 moe_xr_fp8_pair(tile, np, p, n, k, q));
         acc = fmaf(bacc, load_f32(scales + (b * (size_t)np + (size_t)p) * 4), acc);
     }
     return acc + load_f32(tile + ((size_t)p * NR + n) * 4);
@@ -88,7 +76,7 @@ static float chains(const unsigned char *tile, int fp8, size_t q0, size_t q1, si
 {
     float acc[2] = {0.0f, 0.0f};
     for (size_t q = q0; q < q1; q++) {
-        const uint32_t w = fp8 ? fp8_pair(tile, 1, 0, n, k, q)
+        const uint32_t w = fp8 ? moe_xr_fp8_pair(tile, 1, 0, n, k, q)
                                : load_u32(tile + moe_xl_bf16_weights(1) +
                                           moe_xl_bf16_pair_at(1, (int64_t)k, 0, q) + n * 4);
         acc[q & 1] = moe_xr_dpbf16(acc[q & 1], moe_xl_bf16_x_pair(x, q, k), w);

@@ -5,6 +5,7 @@
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_ref.h"
+#include "kernels/ref/tile_x_chunk.h"
 #include "kernels/tile_bf16.h"
 #include "select/kernel.h"
 
@@ -21,14 +22,6 @@
 #define NR MOE_XL_NR
 #define MR 8
 #define CHUNK MOE_XL_TILE_CHUNK
-
-/* Chunk c of a row of k bf16 codes, zeros past k. */
-static void x_chunk(const uint16_t *x, size_t k, size_t c, uint16_t out[CHUNK])
-{
-    const size_t k0 = c * CHUNK, n = k - k0 < CHUNK ? k - k0 : CHUNK;
-    memset(out, 0, CHUNK * sizeof out[0]);
-    memcpy(out, x + k0, n * sizeof out[0]);
-}
 
 /* Row n's weights of chunk c of projection p, as 32 codes in K order. */
 static void w_chunk(const unsigned char *tile, int np, size_t k, int p, size_t n, size_t c,
@@ -49,7 +42,7 @@ static float dot(const unsigned char *tile, int np, int p, size_t n, size_t k, c
     float acc = 0.0f, bias;
     for (size_t c = 0; c < moe_xl_tile_chunks((int64_t)k); c++) {
         uint16_t xc[CHUNK], wc[CHUNK];
-        x_chunk(x, k, c, xc);
+        moe_xr_tile_x_chunk(x, k, c, xc);
         w_chunk(tile, np, k, p, n, c, wc);
         acc = moe_tile_bf16_dot_ref(acc, xc, wc, CHUNK / 2);
     }

@@ -105,9 +105,8 @@ class Model(Handle):
         """Create layer I: choose its kernels and pack its weights once.
 
         ``threads``: worker threads per forward (None: the number of cores); ``recipe``:
-        the bf16/FP8 experts' recipe, "f32" (default), "bf16", or "tile" (bf16 experts only:
-        the AMX tile unit's arithmetic, tdpbf16ps where allowed; FP8 experts are refused with
-        UnsupportedError); ``logits_dtype``: the router
+        the bf16/FP8 experts' recipe, "f32" (default), "bf16", or "tile" (the AMX tile unit's
+        arithmetic, tdpbf16ps where allowed, the same bits elsewhere); ``logits_dtype``: the router
         logits, "f32" (default) or "bf16" (parity with a bf16 gate); ``fixed_threads``: every
         forward on all ``threads`` (default False: fewer while the threads are being preempted,
         as when PyTorch's threads keep a core busy; the results are the same bits)."""

@@ -45,6 +45,8 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_EXPERT_F32_F32 = 21,
     /* Expert MLP kernel sets for bf16 weights, tile recipe (tdpbf16ps's arithmetic). */
     MOE_KERNEL_FAMILY_EXPERT_BF16_TILE = 22,
+    /* Expert MLP kernel sets for FP8 block weights, tile recipe. */
+    MOE_KERNEL_FAMILY_EXPERT_FP8_TILE = 23,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 

@@ -118,6 +118,10 @@ static const moe_kernel registry[] = {
     {#name, MOE_KERNEL_FAMILY_EXPERT_BF16_TILE, isa, {.expert_set = &name}, {.expert_set = &ref}},
 #include "kernels/expert_bf16_tile.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_FP8_TILE, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_fp8_tile.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -144,6 +148,7 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8] = "expert_mxfp4_q8",
     [MOE_KERNEL_FAMILY_EXPERT_F32_F32] = "expert_f32_f32",
     [MOE_KERNEL_FAMILY_EXPERT_BF16_TILE] = "expert_bf16_tile",
+    [MOE_KERNEL_FAMILY_EXPERT_FP8_TILE] = "expert_fp8_tile",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)

@@ -141,8 +141,9 @@ static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
         return recipe == MOE_RECIPE_BF16   ? MOE_KERNEL_FAMILY_EXPERT_BF16_BF16
                : recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_BF16_TILE
                                            : MOE_KERNEL_FAMILY_EXPERT_BF16_F32;
-    return recipe == MOE_RECIPE_BF16 ? MOE_KERNEL_FAMILY_EXPERT_FP8_BF16
-                                     : MOE_KERNEL_FAMILY_EXPERT_FP8_F32;
+    return recipe == MOE_RECIPE_BF16   ? MOE_KERNEL_FAMILY_EXPERT_FP8_BF16
+           : recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_FP8_TILE
+                                       : MOE_KERNEL_FAMILY_EXPERT_FP8_F32;
 }
 
 static bool is_expert_scale(moe_dtype d)
@@ -205,10 +206,6 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
         return moe_error(MOE_EUNSUPPORTED,
                          "moe_select_experts: the q8 recipe is for MXFP4 weights, not %s",
                          format_text(p->format));
-    if (p->format == MOE_EXPERT_FMT_FP8_BLOCK && p->recipe == MOE_RECIPE_TILE)
-        return moe_error(MOE_EUNSUPPORTED,
-                         "moe_select_experts: FP8 expert weights have no tile recipe yet (it "
-                         "takes bf16 weights)");
     if (p->format == MOE_EXPERT_FMT_BF16 && p->weight_dtype != MOE_DTYPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
                          "moe_select_experts: bf16-format expert weights of dtype %s; %s weights "

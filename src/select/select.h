@@ -101,8 +101,7 @@ typedef struct moe_expert_problem {
     int64_t intermediate;   /* I ≥ 1 (shared experts: already × n_shared; MXFP4: × 32) */
     int activation;         /* moe_activation: 0, 1 or 2 */
     bool has_bias;          /* gpt-oss expert biases (every kernel set takes them) */
-    /* requested: F32 (the default, 0) or BF16 for bf16 / FP8 weights, TILE for bf16 weights
-     * (FP8 weights asked TILE are refused, for now). MXFP4 weights have one recipe, Q8: F32
+    /* requested: F32 (the default, 0), BF16 or TILE for bf16 / FP8 weights. MXFP4 weights have one recipe, Q8: F32
      * (no preference) or Q8 select it, BF16 and TILE are refused. F32 and F16 weights have
      * one recipe, F32: a BF16 or TILE request resolves to it (the reason says so), Q8 is
      * refused. */
@@ -129,12 +128,12 @@ typedef struct moe_expert_choice {
  * instruction that runs it. The ISA ladder of the (format, recipe) family then picks the
  * set; the recipe never depends on the batch. A BF16 request on a CPU without AVX512-BF16
  * gets the reference set, and the reason says so.
- * The TILE recipe (bf16 weights) is tdpbf16ps's arithmetic: the AMX-BF16 set where amx_bf16 is
+ * The TILE recipe (bf16 and FP8 weights) is tdpbf16ps's arithmetic: the AMX-BF16 set where amx_bf16 is
  * allowed, else the AVX-512, AVX2 or portable sets, which give its bits, the reason naming
  * which arithmetic runs ("tdpbf16ps tiles", or the tile unit's arithmetic as two FMA chains).
  * MOE_EINVAL for NULL arguments, shapes below 1, an unknown format, activation or recipe;
  * MOE_EUNSUPPORTED for bf16-format weights that are not BF16 (F16, F32), a BF16 or TILE request
- * for MXFP4, a TILE request for FP8, or a Q8 request for anything else; MOE_EDTYPE for a weight or
+ * for MXFP4, or a Q8 request for anything else; MOE_EDTYPE for a weight or
  * scale dtype the format cannot have; MOE_ESHAPE for MXFP4 shapes that are not multiples of 32;
  * MOE_EOVERFLOW when a tile of this shape does not fit in size_t. *out is untouched on error.
  */

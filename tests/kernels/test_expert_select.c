@@ -230,28 +230,30 @@ static void test_plain_ladder(const moe_cpu_caps *caps, size_t ncaps)
     CHECK(strstr(moe_last_error(), "f32 weights are their own format") != NULL);
 }
 
-/* The tile recipe's AMX-BF16 set, where this build registers one (the registry is read for it:
- * its tile size is the set's own), else NULL. */
-static const moe_kernel *tile_amx_set(void)
+/* The tile recipe's AMX-BF16 set of family f, where this build registers one (the registry is
+ * read for it: its tile size is the set's own), else NULL. */
+static const moe_kernel *tile_amx_set(moe_kernel_family f)
 {
     size_t n;
     const moe_kernel *reg = moe_kernel_registry(&n);
     for (size_t i = 0; i < n; i++)
-        if (reg[i].family == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE &&
-            reg[i].isa == MOE_REQ_AVX512AMXBF16)
-            return &reg[i];
+        if (reg[i].family == f && reg[i].isa == MOE_REQ_AVX512AMXBF16) return &reg[i];
     return NULL;
 }
 
-/* bf16 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 -> avx512amxbf16,
- * the reason naming the arithmetic that runs (tdpbf16ps tiles, or the tile unit's arithmetic
- * as FMA chains, or in portable C). Made-up machines: AMX-BF16 with the OS's grant of the tile
- * data (amx_bf16 allowed) and without it (the CPU's AMX flags, but amx_bf16 not allowed);
- * AVX512-BF16 alone; AVX-512 alone; AVX2 alone; nothing. Names spelled out from
- * kernels/expert_bf16_tile.inc. */
-static void test_tile_ladder(void)
+/* bf16 and FP8 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
+ * avx512amxbf16 of each format's family, the reason naming the arithmetic that runs
+ * (tdpbf16ps tiles, or the tile unit's arithmetic as FMA chains, or in portable C). Made-up
+ * machines: AMX-BF16 with the OS's grant of the tile data (amx_bf16 allowed) and without it
+ * (the CPU's AMX flags, but amx_bf16 not allowed); AVX512-BF16 alone; AVX-512 alone; AVX2
+ * alone; nothing. Names spelled out from kernels/expert_bf16_tile.inc and
+ * kernels/expert_fp8_tile.inc. */
+static void test_tile_ladder_of(bool fp8)
 {
-    const moe_kernel *amx = tile_amx_set();
+    const moe_kernel_family fam =
+        fp8 ? MOE_KERNEL_FAMILY_EXPERT_FP8_TILE : MOE_KERNEL_FAMILY_EXPERT_BF16_TILE;
+    const int fmt = fp8 ? MOE_EXPERT_FMT_FP8_BLOCK : MOE_EXPERT_FMT_BF16;
+    const moe_kernel *amx = tile_amx_set(fam);
     const char *fma = "recipe tile (bf16 activations, the tile unit's arithmetic as two FMA chains "
                       "under DAZ and FTZ), as requested";
     const struct {
@@ -270,25 +272,29 @@ static void test_tile_ladder(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const moe_cpu_caps norm = moe_cpu_caps_normalize(cases[c].caps);
-        const char *want = "moe_expert_bf16_tile_8x16__ref", *recipe = "the tile unit's arithmetic "
-                                                                       "in portable C";
+        const char *want = fp8 ? "moe_expert_fp8_tile_8x16__ref" : "moe_expert_bf16_tile_8x16__ref";
+        const char *recipe = "the tile unit's arithmetic in portable C";
 #ifdef MOE_COMPILED_AVX2
-        if (norm.avx2) want = "moe_expert_bf16_tile_4x16__avx2", recipe = fma;
+        if (norm.avx2)
+            want = fp8 ? "moe_expert_fp8_tile_4x16__avx2" : "moe_expert_bf16_tile_4x16__avx2",
+            recipe = fma;
 #endif
 #ifdef MOE_COMPILED_AVX512
-        if (norm.avx2 && norm.avx512) want = "moe_expert_bf16_tile_12x16__avx512", recipe = fma;
+        if (norm.avx2 && norm.avx512)
+            want = fp8 ? "moe_expert_fp8_tile_12x16__avx512" : "moe_expert_bf16_tile_12x16__avx512",
+            recipe = fma;
 #endif
         if (cases[c].tiles && amx) {
             want = amx->name;
             recipe = "recipe tile (activations rounded to bf16, tdpbf16ps tiles), as requested";
         }
-        moe_expert_problem p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_TILE);
+        moe_expert_problem p = problem(fmt, MOE_RECIPE_TILE);
         moe_expert_choice ch;
         CHECK_STATUS(moe_select_experts(&cases[c].caps, &p, &ch), MOE_OK);
         CHECKF(!strcmp(ch.set->name, want), "%s: %s, want %s", cases[c].what, ch.set->name, want);
         CHECK(ch.kernel && ch.kernel->fn.expert_set == ch.set);
-        CHECK(ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE);
-        CHECK(ch.recipe == MOE_RECIPE_TILE && ch.set->format == MOE_EXPERT_FMT_BF16);
+        CHECK(ch.kernel->family == fam);
+        CHECK(ch.recipe == MOE_RECIPE_TILE && ch.set->format == fmt);
         CHECKF(!strncmp(ch.reason, want, strlen(want)) && strstr(ch.reason, recipe) != NULL,
                "%s: reason '%s' lacks '%s'", cases[c].what, ch.reason, recipe);
         /* Where the AMX set was given up for the AVX-512 one, amx_bf16 is what was missing. */
@@ -305,6 +311,12 @@ static void test_tile_ladder(void)
             CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
         }
     }
+}
+
+static void test_tile_ladder(void)
+{
+    test_tile_ladder_of(false);
+    test_tile_ladder_of(true);
 }
 
 static void test_ladder(void)
@@ -386,9 +398,10 @@ static void test_reasons(void)
     moe_cpu_caps novbmi = make_caps(1, 1, 1, 1, 1, 0, 0, 0);
     CHECK_STATUS(moe_select_experts(&novbmi, &p, &ch), MOE_OK);
 #ifdef MOE_COMPILED_AVX512VBMI
-    CHECKF(!strcmp(ch.reason, "moe_expert_fp8_f32_32x16__avx512: "
-                              "moe_expert_fp8_f32_32x16__avx512vbmi needs avx512_vbmi, which is not "
-                              "allowed; recipe f32 (f32 activations, fp32 FMA)"),
+    CHECKF(!strcmp(ch.reason,
+                   "moe_expert_fp8_f32_32x16__avx512: "
+                   "moe_expert_fp8_f32_32x16__avx512vbmi needs avx512_vbmi, which is not "
+                   "allowed; recipe f32 (f32 activations, fp32 FMA)"),
            "reason '%s'", ch.reason);
     CHECK(ch.missing == MOE_FEAT_AVX512_VBMI);
     moe_cpu_caps all = make_caps(1, 1, 1, 1, 1, 1, 0, 0);
@@ -508,7 +521,8 @@ static void test_errors(void)
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "no bf16 recipe");
     p = mxfp4_problem(MOE_RECIPE_Q8);
     p.hidden = 2880 + 16;
-    expect_error(&caps, &p, MOE_ESHAPE, "hidden 2896 and intermediate 2880 must be multiples of 32");
+    expect_error(&caps, &p, MOE_ESHAPE,
+                 "hidden 2896 and intermediate 2880 must be multiples of 32");
     p = mxfp4_problem(MOE_RECIPE_Q8);
     p.intermediate = 100;
     expect_error(&caps, &p, MOE_ESHAPE, "intermediate 100");
@@ -522,10 +536,7 @@ static void test_errors(void)
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "the q8 recipe is for MXFP4 weights, not FP8");
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_Q8);
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "not bf16");
-    /* The tile recipe takes bf16 weights only, for now: FP8 and MXFP4 are named. */
-    p = good;
-    p.recipe = MOE_RECIPE_TILE;
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "FP8 expert weights have no tile recipe");
+    /* The tile recipe takes bf16 and FP8 weights: MXFP4 is named. */
     p = mxfp4_problem(MOE_RECIPE_TILE);
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "MXFP4 expert weights have no tile recipe");
 

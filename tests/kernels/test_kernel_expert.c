@@ -34,6 +34,9 @@ static const xset sets[] = {
 #define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_BF16_TILE},
 #include "kernels/expert_bf16_tile.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref) {#name, isa, &name, &ref, MOE_KERNEL_FAMILY_EXPERT_FP8_TILE},
+#include "kernels/expert_fp8_tile.inc"
+#undef MOE_KERNEL
 };
 #define NSETS (sizeof sets / sizeof sets[0])
 #define MAX_MR 32
@@ -492,9 +495,8 @@ static void case_gateup(const xset *xs, const kcase *c)
         CHECKF(e <= BF16_CASE_TOL, "%s %s k=%lld n=%lld: error %.3g vs f32 activations", xs->name,
                what, (long long)c->k, (long long)c->n, e);
         pool_add(e, total);
-        CHECKF(eb <= 0x1p-8 + 1e-5, "%s %s k=%lld n=%lld: error %.3g vs bf16 activations",
-               xs->name, what,
-               (long long)c->k, (long long)c->n, eb);
+        CHECKF(eb <= 0x1p-8 + 1e-5, "%s %s k=%lld n=%lld: error %.3g vs bf16 activations", xs->name,
+               what, (long long)c->k, (long long)c->n, eb);
     } else if (!bf) {
         CHECKF(e <= 1e-5, "%s %s k=%lld n=%lld: error %.3g", xs->name, what, (long long)c->k,
                (long long)c->n, e);

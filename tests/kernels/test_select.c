@@ -42,14 +42,17 @@ static bool is_expert(moe_kernel_family f)
     return f == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 || f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_F32_F32 ||
-           f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE;
+           f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
 }
 
 static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
                                 moe_kernel_choice *ch)
 {
-    const bool fp8 =
-        f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
+    const bool fp8 = f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 ||
+                     f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
+                     f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
+    const bool tile =
+        f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
     const bool bf16 =
         f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
     moe_expert_problem p = {
@@ -58,9 +61,9 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
         .scale_dtype = MOE_DTYPE_F32,
         .hidden = 7168,
         .intermediate = 2048,
-        .recipe = bf16                                      ? MOE_RECIPE_BF16
-                  : f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE ? MOE_RECIPE_TILE
-                                                            : MOE_RECIPE_F32,
+        .recipe = bf16   ? MOE_RECIPE_BF16
+                  : tile ? MOE_RECIPE_TILE
+                         : MOE_RECIPE_F32,
     };
     if (f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) {
         p.format = MOE_EXPERT_FMT_MXFP4;
@@ -121,7 +124,10 @@ static moe_status select_any(moe_kernel_family f, const moe_cpu_caps *caps, moe_
 
 static moe_cpu_caps make_caps(bool avx2, bool avx512, bool bf16, bool vnni, bool fp16)
 {
-    moe_cpu_caps c = {.avx2 = avx2, .avx512 = avx512, .avx512_bf16 = bf16, .avx512_vnni = vnni,
+    moe_cpu_caps c = {.avx2 = avx2,
+                      .avx512 = avx512,
+                      .avx512_bf16 = bf16,
+                      .avx512_vnni = vnni,
                       .avx512_fp16 = fp16};
     return c;
 }
