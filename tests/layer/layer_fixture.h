@@ -144,21 +144,6 @@ static inline const char *fx_recipe_name(int recipe)
     return recipe >= 0 && recipe < 4 ? names[recipe] : "?";
 }
 
-/* Whether any expert group of the model holds FP8 weights (which the tile recipe refuses). */
-static inline bool fx_has_fp8(const moe_model *m)
-{
-    const moe_model_desc *d = moe_model_desc_of(m);
-    for (int i = 0; i < d->n_layers; i++) {
-        const moe_layer_desc *ld = &d->layers[i];
-        if (ld->kind == MOE_LAYER_DENSE ? ld->dense.format == MOE_WFMT_FP8_BLOCK
-                                        : ld->experts.format == MOE_WFMT_FP8_BLOCK ||
-                                              (ld->n_shared > 0 &&
-                                               ld->shared.format == MOE_WFMT_FP8_BLOCK))
-            return true;
-    }
-    return false;
-}
-
 /* LAYER of M, created with options O and TUNING (NULL: none, as moe_layer_create does); a
  * failure stops the test. */
 static inline moe_layer *fx_layer(const moe_model *m, int layer, const moe_layer_options *o,

@@ -177,14 +177,15 @@ static void run_layer(const moe_model *m, int layer, const moe_cpu_caps *caps, i
     moe_layer_destroy(l2);
 }
 
-/* The tile recipe on bf16 experts (routed, shared and dense groups; gpt-oss's stacked tensors
- * and biases): at every level tokens alone = batches of 1..300 (best level; 64 above the
- * reference, 32 on it) = 1 and 2 threads, and the same bits at every level, the portable
- * reference's included. */
+/* The tile recipe on bf16 and FP8 experts (routed, shared and dense groups: DeepSeek-V3 in bf16
+ * and FP8; gpt-oss's stacked tensors and biases): at every level tokens alone = batches of 1..300
+ * (best level; 64 above the reference, 32 on it) = 1 and 2 threads, and the same bits at every
+ * level, the portable reference's included. */
 static void test_tile(const char *dir, const moe_cpu_caps *caps, const char **names,
                       size_t n_levels)
 {
-    static const char *const families[] = {"deepseek_v3", "qwen3_moe", "gpt_oss"};
+    static const char *const families[] = {"deepseek_v3", "deepseek_v3_fp8", "qwen3_moe",
+                                           "gpt_oss"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const fam_case *fc = NULL;
         for (size_t i = 0; i < N_FAM_CASES; i++)
@@ -192,7 +193,6 @@ static void test_tile(const char *dir, const moe_cpu_caps *caps, const char **na
         REQUIRE(fc);
         fx_write_model(dir, fc->config, 700 + f);
         moe_model *m = fx_open(dir, false);
-        REQUIRE(!fx_has_fp8(m));
         const int layers[2] = {fc->moe_layer, fc->other_layer};
         const size_t h = (size_t)moe_model_desc_of(m)->hidden;
         for (int li = 0; li < 2; li++) {

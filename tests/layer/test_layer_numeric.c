@@ -509,9 +509,7 @@ static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool ev
             run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_F32, best, 0, x, tokens);
             if (i == 0 || best || !strcmp(names[i], "avx512") || !strcmp(names[i], "avx2")) {
                 run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_BF16, best, 0, x, tokens);
-                /* The tile recipe where no group is FP8 (refused there: test_tile_refusals). */
-                if (!fx_has_fp8(m))
-                    run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_TILE, best, 0, x, tokens);
+                run_level(m, &r, fc, &caps[i], names[i], MOE_RECIPE_TILE, best, 0, x, tokens);
             }
         }
         /* moe bench's aliased layer (per-expert and stacked tensors): 5 experts packed, the
@@ -526,9 +524,9 @@ static void run_case(const fam_case *fc, const char *dir, uint64_t seed, bool ev
     fx_remove_model(dir);
 }
 
-/* The tile recipe takes bf16 experts only, for now: an FP8 group is refused at creation, naming
- * the format, and describe says the same. */
-static void test_tile_refusals(const char *dir)
+/* The tile recipe on FP8 experts: DeepSeek-V3 FP8's MoE layer (routed and shared groups) and
+ * its dense layer are created with the FP8 tile sets, and describe names them. */
+static void test_tile_fp8_sets(const char *dir)
 {
     const fam_case *fc = &fam_cases[2];
     REQUIRE(!strcmp(fc->name, "deepseek_v3_fp8"));
@@ -536,14 +534,17 @@ static void test_tile_refusals(const char *dir)
     moe_model *m = fx_open(dir, false);
     const moe_layer_options opts = fx_options(THREADS, MOE_RECIPE_TILE);
     for (int li = 0; li < 2; li++) {
+        const int layer = li ? fc->other_layer : fc->moe_layer;
         moe_layer *l = NULL;
-        CHECK_STATUS(moe_layer_create(m, li ? fc->other_layer : fc->moe_layer, &opts, &l),
-                     MOE_EUNSUPPORTED);
-        CHECKF(l == NULL && strstr(moe_last_error(), "FP8 expert weights have no tile recipe"),
-               "layer %d: '%s'", li, moe_last_error());
+        CHECKF(moe_layer_create(m, layer, &opts, &l) == MOE_OK && l != NULL, "layer %d: '%s'",
+               layer, moe_last_error());
+        moe_layer_destroy(l);
         char *desc = NULL;
-        CHECK_STATUS(moe_layer_describe(m, fc->moe_layer, &opts, &desc), MOE_EUNSUPPORTED);
-        CHECK(desc == NULL);
+        CHECK_STATUS(moe_layer_describe(m, layer, &opts, &desc), MOE_OK);
+        CHECKF(desc && strstr(desc, "moe_expert_fp8_tile_") &&
+                   !strstr(desc, "moe_expert_fp8_f32_") && !strstr(desc, "moe_expert_fp8_bf16_"),
+               "layer %d: describe '%s'", layer, desc ? desc : "(null)");
+        moe_free(desc);
     }
     moe_model_close(m);
     fx_remove_model(dir);
@@ -553,7 +554,7 @@ int main(void)
 {
     char dir[] = "/tmp/moe_test_layer_numeric_XXXXXX";
     REQUIRE(mkdtemp(dir) != NULL);
-    test_tile_refusals(dir);
+    test_tile_fp8_sets(dir);
     for (size_t i = 0; i < N_FAM_CASES; i++) {
         const char *name = fam_cases[i].name;
         run_case(&fam_cases[i], dir, 1000 + i,
