@@ -201,18 +201,23 @@ done
 r=$tmp/gptoss-mxfp4
 run_ok "gptoss-mxfp4: --recipe bf16" --model "$r/ckpt" --hidden "$r/x.npy" --recipe bf16 --out "$r/by.npy"
 check "gptoss-mxfp4: --recipe bf16 = the default (q8)" cmp -s "$r/by.npy" "$r/a_y.npy"
-# --recipe tile: bf16 experts take bf16 activations with the tile unit's arithmetic (the
-# float64 reference's bf16-activation tolerance, batch invariance, not the bf16 recipe's bits);
-# MXFP4 experts run q8 whatever is asked; FP8 experts are refused (below, with the errors).
-r=$tmp/qwen3-bf16
-run_ok "qwen3-bf16: --recipe tile" --model "$r/ckpt" --hidden "$r/x.npy" --recipe tile --explain \
-  --out "$r/ty.npy"
-check "qwen3-bf16: --recipe tile in the explain text" grep -q 'recipe asked of the expert kernels: tile (options->experts_recipe)' "$tmp/stdout"
-run_ok "qwen3-bf16: --recipe tile, rows 0-2" --model "$r/ckpt" --hidden "$r/x0.npy" --recipe tile \
-  --out "$r/t0y.npy" --logits-out "$r/t0l.npy" --ids-out "$r/t0i.npy" --weights-out "$r/t0w.npy"
-check "qwen3-bf16: --recipe tile differs from bf16" differ "$r/ty.npy" "$r/by.npy"
-check "qwen3-bf16: --recipe tile: batch invariance, float64 reference" py batch \
-  same-rows "$r/ty.npy" "$r/t0y.npy" 0 \; block "$r/ckpt" 0 "$r/x0.npy" "$r/t0l.npy" "$r/t0i.npy" "$r/t0w.npy" "$r/t0y.npy"
+# --recipe tile: bf16 and FP8 experts take bf16 activations with the tile unit's arithmetic (the
+# float64 reference's bf16-activation tolerance, batch invariance, not the bf16 recipe's bits;
+# the explain text names the tile sets); MXFP4 experts run q8 whatever is asked.
+for name in qwen3-bf16 mixtral-fp8; do
+  r=$tmp/$name
+  fmt=bf16
+  [ "$name" = mixtral-fp8 ] && fmt=fp8
+  run_ok "$name: --recipe tile" --model "$r/ckpt" --hidden "$r/x.npy" --recipe tile --explain \
+    --out "$r/ty.npy"
+  check "$name: --recipe tile in the explain text" grep -q 'recipe asked of the expert kernels: tile (options->experts_recipe)' "$tmp/stdout"
+  check "$name: --recipe tile runs the ${fmt} tile sets" grep -q "moe_expert_${fmt}_tile_" "$tmp/stdout"
+  run_ok "$name: --recipe tile, rows 0-2" --model "$r/ckpt" --hidden "$r/x0.npy" --recipe tile \
+    --out "$r/t0y.npy" --logits-out "$r/t0l.npy" --ids-out "$r/t0i.npy" --weights-out "$r/t0w.npy"
+  check "$name: --recipe tile differs from bf16" differ "$r/ty.npy" "$r/by.npy"
+  check "$name: --recipe tile: batch invariance, float64 reference" py batch \
+    same-rows "$r/ty.npy" "$r/t0y.npy" 0 \; block "$r/ckpt" 0 "$r/x0.npy" "$r/t0l.npy" "$r/t0i.npy" "$r/t0w.npy" "$r/t0y.npy"
+done
 r=$tmp/gptoss-mxfp4
 run_ok "gptoss-mxfp4: --recipe tile" --model "$r/ckpt" --hidden "$r/x.npy" --recipe tile --out "$r/ty.npy"
 check "gptoss-mxfp4: --recipe tile = the default (q8)" cmp -s "$r/ty.npy" "$r/a_y.npy"
@@ -263,8 +268,6 @@ expect_error "--threads 0" 2 "--threads" --model "$qk" --threads 0 --hidden "$q/
 expect_error "--threads junk" 2 "--threads" --model "$qk" --threads 2x --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--repeat 0" 2 "--repeat" --model "$qk" --repeat 0 --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "--logits-dtype f16" 2 "--logits-dtype" --model "$qk" --logits-dtype f16 --hidden "$q/x.npy" "${outs_e[@]}"
-expect_error "--recipe tile on FP8 experts" 1 "FP8 expert weights have no tile recipe" \
-  --model "$tmp/mixtral-fp8/ckpt" --recipe tile --hidden "$tmp/mixtral-fp8/x.npy" "${outs_e[@]}"
 expect_error "--recipe f16" 2 "--recipe 'f16' is not f32, bf16 or tile" --model "$qk" --recipe f16 --hidden "$q/x.npy" "${outs_e[@]}"
 expect_error "the same output twice" 2 "same file" --model "$qk" --hidden "$q/x.npy" --out "$e/y.npy" --weights-out "$e/y.npy"
 expect_error "no such model" 1 "$e/nothing" --model "$e/nothing" --hidden "$q/x.npy" "${outs_e[@]}"

@@ -98,13 +98,17 @@ def test_bf16_recipe(checkpoint):
     assert "bf16" in bf.explain()
 
 
-@pytest.mark.parametrize("family,index", [("qwen3_moe", 1), ("deepseek_v3", 1),
-                                          ("deepseek_v3", 0), ("gpt_oss", 0)])
-def test_tile_recipe(checkpoint, family, index):
-    """recipe='tile' on bf16 experts (routed, shared, dense; gpt-oss's biases): activations
-    rounded to bf16, the tile unit's arithmetic: within 1e-2 of the exact block, not the f32
-    recipe's result, and the same bits in a batch as token by token."""
-    d = checkpoint(family, "bf16")
+@pytest.mark.parametrize("family,dtype,index", [("qwen3_moe", "bf16", 1),
+                                                ("deepseek_v3", "bf16", 1),
+                                                ("deepseek_v3", "bf16", 0),
+                                                ("gpt_oss", "bf16", 0),
+                                                ("deepseek_v3", "fp8", 1),
+                                                ("deepseek_v3", "fp8", 0)])
+def test_tile_recipe(checkpoint, family, dtype, index):
+    """recipe='tile' on bf16 and FP8 experts (routed, shared, dense; gpt-oss's biases):
+    activations rounded to bf16, the tile unit's arithmetic: within 1e-2 of the exact block, not
+    the f32 recipe's result, and the same bits in a batch as token by token."""
+    d = checkpoint(family, dtype)
     ref = LayerRef(Checkpoint(d), index)
     with libmoe.open(d) as model:
         tile = model.layer(index, recipe="tile")
@@ -118,13 +122,7 @@ def test_tile_recipe(checkpoint, family, index):
     for t in range(T):
         assert np.array_equal(tile(x[t:t + 1], tok[t:t + 1]), got[t:t + 1])
     assert "recipe: tile (" in tile.explain()
-
-
-def test_tile_recipe_refuses_fp8(checkpoint):
-    """FP8 experts have no tile recipe yet: creation says so, naming the format."""
-    with libmoe.open(checkpoint("deepseek_v3", "fp8")) as model:
-        with pytest.raises(libmoe.UnsupportedError, match="FP8 expert weights have no tile"):
-            model.layer(1, recipe="tile")
+    assert f"moe_expert_{dtype}_tile_" in tile.explain()
 
 
 @pytest.mark.parametrize("family,dtype,index,tol", [("deepseek_v3", "fp8", 1, 1e-5),
