@@ -760,7 +760,8 @@ int main(int argc, char **argv)
         const moe_kernel *k = &reg[r];
         if ((k->family < MOE_KERNEL_FAMILY_EXPERT_BF16_F32 ||
              k->family > MOE_KERNEL_FAMILY_EXPERT_FP8_BF16) &&
-            k->family != MOE_KERNEL_FAMILY_EXPERT_BF16_TILE)
+            k->family != MOE_KERNEL_FAMILY_EXPERT_BF16_TILE &&
+            k->family != MOE_KERNEL_FAMILY_EXPERT_FP8_TILE)
             continue;
         const moe_expert_kernels *ks = k->fn.expert_set;
         if ((ks->isa & ~allowed) != 0) continue;
