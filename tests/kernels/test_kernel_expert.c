@@ -8,8 +8,11 @@
 #include <string.h>
 #include <xmmintrin.h>
 
+#include "dtype/dtype.h"
 #include "expert_check.h"
 #include "guarded.h"
+#include "kernels/ref/expert_ref.h"
+#include "kernels/tile_bf16.h"
 
 #define MXCSR_FLAGS 0x3Fu /* MXCSR's status flags */
 
@@ -897,6 +900,94 @@ static void test_registry(void)
     }
 }
 
+/* ---- The tile recipe's FP8 statement ------------------------------------------------------ */
+
+/* Row r of an FP8 matrix times the bf16 row x as the tile recipe states it for FP8 weights
+ * (kernels/expert.h, "The tile recipe"), from the checkpoint's codes and scales: per 128-K
+ * block C = +0, one moe_tile_bf16_dot_ref per 32-K chunk (x and the weights e4m3(code) · 2^-8,
+ * exact in bf16, zero past k), then acc = fmaf(C, scale · 2^8, acc); plus the bias (0). */
+static float fp8_tile_statement(const mat *m, int64_t r, const uint16_t *x)
+{
+    const uint8_t *codes = (const uint8_t *)m->data + r * m->cols;
+    float acc = 0.0f;
+    for (int64_t b = 0; b * 128 < m->cols; b++) {
+        float c = 0.0f;
+        for (int64_t k0 = b * 128; k0 < m->cols && k0 < (b + 1) * 128; k0 += 32) {
+            uint16_t xc[32] = {0}, wc[32] = {0};
+            for (int64_t j = 0; j < 32 && k0 + j < m->cols; j++) {
+                xc[j] = x[k0 + j];
+                wc[j] = to_bf16((float)ldexp(dec_e4m3(codes[k0 + j]), -8));
+            }
+            c = moe_tile_bf16_dot_ref(c, xc, wc, 16);
+        }
+        acc = fmaf(c, (float)(scale_value(m, r / 128, b) * 256.0), acc);
+    }
+    return acc + 0.0f;
+}
+
+/* The FP8 tile sets against that statement, bit for bit: down's y, and gate/up's h through the
+ * bf16 recipe's epilogue (moe_xr_act, then moe_f32_to_bf16), for K on and across the chunk and
+ * block edges, 17 rows (two tiles), every m of each set. The float64 checks above hold the sets
+ * near the exact sums; this holds them to the recipe's order of operations. */
+static void test_fp8_tile_statement(const moe_cpu_info *info)
+{
+    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
+    const int64_t kk[] = {1, 33, 128, 130, 259, 300};
+    enum { N = 17, KMAX = 300, YS = 2 * NR };
+    const moe_act_params act = {0, 0.0f, 0.0f};
+    for (size_t c = 0; c < sizeof kk / sizeof kk[0]; c++) {
+        const int64_t k = kk[c];
+        mat g, u;
+        mat_init(&g, MOE_EXPERT_FMT_FP8_BLOCK, N, k, MOE_DTYPE_F32, MOE_DTYPE_INVALID);
+        mat_init(&u, MOE_EXPERT_FMT_FP8_BLOCK, N, k, MOE_DTYPE_F32, MOE_DTYPE_INVALID);
+        const moe_weight_src sg = mat_src(&g), su = mat_src(&u);
+        static uint16_t x[MAX_MR][KMAX];
+        const void *rows[MAX_MR];
+        float want_y[MAX_MR][N];
+        uint16_t want_h[MAX_MR][N];
+        for (int t = 0; t < MAX_MR; t++) {
+            rows[t] = x[t];
+            for (int64_t i = 0; i < k; i++)
+                x[t][i] = to_bf16((float)gauss());
+            for (int64_t r = 0; r < N; r++) {
+                want_y[t][r] = fp8_tile_statement(&g, r, x[t]);
+                want_h[t][r] = moe_f32_to_bf16(
+                    moe_xr_act(&act, want_y[t][r], fp8_tile_statement(&u, r, x[t])));
+            }
+        }
+        for (size_t s = 0; s < NSETS; s++) {
+            const xset *xs = &sets[s];
+            if (xs->family != MOE_KERNEL_FAMILY_EXPERT_FP8_TILE || !set_allowed(xs, allowed))
+                continue;
+            const moe_expert_kernels *ks = xs->set;
+            const size_t gb = ks->gateup_tile_bytes(k), db = ks->down_tile_bytes(k);
+            unsigned char *pg = aligned_alloc(64, 2 * gb), *pd = aligned_alloc(64, 2 * db);
+            REQUIRE(pg && pd);
+            CHECK_STATUS(ks->pack_gateup(&sg, &su, pg), MOE_OK);
+            CHECK_STATUS(ks->pack_down(&sg, pd), MOE_OK);
+            for (int m = 1; m <= ks->mr; m++) {
+                float y[MAX_MR][YS];
+                uint16_t h[MAX_MR][YS];
+                for (int tile = 0; tile < 2; tile++) {
+                    const size_t nv = tile ? N - NR : NR;
+                    ks->down((size_t)m, (size_t)k, rows, pd + tile * db, y[0] + tile * NR, YS, nv);
+                    ks->gateup((size_t)m, (size_t)k, rows, pg + tile * gb, &act, h[0] + tile * NR,
+                               YS, nv);
+                }
+                for (int t = 0; t < m; t++)
+                    CHECKF(!memcmp(y[t], want_y[t], sizeof want_y[t]) &&
+                               !memcmp(h[t], want_h[t], sizeof want_h[t]),
+                           "%s k=%lld m=%d token %d: not the recipe's bits", xs->name, (long long)k,
+                           m, t);
+            }
+            free(pg);
+            free(pd);
+        }
+        mat_free(&g);
+        mat_free(&u);
+    }
+}
+
 int main(void)
 {
     moe_cpu_info info;
@@ -906,6 +997,7 @@ int main(void)
     test_pack_errors();
     test_strided();
     test_f32_equals_bf16();
+    test_fp8_tile_statement(&info);
     test_sets(&info);
     return TEST_END();
 }
