@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/avx512/expert_shared.h"
+#include "kernels/avx512/fp8_pairs.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/inline.h"
 #include "select/kernel.h"
@@ -35,10 +36,10 @@
  * bf16 weights: the packed pair dwords are the operand as they are. FP8 weights, packed in
  * the pairs order (kernels/ref/expert_layout.h): the 32 codes of a projection's pair
  * sign-extend to words already in the operand's order, and become the bf16 of e4m3(code) ·
- * 2^-8 with 6 integer operations (fp8_bf16; exact: 4 significant bits, normal in bf16). Per
- * 128-K block (64 pairs) the block sums are scaled into the totals with one f32 FMA, as the
- * reference does. h is rounded to bf16 with integer operations (moe_f32_to_bf16's bits:
- * nearest even, NaN quiet, subnormals kept), not vcvtneps2bf16, which would flush subnormal
+ * 2^-8 with integer operations (fp8_bf16, kernels/avx512/fp8_pairs.h; exact: 4 significant bits,
+ * normal in bf16). Per 128-K block (64 pairs) the block sums are scaled into the totals with one
+ * f32 FMA, as the reference does. h is rounded to bf16 with integer operations (moe_f32_to_bf16's
+ * bits: nearest even, NaN quiet, subnormals kept), not vcvtneps2bf16, which would flush subnormal
  * results.
  */
 
@@ -53,25 +54,6 @@ INLINE void prefetch(const unsigned char *p) { _mm_prefetch((const char *)p, _MM
 INLINE __m512i x_pair(const uint16_t *x, size_t q, size_t k)
 {
     return _mm512_set1_epi32((int)moe_xl_bf16_x_pair(x, q, k));
-}
-
-/* 32 codes in the pairs order to the bf16 pairs of e4m3(code) · 2^-8. Normal codes (exponent
- * field e ≥ 1): the magnitude shifted into the bf16 exponent and mantissa, the exponent bias
- * moved from 7 to 127 - 8 (+112 << 7). The 7 subnormal magnitudes and 0 (e = 0) come from a
- * table indexed by the word's low 5 bits (the mantissa, e being 0 there): m · 2^-17. The
- * sign is bit 15 of the sign-extended word. */
-INLINE __m512i fp8_bf16(const unsigned char *codes)
-{
-    const __m512i sub =
-        _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                         0x3860, 0x3840, 0x3820, 0x3800, 0x37C0, 0x3780, 0x3700, 0);
-    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes));
-    __m512i v = _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x07F0));
-    v = _mm512_add_epi16(v, _mm512_set1_epi16(112 << 7));
-    v = _mm512_mask_permutexvar_epi16(v, _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x78)), w,
-                                      sub);
-    /* v | (w & 0x8000) */
-    return _mm512_ternarylogic_epi32(v, w, _mm512_set1_epi16((short)0x8000), 0xF8);
 }
 
 /* ---- The products over K ---------------------------------------------------------------
