@@ -9,8 +9,11 @@ DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3 pyth
 FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
+# make fuzz-long: a campaign for a quiet machine, its corpus kept between runs.
+FUZZ_LONG_SECONDS ?= 3600
+FUZZ_CORPUS ?= $(HOME)/.cache/libmoe/fuzz-corpus
 
-.PHONY: all deps configure build test test-pip install run bench bench-kernels fuzz clean
+.PHONY: all deps configure build test test-pip install run bench bench-kernels fuzz fuzz-long clean
 
 all: build
 
@@ -49,11 +52,19 @@ bench: build
 bench-kernels: build
 	@scripts/bench.sh $(BUILD) kernels
 
-# Each libFuzzer target for FUZZ_SECONDS (ASan + UBSan, clang) from its in-tree corpus;
+# Each libFuzzer target for FUZZ_SECONDS (ASan + UBSan, clang; jansson compiled in from its
+# pinned source package, FUZZ_JANSSON=system for the system library) from its in-tree corpus;
 # FUZZ_TARGETS="safetensors npy" runs only those. Findings land in $(FUZZ_BUILD)/fuzz-artifacts/.
 fuzz: deps
 	@scripts/ensure-deps.sh $(FUZZ_DEPS)
 	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The same for FUZZ_LONG_SECONDS per target (an hour), growing the corpus in FUZZ_CORPUS
+# (outside the build folder, kept from one campaign to the next). Run it alone on the machine.
+fuzz-long: deps
+	@scripts/ensure-deps.sh $(FUZZ_DEPS)
+	@mkdir -p $(FUZZ_CORPUS)
+	@FUZZ_CORPUS=$(FUZZ_CORPUS) scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_LONG_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(BUILD)

@@ -1,5 +1,5 @@
-/* bench_tile_amx.c — the tile recipe's AMX-BF16 micro-kernels at prefill: GFLOP/s at DeepSeek-V3's
- * expert shape against tdpbf16ps's peak, measured in the same run. */
+/* bench_tile_amx.c — the tile recipe's AMX-BF16 micro-kernels (bf16 and FP8 experts) at prefill:
+ * GFLOP/s at DeepSeek-V3's expert shape against tdpbf16ps's peak, measured in the same run. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE for the buffers (bench/bench_util.h) */
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,6 +11,8 @@
 #include "kernels/expert.h"
 #if defined(MOE_COMPILED_AVX512AMXBF16)
 #include "kernels/avx512amxbf16/expert_bf16_tile.h"
+#include "kernels/avx512amxbf16/expert_fp8_tile.h"
+#include "kernels/ref/expert_layout.h"
 #endif
 
 /*
@@ -27,6 +29,10 @@
  * other, flops over the summed time. Figure: the median of 7 timed passes of about 50 ms,
  * 2·m·K flops per row and token, and its share of the peak: a register-only loop of
  * independent tdpbf16ps (6 sums, 16·16·32 multiply-adds each), fastest of 7.
+ *
+ * FP8 (set "fp8"): the same shapes and working sets over the FP8 pairs layout (tiles of K = H
+ * 233 KB, of K = I 33 KB; a whole expert 44 MB), random E4M3 codes (no NaN) and block scales
+ * 2^-8, panel rows; the same flops (the codes' widening is overhead the kernels pay).
  *
  * Usage: bench_tile_amx   (no arguments; prints why and exits 0 where AMX-BF16 is not allowed)
  */
@@ -100,6 +106,7 @@ static double peak_gflops(void)
 
 /* A working set: n_gu gate/up and n_dn down tiles, m token rows of H and of I codes. */
 typedef struct wset {
+    bool fp8;
     size_t n_gu, n_dn, gu_bytes, dn_bytes;
     unsigned char *gu, *dn;
     uint16_t *x, *h, *hout;
@@ -127,14 +134,30 @@ static void *big(size_t bytes, unsigned e, uint64_t *s)
     return p;
 }
 
-static void wset_init(wset *w, size_t n_gu, size_t n_dn, uint64_t *s)
+/* FP8 pairs tiles of np projections over k: E4M3 codes but NaN, bias 0, scales 2^-8 · 2^8. */
+static void *fp8_tiles(size_t n, int np, size_t k, size_t bytes, uint64_t *s)
 {
+    unsigned char *p = big(n * bytes, 121, s);
+    for (size_t i = 0; i < n * bytes; i++)
+        if ((p[i] & 0x7F) == 0x7F) p[i] ^= 1;
+    for (size_t t = 0; t < n; t++) {
+        unsigned char *tile = p + t * bytes;
+        memset(tile, 0, moe_xl_fp8_codes((int64_t)k, np));
+        for (size_t b = 0; b < (size_t)moe_xl_nblocks((int64_t)k) * (size_t)np; b++)
+            memcpy(tile + moe_xl_bias_bytes(np) + 4 * b, &(float){1.0f}, 4);
+    }
+    return p;
+}
+
+static void wset_init(wset *w, bool fp8, size_t n_gu, size_t n_dn, uint64_t *s)
+{
+    w->fp8 = fp8;
     w->n_gu = n_gu;
     w->n_dn = n_dn;
-    w->gu_bytes = tile_bytes(2, H);
-    w->dn_bytes = tile_bytes(1, I);
-    w->gu = big(n_gu * w->gu_bytes, 121, s);
-    w->dn = big(n_dn * w->dn_bytes, 121, s);
+    w->gu_bytes = fp8 ? moe_xl_fp8_gateup_bytes(H) : tile_bytes(2, H);
+    w->dn_bytes = fp8 ? moe_xl_fp8_down_bytes(I) : tile_bytes(1, I);
+    w->gu = fp8 ? fp8_tiles(n_gu, 2, H, w->gu_bytes, s) : big(n_gu * w->gu_bytes, 121, s);
+    w->dn = fp8 ? fp8_tiles(n_dn, 1, I, w->dn_bytes, s) : big(n_dn * w->dn_bytes, 121, s);
     w->x = big(2 * 32 * (H + PAD) * 2, 126, s); /* 64 rows: gathered takes every other one */
     w->h = big(2 * 32 * (I + PAD) * 2, 126, s);
     w->hout = big(32 * (I + 64) * 2, 126, s);
@@ -144,11 +167,38 @@ static void wset_init(wset *w, size_t n_gu, size_t n_dn, uint64_t *s)
 enum { GATEUP, DOWN, BOTH };
 static const char *const phase_names[] = {"gate/up", "down", "gate/up+down"};
 
+/* pass's FP8 twin. */
+static void pass_fp8(const wset *w, int phase, size_t m, bool multi, const void *const *x,
+                     const void *const *hr)
+{
+    static const moe_act_params act = {0, 0, 0};
+    if (phase != DOWN) {
+        if (multi)
+            moe_tile_amx_fp8_gateup_tiles(m, H, x, w->gu, w->n_gu, &act, w->hout, I + 64, ROWS);
+        else
+            for (size_t t = 0; t < w->n_gu; t++)
+                moe_tile_amx_fp8_gateup(m, H, x, w->gu + t * w->gu_bytes, &act, w->hout + t * ROWS,
+                                        I + 64, ROWS);
+    }
+    if (phase != GATEUP) {
+        if (multi)
+            moe_tile_amx_fp8_down_tiles(m, I, hr, w->dn, w->n_dn, w->y, H + 64, ROWS);
+        else
+            for (size_t t = 0; t < w->n_dn; t++)
+                moe_tile_amx_fp8_down(m, I, hr, w->dn + t * w->dn_bytes, w->y + t * ROWS, H + 64,
+                                      ROWS);
+    }
+}
+
 /* One pass over the set's tiles of a phase (multi: the multi-tile entries). */
 static void pass(const wset *w, int phase, size_t m, bool multi, const void *const *x,
                  const void *const *hr)
 {
     static const moe_act_params act = {0, 0, 0};
+    if (w->fp8) {
+        pass_fp8(w, phase, m, multi, x, hr);
+        return;
+    }
     if (phase != DOWN) {
         if (multi)
             moe_tile_amx_gateup_tiles(m, H, x, w->gu, w->n_gu, &act, w->hout, I + 64, ROWS);
@@ -221,26 +271,31 @@ int main(void)
     uint64_t s = 0x2545F4914F6CDD1Du;
     const double peak = peak_gflops();
     printf("tdpbf16ps peak, one thread: %.0f GFLOP/s\n", peak);
-    printf("DeepSeek-V3 expert (H %d, I %d), bf16, tile recipe, AMX-BF16, one thread\n", H, I);
-    printf("%-6s %-14s %3s %-12s %-9s %9s %7s\n", "set", "phase", "m", "entry", "rows", "GFLOP/s",
-           "of peak");
-    wset sets[3];
-    wset_init(&sets[0], 2, 8, &s);
-    wset_init(&sets[1], 1, 4, &s); /* both phases in L2 */
-    wset_init(&sets[2], I / ROWS, H / ROWS, &s);
-    const char *set_names[3] = {"L2", "L2", "full"};
-    for (int si = 0; si < 3; si += 2)
+    printf("DeepSeek-V3 expert (H %d, I %d), bf16 and FP8, tile recipe, AMX-BF16, one thread\n", H,
+           I);
+    printf("%-4s %-6s %-14s %3s %-12s %-9s %9s %7s\n", "fmt", "set", "phase", "m", "entry", "rows",
+           "GFLOP/s", "of peak");
+    wset sets[6];
+    wset_init(&sets[0], false, 2, 8, &s);
+    wset_init(&sets[1], false, 1, 4, &s); /* both phases in L2 */
+    wset_init(&sets[2], false, I / ROWS, H / ROWS, &s);
+    wset_init(&sets[3], true, 2, 8, &s);
+    wset_init(&sets[4], true, 1, 4, &s);
+    wset_init(&sets[5], true, I / ROWS, H / ROWS, &s);
+    const char *set_names[6] = {"L2", "L2", "full", "L2", "L2", "full"};
+    for (int si = 0; si < 6; si += 1 + (si % 3 == 0))
         for (int phase = GATEUP; phase <= BOTH; phase++)
             for (size_t m = 8; m <= 32; m *= 2)
                 for (int multi = 0; multi < 2; multi++)
                     for (int rows = PANEL; rows < N_ROWS; rows++) {
                         if (rows != PANEL && (m != 32 || !multi)) continue;
                         if (phase == BOTH && (!multi || rows == GATHERED)) continue;
-                        const wset *w = &sets[si == 0 && phase == BOTH ? 1 : si];
+                        const wset *w = &sets[si % 3 == 0 && phase == BOTH ? si + 1 : si];
                         const double g = measure(w, phase, m, multi, rows);
-                        printf("%-6s %-14s %3zu %-12s %-9s %9.0f %7.2f\n", set_names[si],
-                               phase_names[phase], m, multi ? "multi-tile" : "tile by tile",
-                               rows_names[rows], g, g / peak);
+                        printf("%-4s %-6s %-14s %3zu %-12s %-9s %9.0f %7.2f\n",
+                               w->fp8 ? "fp8" : "bf16", set_names[si], phase_names[phase], m,
+                               multi ? "multi-tile" : "tile by tile", rows_names[rows], g,
+                               g / peak);
                     }
     return 0;
 }

@@ -36,10 +36,10 @@
  * bf16 weights: the packed pair dwords are the operand as they are. FP8 weights, packed in
  * the pairs order (kernels/ref/expert_layout.h): the 32 codes of a projection's pair
  * sign-extend to words already in the operand's order, and become the bf16 of e4m3(code) ·
- * 2^-8 with 6 integer operations (fp8_bf16; exact: 4 significant bits, normal in bf16). Per
- * 128-K block (64 pairs) the block sums are scaled into the totals with one f32 FMA, as the
- * reference does. h is rounded to bf16 with integer operations (moe_f32_to_bf16's bits:
- * nearest even, NaN quiet, subnormals kept), not vcvtneps2bf16, which would flush subnormal
+ * 2^-8 with integer operations (fp8_bf16, kernels/avx512/fp8_pairs.h; exact: 4 significant bits,
+ * normal in bf16). Per 128-K block (64 pairs) the block sums are scaled into the totals with one
+ * f32 FMA, as the reference does. h is rounded to bf16 with integer operations (moe_f32_to_bf16's
+ * bits: nearest even, NaN quiet, subnormals kept), not vcvtneps2bf16, which would flush subnormal
  * results.
  */
 

@@ -43,4 +43,14 @@ void moe_alloc_fail_nth(uint64_t n);
  * test can tell whether the n-th was reached: calls >= n). */
 uint64_t moe_alloc_calls(void);
 
+/* ---- Test hook: peak bytes ------------------------------------------------------------
+ * The calling thread's allocations are also counted in bytes (malloc_usable_size: what
+ * malloc gave, its own header left out), so a test can bound an operation's peak heap:
+ * moe_alloc_peak_reset(), the operation, then moe_alloc_peak_bytes() is the most that was
+ * live at once in between, counting from 0 at the reset. Thread-local like the hook above,
+ * so only single-threaded operations are measured whole; a test can send a dependency's
+ * allocations through here too (jansson: json_set_alloc_funcs(moe_malloc, moe_free)). */
+void moe_alloc_peak_reset(void);
+int64_t moe_alloc_peak_bytes(void);
+
 #endif

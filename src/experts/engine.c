@@ -186,11 +186,11 @@ static void chunk_run(const moe_expert_group *g, run_fn *run, bool multi, size_t
 /* gate/up for tiles [j0, j1) of one span: each run of tiles is reused by all M-chunks while
  * it is in cache; a span of at most MR rows is the decode case, one chunk over all. */
 static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
-                        unsigned char *h, int64_t j0, int64_t j1)
+                        size_t x_row, unsigned char *h, int64_t j0, int64_t j1)
 {
     const moe_expert_kernels *ks = g->ks;
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, eb = g->act_elem;
-    const size_t x_row = g->x_row_bytes, h_row = g->h_stride * eb, tb = g->gateup_tile_bytes;
+    const size_t h_row = g->h_stride * eb, tb = g->gateup_tile_bytes;
     const unsigned char *tiles = moe_expert_gateup(g, s->copy);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
@@ -254,16 +254,16 @@ typedef struct group_run {
 } group_run;
 
 /* The tile recipe's routed rows: row r's activations (token[r]'s) copied to row r of x_rows, so
- * each expert's rows are one panel, x_row_bytes apart, which a set may load as tiles straight
+ * each expert's rows are one panel, xg_row_bytes apart, which a set may load as tiles straight
  * from memory. The copy is exact: the bits do not change. */
 static void gather_phase(const moe_experts_job *job, const group_run *run)
 {
     const moe_expert_group *g = run->g;
     const unsigned char *act = job->act[g->ks->recipe];
-    const size_t *token = job->ws.plan.token, x_row = g->x_row_bytes;
+    const size_t *token = job->ws.plan.token, x_row = g->x_row_bytes, xg_row = g->xg_row_bytes;
 #pragma omp for schedule(static)
     for (size_t r = 0; r < run->rows; r++)
-        memcpy(run->x_rows + r * x_row, act + token[r] * x_row, x_row);
+        memcpy(run->x_rows + r * xg_row, act + token[r] * x_row, x_row);
 }
 
 static void gateup_phase(const moe_experts_job *job, const group_run *run)
@@ -279,7 +279,7 @@ static void gateup_phase(const moe_experts_job *job, const group_run *run)
         if (run->x_rows) s.token = NULL; /* gathered: row r's activations at row r */
         const int64_t j0 = it % ipe * per;
         const int64_t j1 = j0 + per < g->gateup_tiles ? j0 + per : g->gateup_tiles;
-        gateup_span(g, &s, act, run->h, j0, j1);
+        gateup_span(g, &s, act, run->x_rows ? g->xg_row_bytes : g->x_row_bytes, run->h, j0, j1);
     }
 }
 

@@ -67,9 +67,12 @@ typedef struct moe_expert_group {
     size_t packed_bytes;      /* n_packed × expert_stride */
     size_t act_elem;          /* bytes of one h element as gate/up writes it: 4 (F32 and Q8:
                                  float) or 2 (BF16 and TILE) */
-    size_t h_stride;          /* elements between h rows: I rounded up to 32, tail zeroed */
+    size_t h_stride;          /* elements between h rows: I rounded up to 32, tail zeroed
+                                 (TILE: 32 more where the row would be a multiple of 4 KB) */
     size_t x_row_bytes;       /* one input row as gate/up reads it: H floats, H bf16 codes, or
                                  (Q8) a prepared row, act_row_bytes(H) */
+    size_t xg_row_bytes;      /* TILE: between the gathered routed rows (x_routed):
+                                 x_row_bytes, 64 more where that is a multiple of 4 KB */
     size_t hq_row_bytes;      /* Q8: one prepared h row, act_row_bytes(I), which down reads;
                                  0 for the other recipes (down reads h itself) */
     size_t run_bytes;         /* what a run of tiles and one chunk's input rows may fill (the
@@ -173,7 +176,7 @@ void *moe_carve_take(moe_carve *c, size_t n, size_t elem);
 /* The engine's scratch for one forward. */
 typedef struct moe_experts_ws {
     moe_route_plan plan;
-    void *x_routed;  /* TILE: [T·K rows] of x_row_bytes, the activations in row order; else
+    void *x_routed;  /* TILE: [T·K rows] of xg_row_bytes, the activations in row order; else
                         NULL */
     void *h_routed;  /* [T·K rows, h_stride] of the routed recipe */
     void *hq_routed; /* Q8: [T·K rows] prepared h rows of hq_row_bytes; else NULL */

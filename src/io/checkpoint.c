@@ -344,7 +344,8 @@ moe_status moe_ckpt_open(const char *dir, const moe_st_options *options, moe_ckp
         return moe_error(MOE_EIO, "cannot open model folder '%s': %s", dir,
                          moe_errno_text(errno, text, sizeof text));
     }
-    if (!S_ISDIR(sb.st_mode)) return moe_error(MOE_EIO, "'%s' is not a folder", dir);
+    if (!S_ISDIR(sb.st_mode))
+        return moe_error(MOE_EIO, "'%s' is %s, not a folder", dir, moe_file_kind(sb.st_mode));
     char *index = moe_path_join(dir, CKPT_INDEX);
     char *single = moe_path_join(dir, CKPT_SINGLE);
     void *json = NULL;
@@ -398,8 +399,7 @@ void moe_ckpt_release_range(const moe_ckpt *ckpt, const moe_tensor *tensor, uint
 moe_status moe_ckpt_check_files(const moe_ckpt *ckpt, const moe_tensor *const *tensors, size_t n)
 {
     if (!ckpt || (!tensors && n > 0))
-        return moe_error(MOE_EINVAL, "moe_ckpt_check_files: %s is NULL",
-                         ckpt ? "tensors" : "ckpt");
+        return moe_error(MOE_EINVAL, "moe_ckpt_check_files: %s is NULL", ckpt ? "tensors" : "ckpt");
     /* Shards outer, tensors inner: each shard is measured once however many tensors it holds,
      * with no allocation; a layer names a few thousand tensors of a few hundred shards. */
     for (size_t s = 0; s < ckpt->shard_count; s++) {

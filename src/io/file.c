@@ -26,21 +26,43 @@ static moe_status errno_status(int err, const char *what, const char *path)
                      moe_errno_text(err, text, sizeof text));
 }
 
+const char *moe_file_kind(unsigned mode)
+{
+    if (S_ISDIR(mode)) return "a folder";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    return "a regular file";
+}
+
+static moe_status not_regular(const char *path, mode_t mode)
+{
+    return moe_error(MOE_EIO, "'%s' is %s, not a regular file", path, moe_file_kind(mode));
+}
+
 moe_status moe_file_open_read(const char *path, int *fd, uint64_t *size)
 {
-    int f = open(path, O_RDONLY | O_CLOEXEC);
-    if (f < 0) return errno_status(errno, "open", path);
+    /* stat first, so a device or FIFO is never opened at all (opening one can block, as a
+     * FIFO with no writer does, or act on the device); it follows symlinks, so a link to one
+     * is refused the same way. */
     struct stat st;
-    if (fstat(f, &st) != 0) {
+    if (stat(path, &st) != 0) return errno_status(errno, "stat", path);
+    if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+    /* The name may be replaced between stat and open: O_NONBLOCK keeps a FIFO swapped in from
+     * blocking the open, and fstat checks the file actually opened. */
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (f < 0) return errno_status(errno, "open", path);
+    int flags;
+    if (fstat(f, &st) != 0 || (flags = fcntl(f, F_GETFL)) < 0 ||
+        (S_ISREG(st.st_mode) && fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0)) {
         int err = errno;
         close(f);
         return errno_status(err, "stat", path);
     }
-    /* A folder opens read-only without complaint; reading it would fail later and less
-     * clearly. */
     if (!S_ISREG(st.st_mode)) {
         close(f);
-        return moe_error(MOE_EIO, "'%s' is not a regular file", path);
+        return not_regular(path, st.st_mode);
     }
     *fd = f;
     *size = (uint64_t)st.st_size;

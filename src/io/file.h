@@ -10,8 +10,15 @@
 /* strerror without the thread-safety problem of strerror(): the text of ERR in BUF. */
 const char *moe_errno_text(int err, char *buf, size_t len);
 
-/* Opens PATH read-only and checks that it is a regular file. A path that does not exist is
- * MOE_EMISSING, any other failure MOE_EIO; both name PATH. *size receives the file size. */
+/* What a stat mode is, for messages: "a folder", "a FIFO (named pipe)", "a socket", "a
+ * character device", "a block device" or "a regular file". */
+const char *moe_file_kind(unsigned mode);
+
+/* Opens PATH read-only, checking that it is a regular file (symlinks followed) before and
+ * after the open, so it never blocks: a folder, FIFO, socket or device is MOE_EIO ("'PATH' is
+ * a FIFO (named pipe), not a regular file"). A path that does not exist is MOE_EMISSING, any
+ * other failure MOE_EIO; all name PATH. *size receives the file size. Every read of a file a
+ * user names goes through here. */
 moe_status moe_file_open_read(const char *path, int *fd, uint64_t *size);
 
 /* Reads exactly LEN bytes at OFFSET (retrying short reads and EINTR). End of file before

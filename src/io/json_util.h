@@ -14,7 +14,9 @@
 #define MOE_JSON_MAX_INT ((UINT64_C(1) << 48) - 1)
 
 /* Parses LEN bytes as one JSON object or array (leading and trailing JSON whitespace allowed,
- * anything else after it rejected) with duplicate keys rejected. Messages start with
+ * anything else after it rejected) with duplicate keys rejected, once moe_json_check_cost
+ * found that its tree fits the memory bound (else MOE_EOVERFLOW before anything is built,
+ * naming the shape). Messages start with
  * "FILE: WHAT: ". Statuses: a duplicate key is MOE_EDUPLICATE naming the key; an integer
  * beyond 64 bits MOE_EOVERFLOW; anything else that does not parse (including text that is
  * not UTF-8) MOE_EJSON, with jansson's line and column; a failure jansson gives no message for

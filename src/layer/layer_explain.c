@@ -165,8 +165,9 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         p->recipe == MOE_RECIPE_BF16   ? "bf16"
         : p->recipe == MOE_RECIPE_TILE ? "tile"
                                        : "f32",
-        p->recipe_default ? "default: f32 gives the same bits at every ISA level"
-                          : "options->experts_recipe",
+        p->recipe_default
+            ? "default: f32 keeps the activations exact; tile is faster at prefill with AMX"
+            : "options->experts_recipe",
         moe_layer_q8_group(p) ? "; mxfp4 groups: q8, their one recipe" : "");
     if (p->moe) {
         put(&t, "  logits dtype: %s (%s)\n", moe_dtype_name(p->logits_dtype), logits_origin(p));

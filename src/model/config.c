@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "io/file.h"
+#include "io/json_cost.h"
 #include "model/family.h"
 #include "route/route_check.h"
 
@@ -416,12 +417,14 @@ moe_status moe_model_desc_parse(const char *json, size_t len, const char *name, 
     if (!name) name = "config.json";
     if (!json) return moe_error(MOE_EINVAL, "%s: argument 'json' is NULL", name);
     if (!out) return moe_error(MOE_EINVAL, "%s: argument 'out' is NULL", name);
+    moe_status st = moe_json_check_cost(json, len, name, "config");
+    if (st != MOE_OK) return st;
     json_error_t err;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
     if (!root) return json_fail(name, json, len, &err);
     moe_model_desc d;
     memset(&d, 0, sizeof d);
-    moe_status st = parse_root(root, name, &d);
+    st = parse_root(root, name, &d);
     json_decref(root);
     if (st) {
         moe_model_desc_free(&d);

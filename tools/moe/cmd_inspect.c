@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -13,6 +14,8 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/file.h"
+#include "io/json_util.h"
 #include "layer/layer_describe.h"
 #include "model/model.h"
 #include "model/model_handle.h"
@@ -133,29 +136,28 @@ static void print_layer_range(FILE *f, int lo, int hi)
 
 /* ---- Single file --------------------------------------------------------------------- */
 
-/* The __metadata__ object of an already validated file, read again with jansson: the
- * safetensors reader looks metadata up by key only. */
+/* The __metadata__ object of an already validated file, read again through the same bounded
+ * JSON parse as the reader's: the safetensors reader looks metadata up by key only. */
 static void print_file_metadata(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    int fd;
+    uint64_t size, n = 0;
     unsigned char len8[8];
-    if (!f) return;
-    if (fread(len8, 1, 8, f) == 8) {
-        uint64_t n = 0;
+    if (moe_file_open_read(path, &fd, &size) != MOE_OK) return;
+    if (size >= 8 && moe_file_pread(fd, len8, 8, 0, path) == MOE_OK)
         for (int i = 7; i >= 0; i--)
             n = n << 8 | len8[i];
-        char *hdr = n <= MOE_ST_MAX_HEADER ? moe_malloc((size_t)n + 1) : NULL;
-        json_t *root =
-            hdr && fread(hdr, 1, (size_t)n, f) == n ? json_loadb(hdr, (size_t)n, 0, NULL) : NULL;
-        json_t *meta = json_object_get(root, "__metadata__");
-        const char *key;
-        json_t *v;
-        json_object_foreach(meta, key, v)
-            printf("metadata     %s = %s\n", key, json_string_value(v));
-        json_decref(root);
-        moe_free(hdr);
-    }
-    fclose(f);
+    char *hdr = n > 0 && n <= MOE_ST_MAX_HEADER && n <= size - 8 ? moe_malloc((size_t)n) : NULL;
+    json_t *root = NULL;
+    if (hdr && moe_file_pread(fd, hdr, (size_t)n, 8, path) == MOE_OK)
+        (void)moe_json_parse(hdr, (size_t)n, path, "header", &root);
+    close(fd);
+    moe_free(hdr);
+    json_t *meta = json_object_get(root, "__metadata__");
+    const char *key;
+    json_t *v;
+    json_object_foreach(meta, key, v) printf("metadata     %s = %s\n", key, json_string_value(v));
+    json_decref(root);
 }
 
 static void print_tensor_line(const moe_tensor *t, bool with_file)
@@ -185,15 +187,17 @@ static uint64_t total_bytes(const moe_ckpt *ck)
 static int refuse_other_file(const char *path)
 {
     unsigned char head[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0; /* the reader names the error */
-    const size_t got = fread(head, 1, sizeof head, f);
-    const long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    fclose(f);
+    int fd;
+    uint64_t size;
+    if (moe_file_open_read(path, &fd, &size) != MOE_OK) return 0; /* the reader names the error */
+    const size_t got = size < sizeof head ? (size_t)size : sizeof head;
+    const bool read = moe_file_pread(fd, head, got, 0, path) == MOE_OK;
+    close(fd);
+    if (!read) return 0;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | head[i];
-    if (got < 8 || size < 8 || n <= (uint64_t)size - 8) return 0;
+    if (got < 8 || n <= size - 8) return 0;
     size_t first = 0, text = 0;
     while (first < got && head[first] && strchr(" \t\r\n", head[first]))
         first++;

@@ -1,0 +1,221 @@
+/* expert_fp8_tile.c — the AMX-BF16 micro-kernels of the tile recipe for FP8 (E4M3, 128 × 128
+ * block scales) experts, 32x16: codes widened to bf16 chunk by chunk, one tdpbf16ps per 32-K
+ * chunk, the block scale on the vector units. */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/avx512/fp8_pairs.h"
+#include "kernels/avx512amxbf16/expert_fp8_tile.h"
+#include "kernels/avx512amxbf16/tile_amx.h"
+#include "kernels/inline.h"
+#include "kernels/ref/expert_layout.h"
+
+/*
+ * The tile configuration, the A rows, a chunk's products and the epilogue are
+ * kernels/avx512amxbf16/tile_amx.h's; the groups of B streams too (gate/up: each tile's gate
+ * and up; down: each tile). Per call and stream, each chunk's 16 pairs of codes are widened
+ * once (fp8_bf16, kernels/avx512/fp8_pairs.h) into a 1 KB B buffer, tdpbf16ps's B operand
+ * (row r the pair 16c + r; pairs past K zeros), which all the call's tokens use. Per 128-K
+ * block the sum tiles start at +0, take the block's chunks, and are stored; then each token's
+ * row of each stream does acc = fma(C, s''_b, acc) on 16 lanes (MXCSR's defaults), acc kept
+ * in a stack buffer in the stored tiles' order, which the epilogue reads.
+ *
+ * Overlap: the vector units' work is interleaved with the tile unit's, in program order just
+ * after each chunk's tdpbf16ps: the widening of the next chunk (into the second of two B
+ * buffers), the scale step of the previous block (a quarter of the tokens per chunk: done
+ * within the block), then one token of the previous group's epilogue (multi-tile calls).
+ * Before a block's sums are stored the previous block's scale step is completed; a group's
+ * epilogue follows its last scale step and reads the second of two acc buffers.
+ */
+
+#define BLOCK_CHUNKS (MOE_XL_KB / CHUNK) /* chunks per 128-K block: 4 */
+
+/* The B streams of a group: stream j's first pair of codes, pairs pair_bytes apart, and its
+ * block 0 scale, blocks scale_bytes apart. */
+typedef struct fp8_streams {
+    const unsigned char *codes[4], *scale[4];
+} fp8_streams;
+
+/* A pending scale step: acc = fma(C, s, acc) (acc = +0 first) for each token and stream. */
+typedef struct scale_step {
+    const float (*s)[ROWS][ROWS]; /* C, the stored sum tiles */
+    float (*acc)[ROWS][ROWS];     /* the totals, in the same order */
+    __m512 sc[4];                 /* each stream's s''_b */
+    size_t nb, m, next;           /* streams, tokens, and the next token */
+    bool first;                   /* block 0: acc = +0 before */
+} scale_step;
+
+/* A call: its tokens, the B buffers, the totals and the pending vector work. */
+typedef struct fp8_call {
+    amx_acts a;
+    uint16_t b[2][4][ROWS * CHUNK] __attribute__((aligned(64))); /* chunk c in b[c % 2] */
+    float acc[2][4][ROWS][ROWS] __attribute__((aligned(64)));    /* a group's totals, twice */
+    size_t pairs;                                                /* k-pairs: ceil(k / 2) */
+    size_t pair_bytes, scale_bytes;                              /* np · 32, np · 4 */
+    size_t units;                                                /* scale tokens per chunk */
+    scale_step sc;
+    epilogue e;
+} fp8_call;
+
+INLINE void scale_token(const scale_step *s, size_t i)
+{
+    for (size_t j = 0; j < s->nb; j++) {
+        const size_t blk = sums_block(i, j);
+        float *acc = s->acc[blk][i % ROWS];
+        const __m512 prev = s->first ? _mm512_setzero_ps() : _mm512_load_ps(acc);
+        _mm512_store_ps(acc, _mm512_fmadd_ps(_mm512_load_ps(s->s[blk][i % ROWS]), s->sc[j], prev));
+    }
+}
+
+static void scale_finish(scale_step *s)
+{
+    while (s->next < s->m)
+        scale_token(s, s->next++);
+}
+
+/* The vector work after a chunk's products: units tokens of the scale step, then (the scale
+ * step done, so the epilogue's group has all its blocks) one token of the epilogue. */
+INLINE void vector_work(fp8_call *f)
+{
+    for (size_t u = 0; u < f->units && f->sc.next < f->sc.m; u++)
+        scale_token(&f->sc, f->sc.next++);
+    if (f->sc.next == f->sc.m) epilogue_step(&f->e);
+}
+
+/* Chunk c of NB streams widened into b[c % 2]: 16 rows of 32 bf16 (16 pairs), zeros past the
+ * last pair. */
+INLINE void widen(fp8_call *f, const fp8_streams *w, size_t c, const int NB)
+{
+    const size_t q0 = ROWS * c, n = f->pairs - q0 < ROWS ? f->pairs - q0 : ROWS;
+    for (int j = 0; j < NB; j++) {
+        uint16_t *dst = f->b[c % 2][j];
+        const unsigned char *src = w->codes[j] + q0 * f->pair_bytes;
+        if (n == ROWS) {
+            _Pragma("GCC unroll 16") for (size_t r = 0; r < ROWS; r++)
+                _mm512_store_si512(dst + CHUNK * r, fp8_bf16(src + r * f->pair_bytes));
+        } else {
+            for (size_t r = 0; r < ROWS; r++)
+                _mm512_store_si512(dst + CHUNK * r, r < n ? fp8_bf16(src + r * f->pair_bytes)
+                                                          : _mm512_setzero_si512());
+        }
+    }
+}
+
+/* A group of NB streams (TWO: two A tiles, NB ≤ 2), its totals into acc: every block's sums,
+ * the last block's scale step left pending. */
+INLINE void group_m(fp8_call *f, const fp8_streams *w, float (*acc)[ROWS][ROWS], const bool TWO,
+                    const int NB)
+{
+    amx_acts *a = &f->a;
+    acts_ready(a, 0);
+    widen(f, w, 0, NB);
+    for (size_t blk = 0, c = 0; c < a->chunks; blk++) {
+        const size_t end = c + BLOCK_CHUNKS < a->chunks ? c + BLOCK_CHUNKS : a->chunks;
+        SUM_TILES(ZERO_SUM, TWO, NB);
+        for (; c < end; c++) {
+            acts_ready(a, c + 1);
+            long sa;
+            const unsigned char *pa = acts_rows(a, c, &sa), *b[4];
+            for (int j = 0; j < NB; j++)
+                b[j] = (const unsigned char *)f->b[c % 2][j];
+            chunk_products(pa, sa, b, TWO, NB);
+            if (c + 1 < a->chunks) widen(f, w, c + 1, NB);
+            vector_work(f);
+        }
+        scale_finish(&f->sc);
+        float(*s)[ROWS][ROWS] = a->sums[blk % 2];
+        SUM_TILES(STORE_SUM, TWO, NB);
+        f->sc.s = (const float(*)[ROWS][ROWS])s;
+        f->sc.acc = acc;
+        for (int j = 0; j < NB; j++)
+            f->sc.sc[j] = _mm512_set1_ps(load_f32(w->scale[j] + blk * f->scale_bytes));
+        f->sc.nb = (size_t)NB;
+        f->sc.m = a->m;
+        f->sc.next = 0;
+        f->sc.first = blk == 0;
+    }
+}
+
+/* A group of nb streams (two A tiles: nb ≤ 2, else ≤ 4) into acc. */
+static void group(fp8_call *f, const fp8_streams *w, size_t nb, float (*acc)[ROWS][ROWS])
+{
+    if (f->a.m > ROWS)
+        nb == 2 ? group_m(f, w, acc, true, 2) : group_m(f, w, acc, true, 1);
+    else if (nb > 2)
+        nb == 4 ? group_m(f, w, acc, false, 4) : group_m(f, w, acc, false, 3);
+    else
+        nb == 2 ? group_m(f, w, acc, false, 2) : group_m(f, w, acc, false, 1);
+}
+
+/* The whole call over n_tiles tiles of np projections; out: token 0's first output, out_bytes
+ * from one token's to the next's. */
+static void run(size_t m, size_t k, const void *const *x, const unsigned char *tile, size_t n_tiles,
+                int np, const moe_act_params *act, unsigned char *out, size_t out_bytes,
+                size_t n_valid)
+{
+    if (m == 0 || n_tiles == 0) return;
+    fp8_call f;
+    acts_init(&f.a, m, k, x);
+    f.pairs = (k + 1) / 2;
+    f.pair_bytes = (size_t)np * 2 * MOE_XL_NR;
+    f.scale_bytes = (size_t)np * sizeof(float);
+    f.units = (m + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
+    f.sc = (scale_step){.m = 0, .next = 0};
+    f.e = (epilogue){.act = act, .out_bytes = out_bytes, .m = 0, .next = 0};
+    const size_t bytes = np == 2 ? moe_xl_fp8_gateup_bytes((int64_t)k)
+                                 : moe_xl_fp8_down_bytes((int64_t)k),
+                 codes = moe_xl_fp8_codes((int64_t)k, np), g = group_tiles(m, np),
+                 out_tile = ROWS * (np == 2 ? sizeof(uint16_t) : sizeof(float));
+    for (size_t t = 0, gi = 0; t < n_tiles; t += g, gi++) {
+        const size_t n = n_tiles - t < g ? n_tiles - t : g;
+        fp8_streams w;
+        for (size_t q = 0; q < n; q++)
+            for (int p = 0; p < np; p++) {
+                const unsigned char *base = tile + (t + q) * bytes;
+                w.codes[(size_t)np * q + (size_t)p] = base + codes + (size_t)p * 2 * MOE_XL_NR;
+                w.scale[(size_t)np * q + (size_t)p] =
+                    base + moe_xl_bias_bytes(np) + (size_t)p * sizeof(float);
+            }
+        float(*acc)[ROWS][ROWS] = f.acc[gi % 2];
+        group(&f, &w, (size_t)np * n, acc);
+        /* The previous group's epilogue done (its scale steps are), this group's set. */
+        epilogue_finish(&f.e);
+        f.e.s = (const float(*)[ROWS][ROWS])acc;
+        f.e.m = m;
+        f.e.next = 0;
+        for (size_t q = 0; q < n; q++)
+            epilogue_tile(&f.e, q, np, tile + (t + q) * bytes,
+                          t + q + 1 < n_tiles ? ROWS : n_valid);
+        f.e.n_out = n;
+        f.e.out = out + t * out_tile;
+    }
+    scale_finish(&f.sc);
+    epilogue_finish(&f.e);
+    _tile_release();
+}
+
+void moe_tile_amx_fp8_gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
+                                   size_t n_tiles, const moe_act_params *act, void *h,
+                                   size_t h_stride, size_t n_valid)
+{
+    run(m, k, x, tile, n_tiles, 2, act, h, h_stride * sizeof(uint16_t), n_valid);
+}
+
+void moe_tile_amx_fp8_down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
+                                 size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
+{
+    run(m, k, h, tile, n_tiles, 1, NULL, (unsigned char *)y, y_stride * sizeof(float), n_valid);
+}
+
+void moe_tile_amx_fp8_gateup(size_t m, size_t k, const void *const *x, const void *tile,
+                             const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+{
+    moe_tile_amx_fp8_gateup_tiles(m, k, x, tile, 1, act, h, h_stride, n_valid);
+}
+
+void moe_tile_amx_fp8_down(size_t m, size_t k, const void *const *h, const void *tile, float *y,
+                           size_t y_stride, size_t n_valid)
+{
+    moe_tile_amx_fp8_down_tiles(m, k, h, tile, 1, y, y_stride, n_valid);
+}
