@@ -386,6 +386,8 @@ static bench_insn peak_insn(const moe_expert_kernels *ks)
                                                : BENCH_MADDUBS_ZMM;
     /* The bf16 recipe below AVX512-BF16 runs two FMAs per pair step: the FMA's peak. */
     if (ks->recipe == MOE_RECIPE_BF16 && ks->isa == MOE_REQ_AVX512BF16) return BENCH_DPBF16_ZMM;
+    /* The tile recipe's AMX sets: tdpbf16ps; below it two FMA chains per chunk. */
+    if (ks->recipe == MOE_RECIPE_TILE && ks->isa == MOE_REQ_AVX512AMXBF16) return BENCH_TDPBF16PS;
     return ks->isa == MOE_REQ_AVX2 ? BENCH_FMA_YMM : BENCH_FMA_ZMM;
 }
 
