@@ -27,11 +27,12 @@
  * stack buffer (the last chunk copied into zeros first: nothing past x[k-1] is read).
  */
 
-/* The totals over K of np projections (tb: the tile's bytes) for M tokens: slots 0-1 the first
- * projection's rows 0-7 and 8-15, 2-3 up's; in DP's MXCSR, fenced on both sides. */
+/* The totals over K of np projections for M tokens (tb: a gate/up tile's bytes): slots 0-1 the
+ * first projection's rows 0-7 and 8-15, 2-3 up's; in DP's MXCSR, fenced on both sides. */
 INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
-                 const unsigned char *tile, size_t tb, __m256 tot[][4])
+                 const unsigned char *tile, __m256 tot[][4])
 {
+    const size_t tb = np == 2 ? moe_xl_tile_gateup_bytes((int64_t)k) : 0;
     const unsigned char *w = tile + moe_xl_bf16_weights(np);
     const unsigned char *up = w + moe_xl_tile_pair_at((int64_t)k, 1, 0);
     float xs[MR_TILE][CHUNK] __attribute__((aligned(32)));
@@ -59,47 +60,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
     fence_tot(M, tot);
 }
 
-INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
-                     const moe_act_params *act, uint16_t *h, size_t hs, size_t n_valid)
-{
-    const uint16_t *x[MR_TILE];
-    __m256 tot[MR_TILE][4];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        x[i] = xv[i];
-    dots(M, 2, k, x, tile, moe_xl_tile_gateup_bytes((int64_t)k), tot);
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        gateup_row(tot[i][0], tot[i][1], tot[i][2], tot[i][3], tile, act, h + i * hs, n_valid);
-}
-
-INLINE void down_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
-                   float *y, size_t ys, size_t n_valid)
-{
-    const uint16_t *x[MR_TILE];
-    __m256 tot[MR_TILE][4];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        x[i] = hv[i];
-    dots(M, 1, k, x, tile, moe_xl_tile_down_bytes((int64_t)k), tot);
-    const float *bias = (const float *)tile;
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        store16(y + i * ys, _mm256_add_ps(tot[i][0], _mm256_loadu_ps(bias)),
-                _mm256_add_ps(tot[i][1], _mm256_loadu_ps(bias + 8)), n_valid);
-}
-
-static void gateup_tile(size_t m, size_t k, const void *const *x, const void *tile,
-                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    DISPATCH4(gateup_m, m, k, x, tile, act, h, h_stride, n_valid);
-}
-
-static void down_tile(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                      size_t y_stride, size_t n_valid)
-{
-    DISPATCH4(down_m, m, k, h, tile, y, y_stride, n_valid);
-}
+#include "kernels/avx2/expert_tile_entries.h"
 
 MOE_XL_SET(moe_expert_bf16_tile_4x16__avx2, MOE_RECIPE_TILE, MOE_REQ_AVX2, MR_TILE,
            MOE_XL_TILE_LAYOUT, .gateup = gateup_tile, .down = down_tile);

@@ -102,51 +102,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
     fence_sums(M, acc);
 }
 
-INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
-                     const moe_act_params *act, uint16_t *h, size_t hs, size_t n_valid)
-{
-    const uint16_t *x[MR_TILE];
-    __m512 tot[MR_TILE][2];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        x[i] = xv[i];
-    dots(M, 2, k, x, tile, tot);
-    const __m512 bg = _mm512_loadu_ps(tile), bu = _mm512_loadu_ps(tile + 64);
-    const __mmask16 mask = rows_mask(n_valid);
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        const __m512 v = act16(act, _mm512_add_ps(tot[i][0], bg), _mm512_add_ps(tot[i][1], bu));
-        _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(v));
-    }
-}
-
-INLINE void down_m(const size_t M, size_t k, const void *const *hv, const unsigned char *tile,
-                   float *y, size_t ys, size_t n_valid)
-{
-    const uint16_t *x[MR_TILE];
-    __m512 tot[MR_TILE][2];
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        x[i] = hv[i];
-    dots(M, 1, k, x, tile, tot);
-    const __m512 b = _mm512_loadu_ps(tile);
-    const __mmask16 mask = rows_mask(n_valid);
-    UNROLL
-    for (size_t i = 0; i < M; i++)
-        _mm512_mask_storeu_ps(y + i * ys, mask, _mm512_add_ps(tot[i][0], b));
-}
-
-static void gateup_tile(size_t m, size_t k, const void *const *x, const void *tile,
-                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    DISPATCH12(gateup_m, m, k, x, tile, act, h, h_stride, n_valid);
-}
-
-static void down_tile(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                      size_t y_stride, size_t n_valid)
-{
-    DISPATCH12(down_m, m, k, h, tile, y, y_stride, n_valid);
-}
+#include "kernels/avx512/expert_tile_entries.h"
 
 MOE_XL_SET(moe_expert_fp8_tile_12x16__avx512, MOE_RECIPE_TILE, MOE_REQ_AVX512, MR_TILE,
            MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_tile, .down = down_tile);
