@@ -239,9 +239,9 @@ static void test_create_errors(const moe_model *m, int n_layers)
     } asks[] = {
         {sizeof o, MOE_EXPERTS_RECIPE_BF16, "kernels: bf16 (options->experts_recipe)"},
         {sizeof o, MOE_EXPERTS_RECIPE_F32, "kernels: f32 (options->experts_recipe)"},
-        {sizeof o, MOE_EXPERTS_RECIPE_DEFAULT, "kernels: f32 (default: f32 gives"},
+        {sizeof o, MOE_EXPERTS_RECIPE_DEFAULT, "kernels: f32 (default: f32 keeps"},
         {offsetof(moe_layer_options, experts_recipe), MOE_EXPERTS_RECIPE_BF16,
-         "kernels: f32 (default: f32 gives"},
+         "kernels: f32 (default: f32 keeps"},
     };
     for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
         o.size = asks[i].size;
