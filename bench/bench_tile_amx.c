@@ -27,8 +27,8 @@
  * Each phase tile by tile (the single-tile entries) and through the multi-tile entries (down
  * two tiles side by side); "gate/up+down" is the two phases' multi-tile calls one after the
  * other, flops over the summed time. Figure: the median of 7 timed passes of about 50 ms,
- * 2·m·K flops per row and token, and its share of the peak: a register-only loop of
- * independent tdpbf16ps (6 sums, 16·16·32 multiply-adds each), fastest of 7.
+ * 2·m·K flops per row and token, and its share of the peak: bench_util.h's register-only
+ * loop of independent tdpbf16ps (BENCH_TDPBF16PS), fastest of 7.
  *
  * FP8 (set "fp8"): the same shapes and working sets over the FP8 pairs layout (tiles of K = H
  * 233 KB, of K = I 33 KB; a whole expert 44 MB), random E4M3 codes (no NaN) and block scales
@@ -44,65 +44,6 @@
 #define PAD 32 /* codes added to a padded row */
 
 #if defined(MOE_COMPILED_AVX512AMXBF16)
-
-/* 12 tdpbf16ps per iteration into 6 sum tiles (A 16 × 64 bytes, B 16 × 64), then released. */
-__attribute__((target("amx-tile,amx-bf16"))) static float peak_loop(uint64_t iters)
-{
-    struct {
-        uint8_t palette, start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } __attribute__((aligned(64))) cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++)
-        cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    static const uint16_t ab[16 * 32] __attribute__((aligned(64))) = {0x3F80, 0x4000, 0x3F00};
-    float c[16][16] __attribute__((aligned(64)));
-    _tile_loadconfig(&cfg);
-    _tile_loadd(0, ab, 64);
-    _tile_loadd(1, ab, 64);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
-    for (uint64_t i = 0; i < iters; i++)
-        for (int r = 0; r < 2; r++) {
-            _tile_dpbf16ps(2, 0, 1);
-            _tile_dpbf16ps(3, 0, 1);
-            _tile_dpbf16ps(4, 0, 1);
-            _tile_dpbf16ps(5, 0, 1);
-            _tile_dpbf16ps(6, 0, 1);
-            _tile_dpbf16ps(7, 0, 1);
-        }
-    _tile_stored(2, c, 64);
-    _tile_release();
-    return c[0][0];
-}
-
-static volatile float sink;
-
-static double peak_gflops(void)
-{
-    uint64_t iters = 1u << 12;
-    for (;;) {
-        double t0 = bench_now_ns();
-        sink = peak_loop(iters);
-        double dt = bench_now_ns() - t0;
-        if (dt > 5e6) {
-            iters = (uint64_t)((double)iters * 5e7 / dt) + 1;
-            break;
-        }
-        iters *= 4;
-    }
-    double t[REPS];
-    for (int r = 0; r < REPS; r++) {
-        double t0 = bench_now_ns();
-        sink = peak_loop(iters);
-        t[r] = bench_now_ns() - t0;
-    }
-    return 12.0 * 16 * 16 * 32 * 2 * (double)iters / bench_min(t, REPS);
-}
 
 /* A working set: n_gu gate/up and n_dn down tiles, m token rows of H and of I codes. */
 typedef struct wset {
@@ -269,7 +210,7 @@ int main(void)
         return 0;
     }
     uint64_t s = 0x2545F4914F6CDD1Du;
-    const double peak = peak_gflops();
+    const double peak = bench_peak_gflops(BENCH_TDPBF16PS, 1, REPS);
     printf("tdpbf16ps peak, one thread: %.0f GFLOP/s\n", peak);
     printf("DeepSeek-V3 expert (H %d, I %d), bf16 and FP8, tile recipe, AMX-BF16, one thread\n", H,
            I);
