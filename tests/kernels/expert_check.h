@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "act_d.h"
 #include "kernels/expert.h"
 #include "select/kernel.h"
 #include "test.h"
@@ -87,18 +88,6 @@ static inline int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static inline double sigmoid_d(double z) { return 1.0 / (1.0 + exp(-z)); }
-
-static inline double act_d(const moe_act_params *a, double g, double u)
-{
-    if (a->kind != 0) {
-        g = g < a->limit ? g : a->limit;
-        u = u < a->limit ? u : a->limit;
-        u = u > -a->limit ? u : -a->limit;
-    }
-    if (a->kind == 2) return g * sigmoid_d((double)a->alpha * g) * (u + 1.0);
-    return g * sigmoid_d(g) * u;
-}
 
 /* The activation of KIND with a limit that clips: the median |up| of UP (TOTAL values), so
  * about half of the projections exceed it; a clamping kind must clip a quarter at least. */

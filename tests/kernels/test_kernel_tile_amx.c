@@ -12,9 +12,8 @@
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_ref.h"
 #include "kernels/tile_bf16.h"
-#include "guarded.h"
 #include "test.h"
-#include "xorshift.h"
+#include "tile_amx_check.h"
 #ifdef MOE_COMPILED_AVX512AMXBF16
 #include "kernels/avx512amxbf16/expert_bf16_tile.h"
 #endif
@@ -33,20 +32,6 @@
  * Independently of the reference, the kernels' outputs of finite cases are within an error bound of
  * the same expressions in float64.
  */
-
-#define ROWS 16
-#define CHUNK 32
-#define MAXM 32
-#define WANT_LD (ROWS * 8) /* expected outputs per token: up to 8 tiles */
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static bool is_nan_bf16(uint16_t c) { return (c & 0x7FFFu) > 0x7F80u; }
 
 /* ---- Values ---------------------------------------------------------------------------- */
 
@@ -194,53 +179,6 @@ static double v_bound(size_t k, double mag)
     return (double)(20 + chunks_of(k)) * 0x1p-24 * mag + (double)(k + 3 * chunks_of(k)) * 0x1p-126;
 }
 
-static double act64(const moe_act_params *a, double g, double u)
-{
-    if (a->kind != 0) {
-        g = g < a->limit ? g : a->limit;
-        u = u < a->limit ? u : a->limit;
-        u = u > -a->limit ? u : -a->limit;
-    }
-    if (a->kind == 2) return g / (1 + exp(-a->alpha * g)) * (u + 1);
-    return g / (1 + exp(-g)) * u;
-}
-
-/* ---- Token rows ---------------------------------------------------------------------------
- * MAXM rows of k codes in one mapping whose next page is inaccessible, placed three ways:
- * PANEL (token i at row i, stride k + 3 codes), REVERSED (token i at row MAXM - 1 - i: a
- * negative stride) and SCATTERED (uneven gaps, shuffled). In each the row that lies last ends
- * exactly at the inaccessible page. */
-enum { PANEL, REVERSED, SCATTERED, N_LAYOUTS };
-static const char *const layout_names[N_LAYOUTS] = {"panel", "reversed panel", "scattered"};
-
-typedef struct rows_map {
-    guarded g;
-    const uint16_t *x[MAXM];
-} rows_map;
-
-static void rows_place(rows_map *R, int layout, size_t k, uint16_t (*src)[4096], uint64_t *s)
-{
-    size_t off[MAXM], end = 0;
-    for (size_t i = 0; i < MAXM; i++) {
-        const size_t slot = layout == REVERSED ? MAXM - 1 - i : i;
-        if (layout == SCATTERED) {
-            /* token i at slot perm(i) with uneven gaps */
-            const size_t perm = (i * 13 + 5) % MAXM;
-            off[i] = perm * (k + 40) + (xorshift64(s) % 37);
-        } else {
-            off[i] = slot * (k + 3);
-        }
-        if (off[i] + k > end) end = off[i] + k;
-    }
-    uint16_t *base = guarded_alloc(&R->g, end * 2);
-    for (size_t i = 0; i < MAXM; i++) {
-        memcpy(base + off[i], src[i], k * 2);
-        R->x[i] = base + off[i];
-    }
-}
-
-static void rows_free(rows_map *R) { guarded_free(&R->g); }
-
 /* ---- One case ------------------------------------------------------------------------------ */
 
 typedef struct tcase {
@@ -250,56 +188,7 @@ typedef struct tcase {
     int regime, act_kind;
 } tcase;
 
-static uint16_t xsrc[MAXM][4096];
-
-#define HS_PAD 5
-#define H_SENTINEL 0xDEADu
-#define Y_SENTINEL 0xFFFFFFFFu
-
-static long n_compared, n_bound;
-
-/* A kernel's gate/up output rows against want (rows × cols, cols = the weight rows). */
-static long compare_h(const uint16_t *h, size_t hs, size_t m, size_t cols, const uint16_t *want,
-                      const char *what, const tcase *c, int layout)
-{
-    long bad = 0;
-    for (size_t i = 0; i < MAXM; i++)
-        for (size_t n = 0; n < hs; n++) {
-            const uint16_t got = h[i * hs + n];
-            const bool out = i < m && n < cols;
-            const uint16_t w = out ? want[i * WANT_LD + n] : H_SENTINEL;
-            const bool ok = got == w || (out && is_nan_bf16(got) && is_nan_bf16(w));
-            n_compared += out;
-            if (!ok && bad++ < 3)
-                fprintf(
-                    stderr,
-                    "%s k=%zu rows=%zu bias=%d %s act=%d %s m=%zu: h[%zu][%zu] %04x, want %04x\n",
-                    what, c->k, c->rows, c->bias, regime_names[c->regime], c->act_kind,
-                    layout_names[layout], m, i, n, got, w);
-        }
-    return bad;
-}
-
-static long compare_y(const float *y, size_t ys, size_t m, size_t cols, const float *want,
-                      const char *what, const tcase *c, int layout)
-{
-    long bad = 0;
-    for (size_t i = 0; i < MAXM; i++)
-        for (size_t n = 0; n < ys; n++) {
-            const uint32_t got = bits(y[i * ys + n]);
-            const bool out = i < m && n < cols;
-            const uint32_t w = out ? bits(want[i * WANT_LD + n]) : Y_SENTINEL;
-            const bool ok =
-                got == w || (out && isnan(y[i * ys + n]) && isnan(want[i * WANT_LD + n]));
-            n_compared += out;
-            if (!ok && bad++ < 3)
-                fprintf(stderr,
-                        "%s k=%zu rows=%zu bias=%d %s %s m=%zu: y[%zu][%zu] %08x, want %08x\n",
-                        what, c->k, c->rows, c->bias, regime_names[c->regime], layout_names[layout],
-                        m, i, n, got, w);
-        }
-    return bad;
-}
+static uint16_t xsrc[MAXM][MAXK];
 
 /* The expected outputs of the MAXM tokens (want, row stride ROWS · 4 ≥ rows), and the float64
  * check of got (same layout) where the case is finite. */
@@ -333,7 +222,7 @@ static long check_float64(const weights *W, const moe_act_params *act, const uin
             } else {
                 const double u = exact_v(W, 1, r, xsrc[i], &mu), eu = v_bound(W->k, mu);
                 got = moe_bf16_to_f32(h[i * ld + r]);
-                want = act64(act, g, u);
+                want = act_d(act, g, u);
                 if (fabs(want) > 0x1p120) continue; /* near f32 overflow: bits only */
                 /* bf16 rounding, the f32 epilogue's few roundings, and the projections'
                  * errors through the activation (|d/dg| ≤ 1.3 |u + 1|, |d/du| ≤ |g|) */
@@ -353,17 +242,6 @@ static long check_float64(const weights *W, const moe_act_params *act, const uin
 static uint16_t hbuf[MAXM * (WANT_LD + HS_PAD)];
 static float ybuf[MAXM * (WANT_LD + HS_PAD)];
 
-/* Every m and layout through the single-tile entries (tile by tile) and the multi-tile one. */
-/* Whether the tile data is in use (XINUSE bit 18, XGETBV with ECX = 1): the kernels release
- * the tiles before returning, so the OS need not save them. */
-static bool tiles_in_use(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
-    (void)hi;
-    return (lo >> 18) & 1;
-}
-
 static long run_kernels(const tcase *c, const weights *W, const moe_act_params *act,
                         const uint16_t *want_h, const float *want_y, uint64_t *s)
 {
@@ -371,14 +249,16 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
     long bad = 0;
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
         rows_map R;
-        rows_place(&R, layout, c->k, xsrc, s);
+        rows_place(&R, layout, c->k, (const uint16_t(*)[MAXK])xsrc, s);
         for (size_t m = 1; m <= MAXM; m++)
             for (int multi = 0; multi < 2; multi++) {
                 const void *const *x = (const void *const *)R.x;
-                const char *what = multi ? "tiles entry" : "one tile per call";
+                char label[192];
+                snprintf(label, sizeof label, "%s np=%d k=%zu rows=%zu bias=%d %s act=%d %s",
+                         multi ? "tiles entry" : "one tile per call", W->np, c->k, c->rows, c->bias,
+                         regime_names[c->regime], c->act_kind, layout_names[layout]);
+                fill_sentinels(W->np, hbuf, ybuf, ld);
                 if (W->np == 2) {
-                    for (size_t i = 0; i < MAXM * ld; i++)
-                        hbuf[i] = H_SENTINEL;
                     if (multi)
                         moe_tile_amx_gateup_tiles(m, c->k, x, W->packed, W->n_tiles, act, hbuf, ld,
                                                   last);
@@ -387,11 +267,7 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
                             moe_tile_amx_gateup(m, c->k, x, W->packed + t * W->tile_bytes, act,
                                                 hbuf + t * ROWS, ld,
                                                 t + 1 < W->n_tiles ? ROWS : last);
-                    bad += compare_h(hbuf, ld, m, W->rows, want_h, what, c, layout);
-                    bad += tiles_in_use();
                 } else {
-                    for (size_t i = 0; i < MAXM * ld; i++)
-                        memcpy(&ybuf[i], &(uint32_t){Y_SENTINEL}, 4);
                     if (multi)
                         moe_tile_amx_down_tiles(m, c->k, x, W->packed, W->n_tiles, ybuf, ld, last);
                     else
@@ -399,9 +275,9 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
                             moe_tile_amx_down(m, c->k, x, W->packed + t * W->tile_bytes,
                                               ybuf + t * ROWS, ld,
                                               t + 1 < W->n_tiles ? ROWS : last);
-                    bad += compare_y(ybuf, ld, m, W->rows, want_y, what, c, layout);
-                    bad += tiles_in_use();
                 }
+                bad += compare_out(W->np, hbuf, ybuf, ld, m, W->rows, want_h, want_y, label);
+                bad += tiles_in_use();
             }
         rows_free(&R);
     }
@@ -459,7 +335,7 @@ int main(void)
     uint64_t s = 0x9E3779B97F4A7C15u;
     for (size_t ci = 0; ci < N_CASES; ci++) {
         const tcase *c = &cases[ci];
-        REQUIRE(c->k <= 4096 && c->rows <= WANT_LD);
+        REQUIRE(c->k <= MAXK && c->rows <= WANT_LD);
         const moe_act_params act = {c->act_kind, 7.0f, 1.702f};
         weights W;
         weights_make(&W, c->np, c->rows, c->k, c->bias, c->regime, &s);

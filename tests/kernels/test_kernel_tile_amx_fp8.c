@@ -13,9 +13,8 @@
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_ref.h"
 #include "kernels/tile_bf16.h"
-#include "guarded.h"
 #include "test.h"
-#include "xorshift.h"
+#include "tile_amx_check.h"
 #ifdef MOE_COMPILED_AVX512AMXBF16
 #include "kernels/avx512amxbf16/expert_fp8_tile.h"
 #endif
@@ -35,21 +34,7 @@
  * Independently, finite cases are within an error bound of the same sums in float64.
  */
 
-#define ROWS 16
-#define CHUNK 32
 #define KB 128
-#define MAXM 32
-#define MAXK 4096
-#define WANT_LD (ROWS * 8) /* expected outputs per token: up to 8 tiles */
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static bool is_nan_bf16(uint16_t c) { return (c & 0x7FFFu) > 0x7F80u; }
 static size_t chunks_of(size_t k) { return (k + CHUNK - 1) / CHUNK; }
 static size_t blocks_of(size_t k) { return (k + KB - 1) / KB; }
 
@@ -215,17 +200,6 @@ static double v_bound(size_t k, double mag, double smax)
     return n * 0x1p-24 * mag + (double)(k + 3 * chunks_of(k)) * 0x1p-126 * smax;
 }
 
-static double act64(const moe_act_params *a, double g, double u)
-{
-    if (a->kind != 0) {
-        g = g < a->limit ? g : a->limit;
-        u = u < a->limit ? u : a->limit;
-        u = u > -a->limit ? u : -a->limit;
-    }
-    if (a->kind == 2) return g / (1 + exp(-a->alpha * g)) * (u + 1);
-    return g / (1 + exp(-g)) * u;
-}
-
 static uint16_t xsrc[MAXM][MAXK];
 static uint16_t want_h[MAXM * WANT_LD];
 static float want_y[MAXM * WANT_LD];
@@ -242,8 +216,6 @@ static void expected(const weights *W, const moe_act_params *act)
                     moe_f32_to_bf16(moe_xr_act(act, g, ref_v(W, 1, r, xsrc[i])));
         }
 }
-
-static long n_compared, n_bound;
 
 /* h (bf16) or y (f32), ld apart, against float64 where finite. */
 static long check_float64(const weights *W, const moe_act_params *act, const uint16_t *h,
@@ -262,7 +234,7 @@ static long check_float64(const weights *W, const moe_act_params *act, const uin
             } else {
                 const double u = exact_v(W, 1, r, xsrc[i], &mu, &su), eu = v_bound(W->k, mu, su);
                 got = moe_bf16_to_f32(h[i * ld + r]);
-                want = act64(act, g, u);
+                want = act_d(act, g, u);
                 if (fabs(want) > 0x1p120) continue; /* near f32 overflow: bits only */
                 bound = 0x1p-8 * fabs(want) + 0x1p-18 * fabs(want) + 1.3 * (fabs(u) + 1) * eg +
                         fabs(g) * eu + 0x1p-126;
@@ -274,32 +246,6 @@ static long check_float64(const weights *W, const moe_act_params *act, const uin
                         W->k, r, i, got, want, bound);
         }
     return bad;
-}
-
-/* ---- Token rows: PANEL (stride k + 3), REVERSED (negative stride), SCATTERED --------------- */
-enum { PANEL, REVERSED, SCATTERED, N_LAYOUTS };
-static const char *const layout_names[N_LAYOUTS] = {"panel", "reversed panel", "scattered"};
-
-typedef struct rows_map {
-    guarded g;
-    const uint16_t *x[MAXM];
-} rows_map;
-
-static void rows_place(rows_map *R, int layout, size_t k, uint64_t *s)
-{
-    size_t off[MAXM], end = 0;
-    for (size_t i = 0; i < MAXM; i++) {
-        if (layout == SCATTERED)
-            off[i] = (i * 13 + 5) % MAXM * (k + 40) + xorshift64(s) % 37;
-        else
-            off[i] = (layout == REVERSED ? MAXM - 1 - i : i) * (k + 3);
-        if (off[i] + k > end) end = off[i] + k;
-    }
-    uint16_t *base = guarded_alloc(&R->g, end * 2);
-    for (size_t i = 0; i < MAXM; i++) {
-        memcpy(base + off[i], xsrc[i], k * 2);
-        R->x[i] = base + off[i];
-    }
 }
 
 /* ---- Cases ------------------------------------------------------------------------------ */
@@ -339,49 +285,8 @@ static const tcase cases[] = {
 #define N_CASES (sizeof cases / sizeof cases[0])
 
 #ifdef MOE_COMPILED_AVX512AMXBF16
-#define HS_PAD 5
-#define H_SENTINEL 0xDEADu
-#define Y_SENTINEL 0xFFFFFFFFu
 static uint16_t hbuf[MAXM * (WANT_LD + HS_PAD)];
 static float ybuf[MAXM * (WANT_LD + HS_PAD)];
-
-/* Whether the tile data is in use (XINUSE bit 18, XGETBV with ECX = 1). */
-static bool tiles_in_use(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
-    (void)hi;
-    return (lo >> 18) & 1;
-}
-
-/* The outputs (ld apart) against want for m tokens: every other element still the sentinel. */
-static long compare(const weights *W, size_t m, size_t ld, const char *what, const tcase *c,
-                    int layout)
-{
-    long bad = 0;
-    for (size_t i = 0; i < MAXM; i++)
-        for (size_t n = 0; n < ld; n++) {
-            const bool out = i < m && n < W->rows;
-            bool ok;
-            uint32_t got, w;
-            if (W->np == 2) {
-                got = hbuf[i * ld + n];
-                w = out ? want_h[i * WANT_LD + n] : H_SENTINEL;
-                ok = got == w || (out && is_nan_bf16((uint16_t)got) && is_nan_bf16((uint16_t)w));
-            } else {
-                got = bits(ybuf[i * ld + n]);
-                w = out ? bits(want_y[i * WANT_LD + n]) : Y_SENTINEL;
-                ok = got == w || (out && isnan(ybuf[i * ld + n]) && isnan(want_y[i * WANT_LD + n]));
-            }
-            n_compared += out;
-            if (!ok && bad++ < 3)
-                fprintf(stderr,
-                        "%s np=%d k=%zu rows=%zu bias=%d %s %s m=%zu: [%zu][%zu] %x, want %x\n",
-                        what, W->np, c->k, c->rows, c->bias, regime_names[c->regime],
-                        layout_names[layout], m, i, n, got, w);
-        }
-    return bad;
-}
 
 static long run_kernels(const tcase *c, const weights *W, const moe_act_params *act, uint64_t *s)
 {
@@ -389,14 +294,15 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
     long bad = 0;
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
         rows_map R;
-        rows_place(&R, layout, c->k, s);
+        rows_place(&R, layout, c->k, (const uint16_t(*)[MAXK])xsrc, s);
         const void *const *x = (const void *const *)R.x;
         for (size_t m = 1; m <= MAXM; m++)
             for (int multi = 0; multi < 2; multi++) {
-                for (size_t i = 0; i < MAXM * ld; i++) {
-                    hbuf[i] = H_SENTINEL;
-                    memcpy(&ybuf[i], &(uint32_t){Y_SENTINEL}, 4);
-                }
+                char label[192];
+                snprintf(label, sizeof label, "%s np=%d k=%zu rows=%zu bias=%d %s %s",
+                         multi ? "tiles entry" : "one tile per call", W->np, c->k, c->rows, c->bias,
+                         regime_names[c->regime], layout_names[layout]);
+                fill_sentinels(W->np, hbuf, ybuf, ld);
                 for (size_t t = 0; t < (multi ? 1 : W->n_tiles); t++) {
                     const unsigned char *tile = W->packed + t * W->tile_bytes;
                     const size_t n = multi ? W->n_tiles : 1;
@@ -411,9 +317,9 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
                         moe_tile_amx_fp8_down(m, c->k, x, tile, ybuf + t * ROWS, ld, nv);
                     bad += tiles_in_use();
                 }
-                bad += compare(W, m, ld, multi ? "tiles entry" : "one tile per call", c, layout);
+                bad += compare_out(W->np, hbuf, ybuf, ld, m, W->rows, want_h, want_y, label);
             }
-        guarded_free(&R.g);
+        rows_free(&R);
     }
     /* The last call (m = 32, scattered, tiles entry) against float64, finite cases only. */
     if (c->regime != SPECIALS) bad += check_float64(W, act, hbuf, ybuf, ld);
