@@ -50,25 +50,7 @@ static float dot(const unsigned char *tile, int np, int p, size_t n, size_t k, c
     return acc + bias;
 }
 
-static void gateup_tile(size_t m, size_t k, const void *const *x, const void *tile,
-                        const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
-{
-    for (size_t i = 0; i < m; i++) {
-        uint16_t *hi = (uint16_t *)h + i * h_stride;
-        for (size_t n = 0; n < n_valid; n++) {
-            const float g = dot(tile, 2, 0, n, k, x[i]), u = dot(tile, 2, 1, n, k, x[i]);
-            hi[n] = moe_f32_to_bf16(moe_xr_act(act, g, u));
-        }
-    }
-}
-
-static void down_tile(size_t m, size_t k, const void *const *h, const void *tile, float *y,
-                      size_t y_stride, size_t n_valid)
-{
-    for (size_t i = 0; i < m; i++)
-        for (size_t n = 0; n < n_valid; n++)
-            y[i * y_stride + n] = dot(tile, 1, 0, n, k, h[i]);
-}
+#include "kernels/ref/expert_tile_entries.h"
 
 MOE_XL_SET(moe_expert_bf16_tile_8x16__ref, MOE_RECIPE_TILE, MOE_REQ_SCALAR, MR, MOE_XL_TILE_LAYOUT,
            .gateup = gateup_tile, .down = down_tile);
