@@ -769,7 +769,7 @@ int main(int argc, char **argv)
         if ((ks->isa & ~allowed) != 0) continue;
         if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;
         if (only_set && !strstr(ks->name, only_set)) continue;
-        const size_t es = ks->recipe == MOE_RECIPE_BF16 || ks->recipe == MOE_RECIPE_TILE ? 2 : 4;
+        const size_t es = moe_recipe_bf16_rows(ks->recipe) ? 2 : 4;
         packed pk;
         const size_t one = ks->gateup_tile_bytes(H) * (I / 16) + ks->down_tile_bytes(I) * (H / 16);
         int n = (int)((2 * llc + one - 1) / one);

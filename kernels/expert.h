@@ -112,6 +112,12 @@ typedef enum moe_expert_recipe {
  * (kernels/ref/expert_layout.h, "tile pairs") and the selection.
  */
 
+/* Whether the recipe's activations (x and h) are bf16 codes: BF16 and TILE read the same rows. */
+static inline bool moe_recipe_bf16_rows(moe_expert_recipe r)
+{
+    return r == MOE_RECIPE_BF16 || r == MOE_RECIPE_TILE;
+}
+
 /*
  * The Q8 recipe (MXFP4 weights), exactly; every ISA gives these bits.
  *

@@ -66,7 +66,7 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     g->act = *act;
     g->gateup_tile_bytes = ks->gateup_tile_bytes(hidden);
     g->down_tile_bytes = ks->down_tile_bytes(inter);
-    g->act_elem = ks->recipe == MOE_RECIPE_BF16 || ks->recipe == MOE_RECIPE_TILE ? 2 : 4;
+    g->act_elem = moe_recipe_bf16_rows(ks->recipe) ? 2 : 4;
     g->h_stride = round_up((size_t)inter, H_ROW_ALIGN);
     /* The tile unit loads 16 rows of a panel at once; rows a multiple of 4 KB apart compete
      * for the same L1 sets, and 64 bytes more between them was 5-11 % faster at 32 tokens

@@ -121,7 +121,7 @@ static void put_gate(text *t, const moe_layer_plan *p)
 static void put_activations(text *t, const moe_layer_plan *p)
 {
     const bool f32 = p->recipe_used[MOE_RECIPE_F32];
-    const bool bf16 = p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE];
+    const bool bf16 = moe_layer_uses_bf16_rows(p);
     /* The recipe that reads the bf16 rows (a layer asks one of the two). */
     const char *b16 = p->recipe_used[MOE_RECIPE_TILE] ? "tile" : "bf16";
     const moe_layer_group_plan *q8 = NULL;

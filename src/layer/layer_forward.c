@@ -139,8 +139,7 @@ static void activations_step(fwd *f)
     const bool in_bf16 = f->a->hidden_dtype == MOE_DTYPE_BF16;
     const moe_expert_group *q8 = moe_layer_q8_group(p);
     const bool need_f32 = in_bf16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
-    const bool need_bf16 =
-        !in_bf16 && (p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE]);
+    const bool need_bf16 = !in_bf16 && moe_layer_uses_bf16_rows(p);
     moe_cvt_bf16_f32_ukernel *widen = need_f32 ? p->cvt_bf16.kernel->fn.cvt_bf16_f32 : NULL;
     const float *f32 = in_bf16 ? f->b.act_f32 : (const float *)f->a->hidden;
     if (need_f32 || need_bf16 || q8) {

@@ -129,6 +129,12 @@ typedef struct moe_layer_bufs {
  * forward prepares them once, with this group's kernel set. */
 const moe_expert_group *moe_layer_q8_group(const moe_layer_plan *p);
 
+/* Whether a group of the layer reads bf16 activation rows (the BF16 or the TILE recipe). */
+static inline bool moe_layer_uses_bf16_rows(const moe_layer_plan *p)
+{
+    return p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE];
+}
+
 /* Takes a forward's arrays for n_tokens from C (counting only when c->base is NULL). */
 void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe_layer_bufs *b);
 

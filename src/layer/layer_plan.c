@@ -392,8 +392,7 @@ void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe
     if (moe_mul_overflow_size(n_tokens, h, &th)) th = SIZE_MAX;
     if (p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8])
         b->act_f32 = moe_carve_take(c, th, sizeof(float));
-    if (p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE])
-        b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
+    if (moe_layer_uses_bf16_rows(p)) b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
     const moe_expert_group *q8 = moe_layer_q8_group(p);
     if (q8) b->act_q8 = moe_carve_take(c, n_tokens, q8->x_row_bytes);
     const moe_expert_group *routed = NULL, *always = NULL;
