@@ -13,6 +13,8 @@ import re
 
 import torch
 
+from st_files import mapped_headers
+
 ST_DTYPES = {
     "BF16": torch.bfloat16,
     "F16": torch.float16,
@@ -36,23 +38,10 @@ class Tensors:
     until a tensor is used, and torch may view the pages without copying them)."""
 
     def __init__(self, folder):
-        index = os.path.join(folder, "model.safetensors.index.json")
-        if os.path.exists(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        else:
-            files = ["model.safetensors"]
         self.where = {}
-        self.maps = []
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(n))
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-            self.maps.append(mm)
+        for mm, base, header in mapped_headers(folder, mmap.ACCESS_COPY):
             for key, info in header.items():
-                if key != "__metadata__":
-                    self.where[key] = (mm, 8 + n, info)
+                self.where[key] = (mm, base, info)
 
     def __contains__(self, name):
         return name in self.where

@@ -5,12 +5,11 @@ wants a pointer to). bf16_f32() and e4m3_f32() decode them exactly; expert_names
 gate / up / down tensor names of one routed expert in a DeepSeek-style checkpoint.
 Standard library and numpy only.
 """
-import json
-import mmap
-import os
 import re
 
 import numpy as np
+
+from st_files import mapped_headers
 
 DTYPES = {"BF16": np.uint16, "F8_E4M3": np.uint8, "F32": np.float32, "I64": np.int64}
 PROJ = ("gate_proj", "up_proj", "down_proj")
@@ -19,21 +18,10 @@ FP8_BLOCK = 128
 
 class Tensors:
     def __init__(self, folder):
-        index = os.path.join(folder, "model.safetensors.index.json")
-        if os.path.exists(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        else:
-            files = ["model.safetensors"]
         self.where = {}
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(n))
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        for mm, base, header in mapped_headers(folder):
             for key, info in header.items():
-                if key != "__metadata__":
-                    self.where[key] = (mm, 8 + n, info)
+                self.where[key] = (mm, base, info)
 
     def __contains__(self, name):
         return name in self.where
