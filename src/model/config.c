@@ -200,8 +200,10 @@ static moe_status quant_fp8(const moe_cfg *q, moe_cfg_quant_info *out)
     const char *fmt = NULL, *scheme = NULL, *scale_fmt = NULL;
     moe_status st = moe_cfg_str(q, "fmt", false, "e4m3", &fmt);
     if (st) return st;
-    if (strcmp(fmt, "e4m3"))
-        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "fmt", "'%.64s' is not supported (only e4m3)",
+    /* MiniMax-M2 releases spell E4M3 by its torch dtype name. */
+    if (strcmp(fmt, "e4m3") && strcmp(fmt, "float8_e4m3fn"))
+        return moe_cfg_fail(q, MOE_EUNSUPPORTED, "fmt",
+                            "'%.64s' is not supported (only e4m3, also spelled float8_e4m3fn)",
                             fmt);
     st = moe_cfg_str(q, "activation_scheme", false, "dynamic", &scheme);
     if (st) return st;
@@ -348,6 +350,23 @@ static moe_status parse_kimi_k2(const moe_cfg *c, moe_model_desc *d)
     return moe_family_deepseek_parse(c, MOE_FAMILY_KIMI_K2, d);
 }
 
+static moe_status parse_deepseek_v32(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_v3_moe_parse(c, MOE_FAMILY_DEEPSEEK_V32, d);
+}
+static moe_status parse_glm4_moe(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_v3_moe_parse(c, MOE_FAMILY_GLM4_MOE, d);
+}
+static moe_status parse_glm_moe_dsa(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_v3_moe_parse(c, MOE_FAMILY_GLM_MOE_DSA, d);
+}
+static moe_status parse_glm4_moe_lite(const moe_cfg *c, moe_model_desc *d)
+{
+    return moe_family_v3_moe_parse(c, MOE_FAMILY_GLM4_MOE_LITE, d);
+}
+
 static family_parse_fn parser_of(moe_family f)
 {
     switch (f) {
@@ -358,6 +377,12 @@ static family_parse_fn parser_of(moe_family f)
     case MOE_FAMILY_QWEN3_MOE: return moe_family_qwen3_parse;
     case MOE_FAMILY_MIXTRAL: return moe_family_mixtral_parse;
     case MOE_FAMILY_GPT_OSS: return moe_family_gpt_oss_parse;
+    case MOE_FAMILY_DEEPSEEK_V32: return parse_deepseek_v32;
+    case MOE_FAMILY_GLM4_MOE: return parse_glm4_moe;
+    case MOE_FAMILY_GLM_MOE_DSA: return parse_glm_moe_dsa;
+    case MOE_FAMILY_GLM4_MOE_LITE: return parse_glm4_moe_lite;
+    case MOE_FAMILY_MINIMAX_M2: return moe_family_minimax_m2_parse;
+    case MOE_FAMILY_KIMI_K25: return moe_family_kimi_k25_parse;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;
@@ -405,7 +430,8 @@ static moe_status parse_root(const json_t *root, const char *name, moe_model_des
     if (!moe_family_from_name(type, &family))
         return moe_cfg_fail(&c, MOE_EUNSUPPORTED, "model_type",
                             "'%.64s' is not supported (supported: deepseek_v2, deepseek_v3, "
-                            "kimi_k2, deepseek_v4, qwen3_moe, mixtral, gpt_oss)",
+                            "kimi_k2, deepseek_v4, qwen3_moe, mixtral, gpt_oss, deepseek_v32, "
+                            "glm4_moe, glm_moe_dsa, glm4_moe_lite, minimax_m2, kimi_k25)",
                             type);
     d->family = family;
     snprintf(d->model_type, sizeof d->model_type, "%s", moe_family_name(family));

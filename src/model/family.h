@@ -106,6 +106,10 @@ moe_status moe_family_deepseek_v4_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_qwen3_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_mixtral_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d);
+/* deepseek_v32, glm4_moe, glm_moe_dsa, glm4_moe_lite: DeepSeek-V3's MoE block (family_v3_moe.c). */
+moe_status moe_family_v3_moe_parse(const moe_cfg *c, moe_family family, moe_model_desc *d);
+moe_status moe_family_minimax_m2_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_kimi_k25_parse(const moe_cfg *c, moe_model_desc *d);
 
 /* ---- Building a layer's tensor table ------------------------------------------------- */
 
@@ -152,5 +156,12 @@ moe_status moe_family_deepseek_v4_tensors(const moe_model_desc *d, int layer, mo
 moe_status moe_family_qwen3_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_mixtral_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_gpt_oss_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_minimax_m2_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_kimi_k25_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+/* Kimi-K2.5's other spelling of NAME (what transformers 5.25 saves), into BUF. */
+bool moe_family_kimi_k25_alt_name(const char *name, char *buf, size_t cap);
+/* The DeepSeek-V3 layout of layer LAYER below PREFIX (DeepSeek's own: model.layers.L.mlp). */
+moe_status moe_family_deepseek_tensors_under(const moe_model_desc *d, int layer, const char *prefix,
+                                             moe_spec_list *l);
 
 #endif

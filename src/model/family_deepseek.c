@@ -157,9 +157,15 @@ static const moe_mlp_names ds_names = {"gate_proj", "up_proj", "down_proj", "wei
 
 moe_status moe_family_deepseek_tensors(const moe_model_desc *d, int layer, moe_spec_list *l)
 {
-    const moe_layer_desc *ld = &d->layers[layer];
     char prefix[96];
     snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    return moe_family_deepseek_tensors_under(d, layer, prefix, l);
+}
+
+moe_status moe_family_deepseek_tensors_under(const moe_model_desc *d, int layer, const char *prefix,
+                                             moe_spec_list *l)
+{
+    const moe_layer_desc *ld = &d->layers[layer];
     if (ld->kind == MOE_LAYER_DENSE)
         return moe_spec_add_mlp(l, prefix, &ds_names, &ld->dense, MOE_GROUP_DENSE, layer, -1);
     const int64_t e = ld->routing.n_experts;

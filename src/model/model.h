@@ -16,6 +16,12 @@ typedef enum moe_family {
     MOE_FAMILY_QWEN3_MOE,       /* "qwen3_moe" */
     MOE_FAMILY_MIXTRAL,         /* "mixtral" */
     MOE_FAMILY_GPT_OSS,         /* "gpt_oss" */
+    MOE_FAMILY_DEEPSEEK_V32,    /* "deepseek_v32" (DeepSeek-V3.2) */
+    MOE_FAMILY_GLM4_MOE,        /* "glm4_moe" (GLM-4.5, 4.6, 4.7) */
+    MOE_FAMILY_GLM_MOE_DSA,     /* "glm_moe_dsa" (GLM-5) */
+    MOE_FAMILY_GLM4_MOE_LITE,   /* "glm4_moe_lite" (GLM-4.7-Flash) */
+    MOE_FAMILY_MINIMAX_M2,      /* "minimax_m2" (MiniMax-M2, M2.1, M2.5, M2.7) */
+    MOE_FAMILY_KIMI_K25,        /* "kimi_k25" (Kimi-K2.5: a DeepSeek-V3 text_config) */
     MOE_FAMILY_COUNT_
 } moe_family;
 
@@ -153,7 +159,8 @@ typedef struct moe_tensor_spec {
 moe_status moe_model_layer_tensors(const moe_model_desc *desc, int layer, moe_tensor_spec **out,
                                    size_t *count);
 
-/* Other accepted spellings of a canonical name (DeepSeek-V4 with a "model." prefix).
+/* Other accepted spellings of a canonical name (DeepSeek-V4 with a "model." prefix; Kimi-K2.5
+ * with transformers' "language_model.model.blocks." for "language_model.model.layers.").
  * Writes the alternative into BUF and returns true if there is one. */
 bool moe_model_alt_name(const moe_model_desc *desc, const char *name, char *buf, size_t cap);
 

@@ -8,6 +8,12 @@ static const char *const family_names[MOE_FAMILY_COUNT_] = {
     [MOE_FAMILY_KIMI_K2] = "kimi_k2",         [MOE_FAMILY_DEEPSEEK_V4] = "deepseek_v4",
     [MOE_FAMILY_QWEN3_MOE] = "qwen3_moe",     [MOE_FAMILY_MIXTRAL] = "mixtral",
     [MOE_FAMILY_GPT_OSS] = "gpt_oss",
+    [MOE_FAMILY_DEEPSEEK_V32] = "deepseek_v32",
+    [MOE_FAMILY_GLM4_MOE] = "glm4_moe",
+    [MOE_FAMILY_GLM_MOE_DSA] = "glm_moe_dsa",
+    [MOE_FAMILY_GLM4_MOE_LITE] = "glm4_moe_lite",
+    [MOE_FAMILY_MINIMAX_M2] = "minimax_m2",
+    [MOE_FAMILY_KIMI_K25] = "kimi_k25",
 };
 
 /* Indexes a name table, with "unknown" for any value outside it (including negative ones). */

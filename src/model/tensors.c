@@ -144,6 +144,12 @@ static family_tensors_fn tensors_of(moe_family f)
     case MOE_FAMILY_QWEN3_MOE: return moe_family_qwen3_tensors;
     case MOE_FAMILY_MIXTRAL: return moe_family_mixtral_tensors;
     case MOE_FAMILY_GPT_OSS: return moe_family_gpt_oss_tensors;
+    case MOE_FAMILY_DEEPSEEK_V32:
+    case MOE_FAMILY_GLM4_MOE:
+    case MOE_FAMILY_GLM_MOE_DSA:
+    case MOE_FAMILY_GLM4_MOE_LITE: return moe_family_deepseek_tensors;
+    case MOE_FAMILY_MINIMAX_M2: return moe_family_minimax_m2_tensors;
+    case MOE_FAMILY_KIMI_K25: return moe_family_kimi_k25_tensors;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;
@@ -175,6 +181,8 @@ moe_status moe_model_layer_tensors(const moe_model_desc *desc, int layer, moe_te
 bool moe_model_alt_name(const moe_model_desc *desc, const char *name, char *buf, size_t cap)
 {
     static const char pfx[] = "model.";
+    if (desc && name && buf && desc->family == MOE_FAMILY_KIMI_K25)
+        return moe_family_kimi_k25_alt_name(name, buf, cap);
     if (!desc || !name || !buf || desc->family != MOE_FAMILY_DEEPSEEK_V4) return false;
     if (strncmp(name, "layers.", 7) != 0) return false;
     int n = snprintf(buf, cap, "%s%s", pfx, name);

@@ -170,8 +170,13 @@ static int namespaces(const moe_model_desc *d, int layer, char prefixes[2][64])
 {
     switch (d->family) {
     case MOE_FAMILY_MIXTRAL:
+    case MOE_FAMILY_MINIMAX_M2:
         snprintf(prefixes[0], 64, "model.layers.%d.block_sparse_moe.", layer);
         return 1;
+    case MOE_FAMILY_KIMI_K25:
+        snprintf(prefixes[0], 64, "language_model.model.layers.%d.mlp.", layer);
+        snprintf(prefixes[1], 64, "language_model.model.blocks.%d.mlp.", layer);
+        return 2;
     case MOE_FAMILY_DEEPSEEK_V4:
         snprintf(prefixes[0], 64, "layers.%d.ffn.", layer);
         snprintf(prefixes[1], 64, "model.layers.%d.ffn.", layer);

@@ -12,6 +12,8 @@ static const bench_preset presets[] = {
     {"mixtral-8x7b", "mixtral", {"bf16", "fp8"}, 4096, 14336, 8, 2, 0, 0, 0},
     {"gpt-oss-20b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 32, 4, 0, 0, 0},
     {"gpt-oss-120b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 128, 4, 0, 0, 0},
+    {"glm-4.5", "glm4_moe", {"bf16", "fp8"}, 5120, 1536, 160, 8, 1, 1, 1},
+    {"minimax-m2", "minimax_m2", {"fp8", "bf16"}, 3072, 1536, 256, 8, 0, 0, 0},
 };
 
 const bench_preset *bench_preset_at(size_t i)

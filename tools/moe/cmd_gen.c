@@ -37,7 +37,8 @@ static void help(void)
         "\n"
         "required:\n"
         "  --family F              deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, qwen3_moe,\n"
-        "                          mixtral or gpt_oss\n"
+        "                          mixtral, gpt_oss, deepseek_v32, glm4_moe, glm_moe_dsa,\n"
+        "                          glm4_moe_lite, minimax_m2 or kimi_k25\n"
         "  --out DIR               created if missing (parents too)\n"
         "\n"
         "shape (defaults in brackets):\n"
@@ -51,20 +52,25 @@ static void help(void)
         "  --topk K                experts per token, 1..E [2]\n"
         "  --intermediate I        each routed (and shared) expert's intermediate size [128]\n"
         "  --vocab V               vocab_size; rows of tid2eid on DeepSeek-V4 hash layers [2048]\n"
-        "  --groups G              n_group (deepseek_v2/v3: 4, kimi_k2: 1) [see left]\n"
-        "  --topk-group TG         topk_group [G/2, at least 1]; deepseek_v2/v3, kimi_k2 only\n"
-        "  --shared N              n_shared_experts, 0..64; deepseek_*, kimi_k2 only [1]\n"
-        "  --first-dense N         first_k_dense_replace (dense first layers);\n"
-        "                          deepseek_v2/v3, kimi_k2 only [1 if layers > 1, else 0]\n"
-        "  --dense-intermediate D  the dense MLP's intermediate_size; deepseek_v2/v3, kimi_k2,\n"
-        "                          qwen3_moe only [4 x I]\n"
+        "  --groups G              n_group (deepseek_v2/v3/v32: 4; kimi_k2/k25, glm*: 1) [see\n"
+        "                          left]; the DeepSeek-style families below only\n"
+        "  --topk-group TG         topk_group [G/2, at least 1]; deepseek_v2/v3/v32, kimi_k2,\n"
+        "                          kimi_k25, glm4_moe, glm_moe_dsa, glm4_moe_lite only\n"
+        "  --shared N              n_shared_experts, 0..64; those and deepseek_v4 only [1]\n"
+        "  --first-dense N         first_k_dense_replace (dense first layers; glm4_moe_lite:\n"
+        "                          mlp_layer_types); those only [1 if layers > 1, else 0]\n"
+        "  --dense-intermediate D  the dense MLP's intermediate_size; those and qwen3_moe\n"
+        "                          only [4 x I]\n"
         "  --hash-layers N         num_hash_layers; deepseek_v4 only [1 if layers > 1, else 0]\n"
         "\n"
         "formats:\n"
         "  --dtype bf16|fp8|mxfp4  expert weights. deepseek_v2, qwen3_moe, mixtral: bf16 [bf16]\n"
         "                          or fp8; deepseek_v3, kimi_k2: fp8 [fp8] or bf16; gpt_oss:\n"
         "                          mxfp4 [mxfp4] or bf16; deepseek_v4: mxfp4 (expert_dtype\n"
-        "                          \"fp4\") [mxfp4] or fp8. fp8 = E4M3 with 128x128 block scales.\n"
+        "                          \"fp4\") [mxfp4] or fp8; deepseek_v32, glm_moe_dsa,\n"
+        "                          minimax_m2: fp8 [fp8] or bf16; glm4_moe, glm4_moe_lite,\n"
+        "                          kimi_k25: bf16 [bf16] or fp8. fp8 = E4M3 with 128x128 block\n"
+        "                          scales.\n"
         "  --torch-dtype T         bfloat16, float16 or float32: the router dtype [bfloat16]\n"
         "\n"
         "output:\n"
@@ -188,7 +194,16 @@ static int parse_args(gen_request *r, int argc, char **argv)
 
 static bool is_deepseek_grouped(moe_family f)
 {
-    return f == MOE_FAMILY_DEEPSEEK_V2 || f == MOE_FAMILY_DEEPSEEK_V3 || f == MOE_FAMILY_KIMI_K2;
+    return f == MOE_FAMILY_DEEPSEEK_V2 || f == MOE_FAMILY_DEEPSEEK_V3 || f == MOE_FAMILY_KIMI_K2 ||
+           f == MOE_FAMILY_DEEPSEEK_V32 || f == MOE_FAMILY_GLM4_MOE ||
+           f == MOE_FAMILY_GLM_MOE_DSA || f == MOE_FAMILY_GLM4_MOE_LITE || f == MOE_FAMILY_KIMI_K25;
+}
+
+/* The families whose released models route in one group (Kimi-K2 and K2.5, every GLM). */
+static bool one_group(moe_family f)
+{
+    return f == MOE_FAMILY_KIMI_K2 || f == MOE_FAMILY_KIMI_K25 || f == MOE_FAMILY_GLM4_MOE ||
+           f == MOE_FAMILY_GLM_MOE_DSA || f == MOE_FAMILY_GLM4_MOE_LITE;
 }
 
 /* Whether option K exists in family F's config. */
@@ -221,7 +236,8 @@ static int resolve_family(gen_request *r)
 {
     if (moe_family_from_name(r->family, &r->o.family)) return 0;
     return usage("--family '%s' is not one of deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, "
-                 "qwen3_moe, mixtral, gpt_oss",
+                 "qwen3_moe, mixtral, gpt_oss, deepseek_v32, glm4_moe, glm_moe_dsa, "
+                 "glm4_moe_lite, minimax_m2, kimi_k25",
                  r->family);
 }
 
@@ -231,7 +247,10 @@ static int resolve_dtype(gen_request *r)
     gen_dtype def, alt;
     switch (f) {
     case MOE_FAMILY_DEEPSEEK_V3:
-    case MOE_FAMILY_KIMI_K2: def = GEN_DTYPE_FP8, alt = GEN_DTYPE_BF16; break;
+    case MOE_FAMILY_KIMI_K2:
+    case MOE_FAMILY_DEEPSEEK_V32:
+    case MOE_FAMILY_GLM_MOE_DSA:
+    case MOE_FAMILY_MINIMAX_M2: def = GEN_DTYPE_FP8, alt = GEN_DTYPE_BF16; break;
     case MOE_FAMILY_GPT_OSS: def = GEN_DTYPE_MXFP4, alt = GEN_DTYPE_BF16; break;
     case MOE_FAMILY_DEEPSEEK_V4: def = GEN_DTYPE_MXFP4, alt = GEN_DTYPE_FP8; break;
     default: def = GEN_DTYPE_BF16, alt = GEN_DTYPE_FP8; break;
@@ -266,8 +285,7 @@ static int resolve_torch_dtype(gen_request *r)
 static void default_groups(gen_request *r)
 {
     gen_options *o = &r->o;
-    bool kimi = o->family == MOE_FAMILY_KIMI_K2;
-    o->groups = r->num[O_GROUPS].given ? r->num[O_GROUPS].value : kimi ? 1 : 4;
+    o->groups = r->num[O_GROUPS].given ? r->num[O_GROUPS].value : one_group(o->family) ? 1 : 4;
     if (r->num[O_TOPK_GROUP].given)
         o->topk_group = r->num[O_TOPK_GROUP].value;
     else

@@ -194,6 +194,98 @@ static void build_gpt_oss(builder *b, json_t *c, const gen_options *o)
     }
 }
 
+/* mlp_layer_types of transformers' DeepSeek-V3.2 and GLM configs: first_dense "dense", then
+ * "sparse". */
+static json_t *dense_sparse_types(builder *b, const gen_options *o)
+{
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < o->layers; i++)
+        if (json_array_append_new(a, json_string(i < o->first_dense ? "dense" : "sparse")) != 0)
+            b->ok = false;
+    return a;
+}
+
+/* DeepSeek-V3.2, GLM-4.5 (glm4_moe), GLM-5 (glm_moe_dsa), GLM-4.7-Flash (glm4_moe_lite): the V3
+ * MoE fields under each model_type, its released routed_scaling_factor, and the way each
+ * config says which layers are dense. */
+static void build_v3_moe(builder *b, json_t *c, const gen_options *o)
+{
+    switch (o->family) {
+    case MOE_FAMILY_DEEPSEEK_V32:
+        set_head(b, c, "deepseek_v32", "DeepseekV32ForCausalLM");
+        set_str(b, c, "topk_method", "noaux_tc");
+        set_str(b, c, "scoring_func", "sigmoid");
+        set_real(b, c, "routed_scaling_factor", 2.5);
+        set_int(b, c, "first_k_dense_replace", o->first_dense);
+        break;
+    case MOE_FAMILY_GLM_MOE_DSA:
+        set_head(b, c, "glm_moe_dsa", "GlmMoeDsaForCausalLM");
+        set_real(b, c, "routed_scaling_factor", 2.5);
+        set_int(b, c, "first_k_dense_replace", o->first_dense);
+        put(b, c, "mlp_layer_types", dense_sparse_types(b, o));
+        break;
+    case MOE_FAMILY_GLM4_MOE_LITE:
+        set_head(b, c, "glm4_moe_lite", "Glm4MoeLiteForCausalLM");
+        set_real(b, c, "routed_scaling_factor", 1.8);
+        put(b, c, "mlp_layer_types", dense_sparse_types(b, o));
+        break;
+    default:
+        set_head(b, c, "glm4_moe", "Glm4MoeForCausalLM");
+        set_real(b, c, "routed_scaling_factor", 2.5);
+        set_int(b, c, "first_k_dense_replace", o->first_dense);
+        break;
+    }
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "intermediate_size", o->dense_intermediate);
+    set_int(b, c, "moe_intermediate_size", o->intermediate);
+    set_int(b, c, "n_routed_experts", o->experts);
+    set_int(b, c, "n_shared_experts", o->shared);
+    set_int(b, c, "num_experts_per_tok", o->topk);
+    set_int(b, c, "n_group", o->groups);
+    set_int(b, c, "topk_group", o->topk_group);
+    set_bool(b, c, "norm_topk_prob", true);
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
+/* MiniMax-M2 as released: its own routing fields, and FP8 spelled by the torch dtype name
+ * with the router and correction bias left unquantised. */
+static void build_minimax_m2(builder *b, json_t *c, const gen_options *o)
+{
+    static const char *const not_converted[] = {"gate", "e_score_correction_bias", "lm_head"};
+    set_head(b, c, "minimax_m2", "MiniMaxM2ForCausalLM");
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "intermediate_size", o->intermediate);
+    set_int(b, c, "num_local_experts", o->experts);
+    set_int(b, c, "num_experts_per_tok", o->topk);
+    set_str(b, c, "scoring_func", "sigmoid");
+    set_bool(b, c, "use_routing_bias", true);
+    set_int(b, c, "shared_intermediate_size", 0);
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) {
+        json_t *q = json_object();
+        set_str(b, q, "quant_method", "fp8");
+        set_str(b, q, "fmt", "float8_e4m3fn");
+        set_str(b, q, "activation_scheme", "dynamic");
+        put(b, q, "weight_block_size", block_128x128(b));
+        put(b, q, "modules_to_not_convert", str_array(b, not_converted, 3));
+        put(b, c, "quantization_config", q);
+    }
+}
+
+/* Kimi-K2.5: a kimi_k2 text_config (quantization_config inside it, as released) in a
+ * vision-language wrapper. */
+static void build_kimi_k25(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "kimi_k25", "KimiK25ForConditionalGeneration");
+    json_t *text = json_object();
+    gen_options t = *o;
+    t.family = MOE_FAMILY_KIMI_K2;
+    build_deepseek(b, text, &t);
+    put(b, c, "text_config", text);
+    set_str(b, c, "torch_dtype", o->torch_dtype);
+}
+
 char *gen_config_text(const gen_options *o)
 {
     builder bld = {.ok = true}, *b = &bld;
@@ -207,6 +299,12 @@ char *gen_config_text(const gen_options *o)
     case MOE_FAMILY_QWEN3_MOE: build_qwen3(b, c, o); break;
     case MOE_FAMILY_MIXTRAL: build_mixtral(b, c, o); break;
     case MOE_FAMILY_GPT_OSS: build_gpt_oss(b, c, o); break;
+    case MOE_FAMILY_DEEPSEEK_V32:
+    case MOE_FAMILY_GLM4_MOE:
+    case MOE_FAMILY_GLM_MOE_DSA:
+    case MOE_FAMILY_GLM4_MOE_LITE: build_v3_moe(b, c, o); break;
+    case MOE_FAMILY_MINIMAX_M2: build_minimax_m2(b, c, o); break;
+    case MOE_FAMILY_KIMI_K25: build_kimi_k25(b, c, o); break;
     case MOE_FAMILY_COUNT_: break;
     }
     /* 9 significant digits print 2.827 as "2.827", not its 17-digit binary expansion. */
