@@ -12,6 +12,11 @@ tf.logging.set_verbosity_error()
 tf.utils.logging.disable_progress_bar()
 
 FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss"]
+FAMILIES += ["deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite", "minimax_m2", "kimi_k25"]
+# The families whose MoE block is DeepSeek-V3's router (sigmoid keys + correction bias, groups
+# by top-2 sum) and MiniMax-M2's (the same keys in one group, the bias on the block).
+V3_ROUTERS = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite",
+              "kimi_k25", "minimax_m2")
 HIDDEN = 64
 # Attention shapes small enough for a test, per family (the MoE shapes come from each config).
 _ATTN = {
@@ -22,6 +27,18 @@ _ATTN = {
     "deepseek_v4": dict(q_lora_rank=16, o_lora_rank=16, o_groups=2, index_n_heads=2,
                         index_head_dim=16, index_topk=8, sliding_window=8),
     "qwen3_moe": {}, "mixtral": {}, "gpt_oss": {},
+    "deepseek_v32": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16,
+                         qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_n_heads=2,
+                         index_head_dim=16, index_topk=8),
+    "glm4_moe": {},
+    "glm_moe_dsa": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16,
+                        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_n_heads=2,
+                        index_head_dim=16, index_topk=8),
+    "glm4_moe_lite": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16,
+                          qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
+    "minimax_m2": {},
+    "kimi_k25": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=16,
+                     qk_rope_head_dim=8, v_head_dim=16),
 }
 _COMMON = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                max_position_embeddings=256)
@@ -42,7 +59,26 @@ _MOE = {
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
                     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                     swiglu_alpha=1.25, swiglu_limit=0.25),
+    # Not the config classes' defaults either (groups, scaling, shared width, dense layers).
+    "deepseek_v32": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                         n_shared_experts=2, first_k_dense_replace=1, intermediate_size=96,
+                         n_group=4, topk_group=2, routed_scaling_factor=1.75),
+    "glm4_moe": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
+                     n_shared_experts=1, first_k_dense_replace=1, intermediate_size=96,
+                     n_group=2, topk_group=1, routed_scaling_factor=2.5),
+    "glm_moe_dsa": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                        n_shared_experts=1, mlp_layer_types=["dense", "sparse", "sparse"],
+                        intermediate_size=96, routed_scaling_factor=1.25, norm_topk_prob=False),
+    "glm4_moe_lite": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                          n_shared_experts=1, intermediate_size=96, routed_scaling_factor=1.8),
+    "minimax_m2": dict(num_local_experts=8, num_experts_per_tok=3, intermediate_size=48),
+    "kimi_k25": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                     n_shared_experts=1, first_k_dense_replace=1, intermediate_size=96,
+                     n_group=1, topk_group=1, routed_scaling_factor=2.827, norm_topk_prob=True),
 }
+# Kimi-K2.5's vision tower and projector, as small as transformers allows.
+_VISION = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+               patch_size=2, pos_emb_height=4, pos_emb_width=4)
 # The GLU constants above are not transformers' defaults (gpt-oss 1.702 and 7, DeepSeek-V4's
 # limit 10): libmoe must read them from config.json. The limit clamps a share of the
 # projections of these tiny models (pre-activations of order 0.2). `moe gen` checkpoints
@@ -52,13 +88,27 @@ _MOE = {
 def config(family, **over):
     kw = dict(_COMMON, **_ATTN[family], **_MOE[family], hidden_size=HIDDEN, num_hidden_layers=3,
               vocab_size=96, **over)
+    if family == "kimi_k25":  # a vision-language wrapper around a kimi_k2 text model
+        return tf.AutoConfig.for_model(family, text_config=dict(kw, model_type="kimi_k2"),
+                                       vision_config=_VISION, projection_hidden_size=32)
     return tf.AutoConfig.for_model(family, **kw)
+
+
+def text_config(model):
+    """The language model's config (Kimi-K2.5 nests it)."""
+    return getattr(model.config, "text_config", None) or model.config
+
+
+def _auto(family):
+    return tf.AutoModelForImageTextToText if family == "kimi_k25" else tf.AutoModelForCausalLM
 
 
 def moe_blocks(model):
     """(layer index, block) for every MoE block of a transformers model."""
+    inner = model.model
+    layers = inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
     out = []
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(layers):
         if hasattr(layer.mlp, "experts"):
             out.append((i, layer.mlp))
     return out
@@ -68,18 +118,26 @@ def router(block):
     return block.router if hasattr(block, "router") else block.gate
 
 
+def correction_bias(block):
+    """The correction bias the router selects with (MiniMax-M2 keeps it on the block), or
+    None."""
+    if hasattr(block, "e_score_correction_bias"):
+        return block.e_score_correction_bias
+    return getattr(router(block), "e_score_correction_bias", None)
+
+
 @torch.no_grad()
 def make_model(family, seed=0):
     """A random tiny f32 model with non-zero correction biases, router and expert biases
     (transformers initialises them to zero) and a random tid2eid."""
     torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(config(family), dtype=torch.float32).eval()
+    model = _auto(family).from_config(config(family), dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(seed + 1)
     for _, block in moe_blocks(model):
         r = router(block)
         r.weight.normal_(0.0, 0.3, generator=g)  # logits of order 1: distinct routes
-        if hasattr(r, "e_score_correction_bias"):
-            r.e_score_correction_bias.normal_(0.0, 0.1, generator=g)
+        if correction_bias(block) is not None:
+            correction_bias(block).normal_(0.0, 0.1, generator=g)
         if hasattr(r, "bias") and isinstance(r.bias, torch.Tensor):
             r.bias.normal_(0.0, 0.3, generator=g)
         if hasattr(r, "tid2eid"):
@@ -108,6 +166,10 @@ def load(folder, dtype, family=None, **overrides):
     checkpoints dequantised."""
     attn = dict(_COMMON, **_ATTN[family]) if family else {}
     cfg = tf.AutoConfig.from_pretrained(folder, **attn, **overrides)
+    if cfg.model_type == "kimi_k25" and family:  # the test shapes belong to the text model
+        cfg = tf.AutoConfig.from_pretrained(folder, **overrides)
+        for k, v in attn.items():
+            setattr(cfg.text_config, k, v)
     kw = {}
     qc = getattr(cfg, "quantization_config", None) or {}
     if qc.get("quant_method") == "fp8":
@@ -115,7 +177,7 @@ def load(folder, dtype, family=None, **overrides):
             dequantize=True, weight_block_size=tuple(qc["weight_block_size"]))
     elif qc.get("quant_method") == "mxfp4":
         kw["quantization_config"] = tf.Mxfp4Config(dequantize=True)
-    return tf.AutoModelForCausalLM.from_pretrained(folder, config=cfg, dtype=dtype, **kw).eval()
+    return _auto(cfg.model_type).from_pretrained(folder, config=cfg, dtype=dtype, **kw).eval()
 
 
 def moe_cli():
@@ -151,6 +213,8 @@ def reference(block, x, input_ids=None):
     r = router(b)
     if hasattr(r, "tid2eid"):
         ids = r(x64, input_ids.reshape(1, -1))[2]
+    elif hasattr(b, "e_score_correction_bias"):  # MiniMax-M2: the block passes its bias
+        ids = r(x64.reshape(-1, x.shape[-1]), b.e_score_correction_bias)[2]
     else:
         ids = r(x64.reshape(-1, x.shape[-1]))[2]
     return out.reshape(-1, x.shape[-1]), ids
@@ -166,15 +230,17 @@ def selection_keys(family, block, x):
     if getattr(r, "bias", None) is not None and isinstance(r.bias, torch.Tensor):
         logits = logits + r.bias.to(torch.float64)
     group_gap = torch.full((x.shape[0],), float("inf"), dtype=torch.float64)
-    if family == "deepseek_v3":
-        keys = torch.sigmoid(logits) + r.e_score_correction_bias.to(torch.float64)
-        g = keys.view(x.shape[0], r.num_group, -1).topk(2, dim=-1)[0].sum(-1)
-        gs = g.sort(dim=-1, descending=True)[0]
-        group_gap = gs[:, r.topk_group - 1] - gs[:, r.topk_group]
-        kept = g.topk(r.topk_group, dim=-1)[1]
-        mask = torch.zeros_like(g, dtype=torch.bool).scatter_(1, kept, True)
-        keys = keys.masked_fill(~mask.repeat_interleave(keys.shape[1] // r.num_group, 1),
-                                float("-inf"))
+    if family in V3_ROUTERS:
+        keys = torch.sigmoid(logits) + correction_bias(block).to(torch.float64)
+        n_group, topk_group = getattr(r, "num_group", 1), getattr(r, "topk_group", 1)
+        if 1 < n_group and topk_group < n_group:
+            g = keys.view(x.shape[0], n_group, -1).topk(2, dim=-1)[0].sum(-1)
+            gs = g.sort(dim=-1, descending=True)[0]
+            group_gap = gs[:, topk_group - 1] - gs[:, topk_group]
+            kept = g.topk(topk_group, dim=-1)[1]
+            mask = torch.zeros_like(g, dtype=torch.bool).scatter_(1, kept, True)
+            keys = keys.masked_fill(~mask.repeat_interleave(keys.shape[1] // n_group, 1),
+                                    float("-inf"))
     elif family == "deepseek_v4":
         keys = torch.sqrt(torch.nn.functional.softplus(logits)) + \
             r.e_score_correction_bias.to(torch.float64)
