@@ -252,7 +252,9 @@ moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_
         return MOE_OK;
     }
     if (!json_is_object(v)) return cfg_wrong_type(c, "quantization_config", v, "an object");
-    moe_cfg q = {v, c->name, "quantization_config."};
+    char prefix[96]; /* nested configs (Kimi-K2.5's text_config) name the whole path */
+    snprintf(prefix, sizeof prefix, "%squantization_config.", c->prefix);
+    moe_cfg q = {v, c->name, prefix};
     const char *method;
     moe_status st = moe_cfg_str(&q, "quant_method", true, NULL, &method);
     if (st) return st;

@@ -108,6 +108,46 @@ static const want wants[] = {
      {MOE_ROUTE_TOPK_SOFTMAX, MOE_SCORE_SOFTMAX, 128, 4, 1, 1, false, true, true, 1.0f},
      {2880, 0, 0, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
       MOE_ACT_GPTOSS_GLU, 7.0f, 1.702f}},
+    /* DeepSeek-V3.2 and the GLM family: DeepseekV32Config, Glm4MoeConfig, GlmMoeDsaConfig and
+     * Glm4MoeLiteConfig (the DeepSeek-V3.2, GLM-4.5-Air, GLM-5 and GLM-4.7-Flash shapes). */
+    {{"deepseek-v32-transformers5.json", "deepseek_v32", MOE_FAMILY_DEEPSEEK_V32},
+     {61, 7168, 129280, 3, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 8, 4, true, false, true, 2.5f},
+     {2048, 18432, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    {{"glm4-moe-transformers5.json", "glm4_moe", MOE_FAMILY_GLM4_MOE},
+     {46, 4096, 151552, 1, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 128, 8, 1, 1, true, false, true, 1.0f},
+     {1408, 10944, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    {{"glm-moe-dsa-transformers5.json", "glm_moe_dsa", MOE_FAMILY_GLM_MOE_DSA},
+     {78, 6144, 154880, 3, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, false, true, 2.5f},
+     {2048, 12288, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    {{"glm4-moe-lite-transformers5.json", "glm4_moe_lite", MOE_FAMILY_GLM4_MOE_LITE},
+     {47, 2048, 154880, 1, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 64, 4, 1, 1, true, false, true, 1.8f},
+     {1536, 10240, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    /* MiniMaxM2Config: sigmoid noaux_tc in one group, renormalised, unscaled, no shared expert. */
+    {{"minimax-m2-transformers5.json", "minimax_m2", MOE_FAMILY_MINIMAX_M2},
+     {62, 3072, 200064, 0, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, false, true, 1.0f},
+     {1536, 0, 0, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    /* Kimi_K25Config: its text_config is DeepseekV3Config's defaults. */
+    {{"kimi-k25-transformers5.json", "kimi_k25", MOE_FAMILY_KIMI_K25},
+     {61, 7168, 129280, 3, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 8, 4, true, false, true, 2.5f},
+     {2048, 18432, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    /* MiniMax-M2.7 as released: block FP8 spelled "float8_e4m3fn", f32 scales. */
+    {{"minimax-m2.7.json", "minimax_m2", MOE_FAMILY_MINIMAX_M2},
+     {62, 3072, 200064, 0, 0},
+     {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, false, true, 1.0f},
+     {1536, 0, 0, MOE_WFMT_FP8_BLOCK, MOE_WFMT_BF16, MOE_DTYPE_F32, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
 };
 
 static int blocks_out(moe_weight_format f)
@@ -585,6 +625,16 @@ static void test_expert_count_names(void)
         {"{\"model_type\":\"deepseek_v4\",\"hidden_size\":64,\"num_hidden_layers\":2,"
          "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"num_hash_layers\":0",
          "}", "n_routed_experts", "num_local_experts"},
+        {"{\"model_type\":\"deepseek_v32\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"first_k_dense_replace\":0,"
+         "\"n_group\":1,\"topk_group\":1",
+         "}", "n_routed_experts", "num_local_experts"},
+        {"{\"model_type\":\"glm4_moe\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,\"first_k_dense_replace\":0",
+         "}", "n_routed_experts", "num_local_experts"},
+        {"{\"model_type\":\"minimax_m2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_experts_per_tok\":4,\"intermediate_size\":32",
+         "}", "num_local_experts", "num_experts"},
     };
     char text[512], needle[160];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -669,11 +719,269 @@ static void test_refused_fields(void)
     if (parse_ok(DSV2(",\"mlp_bias\":false"), &d)) moe_model_desc_free(&d);
 }
 
+#define GLM(type, extra)                                                                           \
+    "{\"model_type\":\"" type "\",\"hidden_size\":64,\"num_hidden_layers\":4,"                     \
+    "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"               \
+    "\"intermediate_size\":96" extra "}"
+
+/* Which layers are dense in DeepSeek-V3.2 and the GLM family, as transformers decides it. */
+static void test_v3_moe_plans(void)
+{
+    moe_model_desc d;
+    /* mlp_layer_types decides and first_k_dense_replace beside it is not used (transformers
+     * 5.25 saves both: the default 3 next to the types it was given). */
+    static const char *const with_types[] = {"deepseek_v32", "glm_moe_dsa", "glm4_moe_lite"};
+    char text[512];
+    for (int i = 0; i < 3; i++) {
+        snprintf(text, sizeof text,
+                 "{\"model_type\":\"%s\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+                 "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
+                 "\"intermediate_size\":96,\"n_group\":1,\"topk_group\":1,"
+                 "\"first_k_dense_replace\":3,"
+                 "\"mlp_layer_types\":[\"sparse\",\"dense\",\"sparse\",\"dense\"]}",
+                 with_types[i]);
+        if (parse_ok(text, &d)) {
+            for (int l = 0; l < 4; l++)
+                CHECKF(d.layers[l].kind == (l % 2 ? MOE_LAYER_DENSE : MOE_LAYER_MOE), "%s layer %d",
+                       with_types[i], l);
+            CHECK(d.layers[1].dense.intermediate == 96);
+            moe_model_desc_free(&d);
+        }
+    }
+    /* glm4_moe's config class has no mlp_layer_types: first_k_dense_replace decides. */
+    if (parse_ok(GLM("glm4_moe",
+                     ",\"first_k_dense_replace\":2,"
+                     "\"mlp_layer_types\":[\"sparse\",\"sparse\",\"sparse\",\"sparse\"]"),
+                 &d)) {
+        for (int l = 0; l < 4; l++)
+            CHECKF(d.layers[l].kind == (l < 2 ? MOE_LAYER_DENSE : MOE_LAYER_MOE), "layer %d", l);
+        moe_model_desc_free(&d);
+    }
+    /* Without mlp_layer_types: first_k_dense_replace, each class's default (3 for DeepSeek-V3.2
+     * and GLM-5, 1 for GLM-4.5 and GLM-4.7-Flash). */
+    static const struct {
+        const char *type;
+        int first;
+    } defaults[] = {{"deepseek_v32", 3}, {"glm_moe_dsa", 3}, {"glm4_moe", 1}, {"glm4_moe_lite", 1}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(text, sizeof text,
+                 "{\"model_type\":\"%s\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+                 "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
+                 "\"intermediate_size\":96,\"n_group\":1,\"topk_group\":1}",
+                 defaults[i].type);
+        if (parse_ok(text, &d)) {
+            for (int l = 0; l < 4; l++)
+                CHECKF(d.layers[l].kind ==
+                           (l < defaults[i].first ? MOE_LAYER_DENSE : MOE_LAYER_MOE),
+                       "%s layer %d", defaults[i].type, l);
+            moe_model_desc_free(&d);
+        }
+    }
+    if (parse_ok(GLM("glm_moe_dsa", ",\"first_k_dense_replace\":0"), &d)) {
+        CHECK(d.layers[0].kind == MOE_LAYER_MOE);
+        moe_model_desc_free(&d);
+    }
+    /* GLM-4.7-Flash's default makes layer 0 dense whatever first_k_dense_replace says. */
+    parse_fails(GLM("glm4_moe_lite", ",\"first_k_dense_replace\":2"), MOE_ECONFIG,
+                "field 'first_k_dense_replace': 2: without mlp_layer_types");
+    parse_fails(GLM("glm_moe_dsa", ",\"mlp_layer_types\":[\"dense\",\"sparse\"]"), MOE_ECONFIG,
+                "field 'mlp_layer_types': has 2 entries; num_hidden_layers is 4");
+    parse_fails(
+        GLM("glm_moe_dsa", ",\"mlp_layer_types\":[\"dense\",\"moe\",\"sparse\",\"sparse\"]"),
+        MOE_ECONFIG, "element 1 'moe' is not one of");
+    parse_fails(GLM("deepseek_v32", ",\"mlp_layer_types\":\"sparse\""), MOE_EJSON,
+                "field 'mlp_layer_types': must be an array");
+    parse_fails(GLM("deepseek_v32", ",\"mlp_layer_types\":[1,2,3,4]"), MOE_EJSON,
+                "element 0 is not a string");
+}
+
+/* The DeepSeek-V3 router under the newer model_types: defaults of each config class; the
+ * fields DeepSeek's and GLM's own code read and transformers' block hard-codes. */
+static void test_v3_moe_routing(void)
+{
+    moe_model_desc d;
+    /* Glm4MoeConfig's defaults: renormalised, no scaling, one group, one shared expert. */
+    if (parse_ok(GLM("glm4_moe", ""), &d)) {
+        const moe_layer_desc *l = &d.layers[3];
+        CHECK(l->kind == MOE_LAYER_MOE && l->routing.method == MOE_ROUTE_NOAUX_TC);
+        CHECK(l->routing.score == MOE_SCORE_SIGMOID && l->routing.has_correction_bias);
+        CHECK(l->routing.norm_topk_prob && l->routing.routed_scaling_factor == 1.0f);
+        CHECK(l->routing.n_group == 1 && l->routing.topk_group == 1);
+        CHECK(l->n_shared == 1 && l->shared.intermediate == 32);
+        moe_model_desc_free(&d);
+    }
+    /* DeepseekV32Config's: 8 groups, 4 kept, rsf 2.5 (8 experts: 1 per group is too few). */
+    parse_fails(GLM("deepseek_v32", ""), MOE_ECONFIG, "field 'n_group': 8 leaves 1 expert");
+    if (parse_ok(GLM("deepseek_v32", ",\"n_group\":4,\"topk_group\":2,\"n_shared_experts\":2,"
+                                     "\"norm_topk_prob\":false,\"routed_scaling_factor\":1.5"),
+                 &d)) {
+        const moe_layer_desc *l = &d.layers[3];
+        CHECK(l->routing.n_group == 4 && l->routing.topk_group == 2);
+        CHECK(!l->routing.norm_topk_prob && l->routing.routed_scaling_factor == 1.5f);
+        CHECK(l->n_shared == 2 && l->shared.intermediate == 64);
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(GLM("glm4_moe", ",\"topk_method\":\"noaux_tc\",\"scoring_func\":\"sigmoid\","
+                                 "\"moe_router_dtype\":\"float32\",\"moe_layer_freq\":1,"
+                                 "\"n_shared_experts\":0"),
+                 &d)) {
+        CHECK(d.layers[3].n_shared == 0);
+        moe_model_desc_free(&d);
+    }
+    static const char *const types[] = {"deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite"};
+    char text[512];
+    for (int i = 0; i < 4; i++) {
+#define V3M(extra)                                                                                 \
+    (snprintf(text, sizeof text,                                                                   \
+              "{\"model_type\":\"%s\",\"hidden_size\":64,\"num_hidden_layers\":2,"                 \
+              "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"     \
+              "\"intermediate_size\":96,\"n_group\":1,\"topk_group\":1,"                           \
+              "\"first_k_dense_replace\":1" extra "}",                                             \
+              types[i]),                                                                           \
+     text)
+        parse_fails(V3M(",\"topk_method\":\"group_limited_greedy\""), MOE_ECONFIG,
+                    "field 'topk_method': 'group_limited_greedy' is not supported");
+        parse_fails(V3M(",\"scoring_func\":\"softmax\""), MOE_ECONFIG, "field 'scoring_func'");
+        parse_fails(V3M(",\"moe_router_dtype\":\"bfloat16\""), MOE_EUNSUPPORTED,
+                    "field 'moe_router_dtype'");
+        parse_fails(V3M(",\"moe_layer_freq\":2"), MOE_EUNSUPPORTED, "field 'moe_layer_freq': 2");
+        parse_fails(V3M(",\"mlp_bias\":true"), MOE_EUNSUPPORTED, "field 'mlp_bias'");
+        parse_fails(V3M(",\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "field 'hidden_act'");
+        parse_fails(V3M(",\"routed_scaling_factor\":0"), MOE_ECONFIG, "routed_scaling_factor");
+        parse_fails(V3M(",\"norm_topk_prob\":\"yes\""), MOE_EJSON, "norm_topk_prob");
+        parse_fails(V3M(",\"num_experts_per_tok\":9"), MOE_EDUPLICATE, "num_experts_per_tok");
+        parse_fails(V3M(",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\","
+                        "\"weight_block_size\":[128,128]}"),
+                    MOE_EUNSUPPORTED, "field 'quantization_config.fmt'");
+        if (parse_ok(V3M(",\"quantization_config\":{\"quant_method\":\"fp8\","
+                         "\"weight_block_size\":[128,128],\"scale_fmt\":\"ue8m0\"}"),
+                     &d)) {
+            CHECK(d.layers[1].experts.format == MOE_WFMT_FP8_BLOCK);
+            CHECK(d.layers[0].dense.format == MOE_WFMT_FP8_BLOCK);
+            moe_model_desc_free(&d);
+        }
+#undef V3M
+    }
+}
+
+#define MINIMAX(extra)                                                                             \
+    "{\"model_type\":\"minimax_m2\",\"hidden_size\":64,\"num_hidden_layers\":2,"                   \
+    "\"num_local_experts\":16,\"num_experts_per_tok\":4,\"intermediate_size\":32" extra "}"
+
+/* MiniMax-M2: its own config's routing fields are read and any value transformers' block does
+ * not compute is refused; FP8 under both spellings of E4M3. */
+static void test_minimax_m2(void)
+{
+    moe_model_desc d;
+    if (parse_ok(MINIMAX(",\"scoring_func\":\"sigmoid\",\"use_routing_bias\":true,"
+                         "\"shared_intermediate_size\":0,\"router_jitter_noise\":0.5"),
+                 &d)) {
+        for (int l = 0; l < 2; l++) {
+            const moe_layer_desc *ld = &d.layers[l];
+            CHECK(ld->kind == MOE_LAYER_MOE && ld->n_shared == 0);
+            CHECK(ld->routing.method == MOE_ROUTE_NOAUX_TC);
+            CHECK(ld->routing.score == MOE_SCORE_SIGMOID && ld->routing.has_correction_bias);
+            CHECK(ld->routing.n_group == 1 && ld->routing.topk_group == 1);
+            CHECK(ld->routing.norm_topk_prob && ld->routing.routed_scaling_factor == 1.0f);
+            CHECK(ld->experts.intermediate == 32 && ld->experts.format == MOE_WFMT_BF16);
+        }
+        moe_model_desc_free(&d);
+    }
+    parse_fails(MINIMAX(",\"scoring_func\":\"softmax\""), MOE_EUNSUPPORTED,
+                "field 'scoring_func': 'softmax' is not supported for minimax_m2");
+    parse_fails(MINIMAX(",\"use_routing_bias\":false"), MOE_EUNSUPPORTED,
+                "field 'use_routing_bias'");
+    parse_fails(MINIMAX(",\"shared_intermediate_size\":1536"), MOE_EUNSUPPORTED,
+                "field 'shared_intermediate_size': 1536");
+    parse_fails(MINIMAX(",\"norm_topk_prob\":false"), MOE_EUNSUPPORTED, "field 'norm_topk_prob'");
+    parse_fails(MINIMAX(",\"routed_scaling_factor\":2.0"), MOE_EUNSUPPORTED,
+                "field 'routed_scaling_factor'");
+    parse_fails(MINIMAX(",\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "field 'hidden_act'");
+    parse_fails(MINIMAX(",\"num_experts_per_tok\":17"), MOE_EDUPLICATE, "num_experts_per_tok");
+    static const char *const fmts[] = {"e4m3", "float8_e4m3fn"};
+    char text[512];
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text,
+                 MINIMAX(",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"%s\","
+                         "\"weight_block_size\":[128,128]}"),
+                 fmts[i]);
+        if (parse_ok(text, &d)) {
+            CHECK(d.layers[1].experts.format == MOE_WFMT_FP8_BLOCK);
+            CHECK(d.layers[1].experts.scale_dtype == MOE_DTYPE_F32);
+            moe_model_desc_free(&d);
+        }
+    }
+    parse_fails(MINIMAX(",\"quantization_config\":{\"quant_method\":\"fp8\","
+                        "\"fmt\":\"float8_e5m2\",\"weight_block_size\":[128,128]}"),
+                MOE_EUNSUPPORTED, "'float8_e5m2' is not supported");
+}
+
+#define K25_TEXT                                                                                   \
+    "\"model_type\":\"kimi_k2\",\"hidden_size\":64,\"num_hidden_layers\":3,"                       \
+    "\"n_routed_experts\":16,\"num_experts_per_tok\":4,\"moe_intermediate_size\":32,"              \
+    "\"intermediate_size\":96,\"first_k_dense_replace\":1,\"n_shared_experts\":1,"                 \
+    "\"routed_scaling_factor\":2.827,\"norm_topk_prob\":true"
+#define K25_FP8 "\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]}"
+
+/* Kimi-K2.5: the language model's config nested in text_config, read as deepseek_v3 reads its
+ * own (quantization_config included), messages naming the nesting. */
+static void test_kimi_k25(void)
+{
+    moe_model_desc d;
+    if (parse_ok("{\"model_type\":\"kimi_k25\",\"vision_config\":{\"hidden_size\":1152},"
+                 "\"text_config\":{" K25_TEXT "," K25_FP8 "}}",
+                 &d)) {
+        CHECK(d.family == MOE_FAMILY_KIMI_K25 && !strcmp(d.model_type, "kimi_k25"));
+        CHECK(d.n_layers == 3 && d.hidden == 64);
+        CHECK(d.layers[0].kind == MOE_LAYER_DENSE && d.layers[0].dense.intermediate == 96);
+        const moe_layer_desc *l = &d.layers[1];
+        CHECK(l->kind == MOE_LAYER_MOE && l->routing.method == MOE_ROUTE_NOAUX_TC);
+        CHECK(l->routing.n_experts == 16 && l->routing.top_k == 4);
+        CHECK(l->routing.routed_scaling_factor == 2.827f && l->routing.norm_topk_prob);
+        CHECK(l->experts.format == MOE_WFMT_FP8_BLOCK && l->n_shared == 1);
+        moe_model_desc_free(&d);
+    }
+    /* The same quantization_config at the top level as well is accepted; another is not. */
+    if (parse_ok("{\"model_type\":\"kimi_k25\"," K25_FP8 ",\"text_config\":{" K25_TEXT "," K25_FP8
+                 "}}",
+                 &d))
+        moe_model_desc_free(&d);
+    parse_fails("{\"model_type\":\"kimi_k25\"," K25_FP8 ",\"text_config\":{" K25_TEXT "}}",
+                MOE_ECONFIG, "field 'quantization_config': differs from text_config");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"hidden_size\":64}", MOE_EMISSING,
+                "field 'text_config': required field is missing");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":[1]}", MOE_EJSON,
+                "field 'text_config': must be an object");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":{\"model_type\":\"qwen3_moe\"}}",
+                MOE_EUNSUPPORTED, "field 'text_config.model_type': 'qwen3_moe' is not supported");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":{" K25_TEXT
+                ",\"quantization_config\":{\"quant_method\":\"awq\"}}}",
+                MOE_EUNSUPPORTED, "field 'text_config.quantization_config.quant_method': 'awq'");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":{" K25_TEXT ",\"n_group\":3}}",
+                MOE_ECONFIG, "field 'text_config.n_group': 3");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":{" K25_TEXT
+                ",\"hidden_act\":\"gelu\"}}",
+                MOE_EUNSUPPORTED, "field 'text_config.hidden_act'");
+    /* The expert count's other name (DeepseekV3Config's attribute_map), inside text_config. */
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":{" K25_TEXT
+                ",\"num_local_experts\":8}}",
+                MOE_ECONFIG,
+                "field 'text_config.n_routed_experts': 16 disagrees with "
+                "text_config.num_local_experts = 8");
+    parse_fails("{\"model_type\":\"kimi_k25\",\"text_config\":{\"hidden_size\":64,"
+                "\"num_hidden_layers\":2}}",
+                MOE_EMISSING,
+                "field 'text_config.n_routed_experts': required field is missing (nor is "
+                "text_config.num_local_experts");
+}
+
 static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
-    const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v4",
-                           "qwen3_moe",   "mixtral",     "gpt_oss"};
+    const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2",       "deepseek_v4",
+                           "qwen3_moe",   "mixtral",     "gpt_oss",       "deepseek_v32",
+                           "glm4_moe",    "glm_moe_dsa", "glm4_moe_lite", "minimax_m2",
+                           "kimi_k25"};
     for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
         CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
         CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));
@@ -702,6 +1010,10 @@ int main(void)
     test_deepseek_v4_layer_types();
     test_expert_count_names();
     test_refused_fields();
+    test_v3_moe_plans();
+    test_v3_moe_routing();
+    test_minimax_m2();
+    test_kimi_k25();
     test_names();
     return TEST_END();
 }
