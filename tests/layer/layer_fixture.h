@@ -120,6 +120,50 @@ static const fam_case fam_cases[] = {
      "\"n_shared_experts\":1,\"mlp_layer_types\":[\"moe\",\"hash_moe\"],\"vocab_size\":1000,"
      "\"scoring_func\":\"sqrtsoftplus\",\"hidden_act\":\"silu\",\"dtype\":\"bfloat16\"}",
      0, 1},
+    /* DeepSeek-V3.2 as transformers writes it (mlp_layer_types beside an unused
+     * first_k_dense_replace), FP8 with power-of-two scales kept in f32 as V3.1 on. */
+    {"deepseek_v32_fp8",
+     "{\"model_type\":\"deepseek_v32\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":192,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"n_group\":4,\"topk_group\":2,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":2.5,\"n_shared_experts\":1,\"first_k_dense_replace\":3,"
+     "\"mlp_layer_types\":[\"dense\",\"sparse\"],\"index_topk\":2048,\"vocab_size\":1000,"
+     "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
+     "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[128,128],"
+     "\"scale_fmt\":\"ue8m0\"}}",
+     1, 0},
+    /* GLM-4.5's shape scaled down (8 of 160 experts, one group, a shared expert, rsf 2.5). */
+    {"glm4_moe",
+     "{\"model_type\":\"glm4_moe\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":96,\"n_routed_experts\":20,"
+     "\"num_experts_per_tok\":4,\"n_group\":1,\"topk_group\":1,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":2.5,\"n_shared_experts\":1,\"first_k_dense_replace\":1}",
+     1, 0},
+    /* GLM-5 without renormalisation (scores times rsf), two shared experts. */
+    {"glm_moe_dsa",
+     "{\"model_type\":\"glm_moe_dsa\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":320,\"moe_intermediate_size\":96,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"norm_topk_prob\":false,\"routed_scaling_factor\":1.5,"
+     "\"n_shared_experts\":2,\"mlp_layer_types\":[\"dense\",\"sparse\"]}",
+     1, 0},
+    /* MiniMax-M2 as released: FP8 spelled float8_e4m3fn, an f32 router, the correction bias on
+     * the block; every layer MoE, no shared expert. */
+    {"minimax_m2_fp8",
+     "{\"model_type\":\"minimax_m2\",\"hidden_size\":264,\"num_hidden_layers\":1,"
+     "\"intermediate_size\":200,\"num_local_experts\":16,\"num_experts_per_tok\":4,"
+     "\"scoring_func\":\"sigmoid\",\"use_routing_bias\":true,\"shared_intermediate_size\":0,"
+     "\"dtype\":\"float32\",\"quantization_config\":{\"quant_method\":\"fp8\","
+     "\"fmt\":\"float8_e4m3fn\",\"activation_scheme\":\"dynamic\","
+     "\"weight_block_size\":[128,128]}}",
+     0, -1},
+    /* Kimi-K2.5: a kimi_k2 text_config; tensors under language_model.model.layers. */
+    {"kimi_k25",
+     "{\"model_type\":\"kimi_k25\",\"text_config\":{\"model_type\":\"kimi_k2\","
+     "\"hidden_size\":288,\"num_hidden_layers\":2,\"intermediate_size\":320,"
+     "\"moe_intermediate_size\":160,\"n_routed_experts\":16,\"num_experts_per_tok\":6,"
+     "\"n_group\":1,\"topk_group\":1,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":2.827,\"n_shared_experts\":1,\"first_k_dense_replace\":1}}",
+     1, 0},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
