@@ -10,6 +10,7 @@ bf16) on bf16 and FP8 weights, 2e-2 for MXFP4 experts.
 Both directions: transformers' save_pretrained (bf16, f16, f32) read by libmoe, and `moe gen`
 checkpoints (FP8, MXFP4) read by transformers (dequantised by transformers on the CPU).
 """
+import copy
 import json
 import os
 
@@ -108,3 +109,32 @@ def test_moe_gen_read_by_transformers(hf_gen, family, dtype):
     mx = dtype == "mxfp4"
     bounds = {"f32": MXFP4 if mx else EXACT, "tile": MXFP4 if mx else BF16}
     compare(family, model, folder, bounds, GEN_FORMATS[dtype])
+
+
+def test_minimax_m2_router_is_noaux_tc_in_one_group(hf_saved):
+    """MiniMax-M2's router (sigmoid, bias for the choice only, the unbiased scores of the chosen
+    experts renormalised, no scaling) is libmoe's noaux_tc with one group and rsf 1: the same
+    experts and combine weights as transformers' MiniMaxM2TopKRouter in float64, expert by
+    expert, to 1e-6 relative (f32 routing arithmetic)."""
+    folder = hf_saved("minimax_m2", "f32")
+    model = hu.load(folder, torch.float32)
+    lib = libmoe.open(folder)
+    g = torch.Generator().manual_seed(5)
+    for i, block in hu.moe_blocks(model):
+        layer = lib.layer(i, recipe="f32")
+        assert layer.info.route_method == "noaux_tc" and layer.info.score_func == "sigmoid"
+        x = torch.randn(T, hu.HIDDEN, generator=g)
+        b64 = copy.deepcopy(block).to(torch.float64)
+        with torch.no_grad():
+            _, want_w, want_ids = hu.router(b64)(x.to(torch.float64), b64.e_score_correction_bias)
+        keys, gap = hu.selection_keys("minimax_m2", block, x)
+        tie = hu.near_tie(keys, gap, want_ids.shape[1])
+        _, ids, w = layer(x, return_routing=True)
+        for t in range(T):
+            if tie[t]:
+                continue
+            got = {int(e): float(v) for e, v in zip(ids[t], w[t])}
+            want = {int(e): float(v) for e, v in zip(want_ids[t], want_w[t])}
+            assert got.keys() == want.keys(), f"layer {i} token {t}: {got} vs {want}"
+            for e, v in want.items():
+                assert abs(got[e] - v) <= 1e-6 * abs(v), f"layer {i} token {t} expert {e}"

@@ -24,6 +24,10 @@ static const route_cfg shipped[] = {
      1.5f},
     {"deepseek-v4-flash hash", MOE_ROUTE_HASH, MOE_SCORE_SQRTSOFTPLUS, 256, 6, 1, 1, true, 1.5f},
     {"llama-4 maverick", MOE_ROUTE_SIGMOID_TOP1, MOE_SCORE_SIGMOID, 128, 1, 1, 1, false, 1.0f},
+    {"glm-4.5", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 160, 8, 1, 1, true, 2.5f},
+    {"glm-4.7-flash", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 64, 4, 1, 1, true, 1.8f},
+    {"glm-5", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, 2.5f},
+    {"minimax-m2", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, 1.0f},
 };
 
 static const int sweep_e[] = {8, 16, 60, 64, 128, 160, 256, 384, 512};
