@@ -678,6 +678,182 @@ static void test_gpt_oss(void)
     moe_model_desc_free(&d);
 }
 
+/* MiniMax-M2.7 as released: the correction bias on the block, w1/w3/w2 in FP8 with f32 block
+ * scales (its index lists exactly these names, dtypes and shapes). */
+static void test_minimax_m2(void)
+{
+    moe_model_desc d;
+    load("minimax-m2.7.json", &d);
+    table t = layer_table(&d, 61);
+    CHECK(t.n == 2 + 256 * 6);
+    const exp_spec m[] = {
+        {"model.layers.61.block_sparse_moe.gate.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {256, 3072},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_ROUTER_WEIGHT,
+         -1},
+        {"model.layers.61.block_sparse_moe.e_score_correction_bias",
+         MOE_DTYPE_F32,
+         1,
+         {256},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_CORRECTION_BIAS,
+         -1},
+        {"model.layers.61.block_sparse_moe.experts.0.w1.weight",
+         MOE_DTYPE_F8_E4M3,
+         2,
+         {1536, 3072},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE,
+         0},
+        {"model.layers.61.block_sparse_moe.experts.0.w1.weight_scale_inv",
+         MOE_DTYPE_F32,
+         2,
+         {12, 24},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE_SCALE,
+         0},
+        {"model.layers.61.block_sparse_moe.experts.0.w3.weight",
+         MOE_DTYPE_F8_E4M3,
+         2,
+         {1536, 3072},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_UP,
+         0},
+        {"model.layers.61.block_sparse_moe.experts.0.w3.weight_scale_inv",
+         MOE_DTYPE_F32,
+         2,
+         {12, 24},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_UP_SCALE,
+         0},
+        {"model.layers.61.block_sparse_moe.experts.0.w2.weight",
+         MOE_DTYPE_F8_E4M3,
+         2,
+         {3072, 1536},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_DOWN,
+         0},
+        {"model.layers.61.block_sparse_moe.experts.0.w2.weight_scale_inv",
+         MOE_DTYPE_F32,
+         2,
+         {24, 12},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_DOWN_SCALE,
+         0},
+    };
+    check_prefix(&t, m, 8, 61);
+    /* The released router is f32 (modules_to_not_convert keeps it out of FP8). */
+    CHECK(t.v[0].dtype_mask & BIT(MOE_DTYPE_F32));
+    check_distinct(&t);
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+}
+
+/* The DeepSeek-V3 layout under deepseek_v32 and glm4_moe; Kimi-K2.5's under language_model,
+ * with the spelling transformers 5.25 saves as the other name. */
+static void test_v3_layouts(void)
+{
+    moe_model_desc d;
+    load("glm4-moe-transformers5.json", &d);
+    table t = layer_table(&d, 1);
+    CHECK(t.n == 2 + 128 * 3 + 3);
+    const exp_spec g[] = {
+        {"model.layers.1.mlp.gate.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {128, 4096},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_ROUTER_WEIGHT,
+         -1},
+        {"model.layers.1.mlp.gate.e_score_correction_bias",
+         MOE_DTYPE_F32,
+         1,
+         {128},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_CORRECTION_BIAS,
+         -1},
+        {"model.layers.1.mlp.experts.0.gate_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {1408, 4096},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE,
+         0},
+    };
+    check_prefix(&t, g, 3, 1);
+    const exp_spec gs = {"model.layers.1.mlp.shared_experts.down_proj.weight",
+                         MOE_DTYPE_BF16,
+                         2,
+                         {4096, 1408},
+                         MOE_GROUP_SHARED,
+                         MOE_ROLE_DOWN,
+                         -1};
+    check_spec(t.n ? &t.v[t.n - 1] : NULL, &gs, 1);
+    moe_free(t.v);
+    t = layer_table(&d, 0);
+    CHECK(t.n == 3 && !strcmp(t.v[0].name, "model.layers.0.mlp.gate_proj.weight"));
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+
+    load("deepseek-v32-transformers5.json", &d);
+    t = layer_table(&d, 3);
+    CHECK(t.n == 2 + 256 * 3 + 3);
+    CHECK(!strcmp(t.v[1].name, "model.layers.3.mlp.gate.e_score_correction_bias"));
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+
+    load("kimi-k25-transformers5.json", &d);
+    t = layer_table(&d, 3);
+    CHECK(t.n == 2 + 256 * 3 + 3);
+    const exp_spec k[] = {
+        {"language_model.model.layers.3.mlp.gate.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {256, 7168},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_ROUTER_WEIGHT,
+         -1},
+        {"language_model.model.layers.3.mlp.gate.e_score_correction_bias",
+         MOE_DTYPE_F32,
+         1,
+         {256},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_CORRECTION_BIAS,
+         -1},
+        {"language_model.model.layers.3.mlp.experts.0.gate_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {2048, 7168},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE,
+         0},
+    };
+    check_prefix(&t, k, 3, 3);
+    check_distinct(&t);
+    moe_free(t.v);
+    t = layer_table(&d, 0);
+    const exp_spec kd = {"language_model.model.layers.0.mlp.gate_proj.weight",
+                         MOE_DTYPE_BF16,
+                         2,
+                         {18432, 7168},
+                         MOE_GROUP_DENSE,
+                         MOE_ROLE_GATE,
+                         -1};
+    check_spec(t.n ? &t.v[0] : NULL, &kd, 0);
+    moe_free(t.v);
+    char alt[200];
+    CHECK(moe_model_alt_name(&d, "language_model.model.layers.3.mlp.gate.weight", alt, sizeof alt));
+    CHECK(!strcmp(alt, "language_model.model.blocks.3.mlp.gate.weight"));
+    CHECK(
+        !moe_model_alt_name(&d, "language_model.model.blocks.3.mlp.gate.weight", alt, sizeof alt));
+    CHECK(!moe_model_alt_name(&d, "model.layers.3.mlp.gate.weight", alt, sizeof alt));
+    CHECK(!moe_model_alt_name(&d, "language_model.model.layers.3.mlp.gate.weight", alt, 20));
+    moe_model_desc_free(&d);
+}
+
 int main(void)
 {
     test_deepseek_v3();
@@ -685,5 +861,7 @@ int main(void)
     test_deepseek_v4();
     test_qwen3_mixtral();
     test_gpt_oss();
+    test_minimax_m2();
+    test_v3_layouts();
     return TEST_END();
 }
