@@ -23,7 +23,7 @@ def greedy(model, ids):
 
 # Every family as transformers saves it (f32), and a DeepSeek-V4 FP8 `moe gen` checkpoint
 # loaded by transformers (dequantised to f32).
-GENERATE = [(f, "saved") for f in hu.FAMILIES] + [("deepseek_v4", "gen-fp8")]
+GENERATE = [(f, "saved") for f in hu.PATCHED] + [("deepseek_v4", "gen-fp8")]
 
 
 @pytest.mark.parametrize("family,source", GENERATE, ids=[f"{f}-{s}" for f, s in GENERATE])
@@ -165,3 +165,10 @@ def test_experts_backend_matches_transformers(hf_saved):
             assert hu.rel_error(block(x), w.double()) < 1e-6
     lt.unpatch(model)
     assert "libmoe_layer" not in blocks[0][1].experts.__dict__
+
+
+@pytest.mark.parametrize("family", [f for f in hu.FAMILIES if f not in hu.PATCHED])
+def test_patch_refuses_families_it_does_not_serve(hf_saved, family):
+    model = saved_model(hf_saved, family)
+    with pytest.raises(lt.PatchError, match="is not a family libmoe.transformers serves"):
+        lt.patch(model)
