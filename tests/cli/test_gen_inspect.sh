@@ -12,6 +12,7 @@ source "$(dirname "$0")/cli_lib.sh" "$@"
 kinds_of() {
   case $1 in
   deepseek_v2 | deepseek_v3 | kimi_k2) echo "layer 0: dense|layers 1-2: moe" ;;
+  deepseek_v32 | glm4_moe | glm_moe_dsa | glm4_moe_lite | kimi_k25) echo "layer 0: dense|layers 1-2: moe" ;;
   deepseek_v4) echo "layer 0: hash|layers 1-2: moe" ;;
   *) echo "layers 0-2: moe" ;;
   esac
@@ -21,6 +22,7 @@ method_of() {
   case $1 in
   deepseek_v2) echo group_limited_greedy ;;
   deepseek_v3 | kimi_k2 | deepseek_v4) echo noaux_tc ;;
+  deepseek_v32 | glm4_moe | glm_moe_dsa | glm4_moe_lite | minimax_m2 | kimi_k25) echo noaux_tc ;;
   qwen3_moe | mixtral) echo softmax_topk ;;
   gpt_oss) echo topk_softmax ;;
   esac
@@ -70,7 +72,8 @@ inspect_ok() {
   check "$family/$dtype: kernels section" grep -q '^kernels' <<<"$out"
 }
 
-for family in deepseek_v2 deepseek_v3 kimi_k2 deepseek_v4 qwen3_moe mixtral gpt_oss; do
+for family in deepseek_v2 deepseek_v3 kimi_k2 deepseek_v4 qwen3_moe mixtral gpt_oss \
+  deepseek_v32 glm4_moe glm_moe_dsa glm4_moe_lite minimax_m2 kimi_k25; do
   for dtype in $(dtypes_of "$family"); do
     one=$tmp/$family-$dtype-1
     three=$tmp/$family-$dtype-3
