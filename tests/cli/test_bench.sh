@@ -42,7 +42,8 @@ stderr_quiet() {
 for p in "deepseek-v3 .*7168 +2048 +256 +8 +1" "kimi-k2 .*7168 +2048 +384 +8 +1" \
   "deepseek-v4-flash .*4096 +2048 +256 +6 +1" "qwen3-30b-a3b .*2048 +768 +128 +8 +0" \
   "mixtral-8x7b .*4096 +14336 +8 +2 +0" "gpt-oss-20b .*2880 +2880 +32 +4 +0" \
-  "gpt-oss-120b .*2880 +2880 +128 +4 +0"; do
+  "gpt-oss-120b .*2880 +2880 +128 +4 +0" "glm-4.5 .*5120 +1536 +160 +8 +1" \
+  "minimax-m2 .*3072 +1536 +256 +8 +0"; do
   check "--list has /$p/" grep -qE "^$p\$" "$tmp/list"
 done
 

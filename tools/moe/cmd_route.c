@@ -103,7 +103,9 @@ static const char *experts_field(moe_family family)
     switch (family) {
     case MOE_FAMILY_QWEN3_MOE: return "num_experts";
     case MOE_FAMILY_MIXTRAL:
-    case MOE_FAMILY_GPT_OSS: return "num_local_experts";
+    case MOE_FAMILY_GPT_OSS:
+    case MOE_FAMILY_MINIMAX_M2: return "num_local_experts";
+    case MOE_FAMILY_KIMI_K25: return "text_config.n_routed_experts";
     default: return "n_routed_experts";
     }
 }
