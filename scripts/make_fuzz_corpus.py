@@ -48,6 +48,17 @@ MODELS = [
     ("mixtral_bf16", TINY + ["--family", "mixtral", "--dtype", "bf16", "--layers", "1"]),
     ("gpt_oss_bf16", TINY + ["--family", "gpt_oss", "--dtype", "bf16", "--layers", "1"]),
     ("gpt_oss_mxfp4", TINY32 + ["--family", "gpt_oss", "--dtype", "mxfp4", "--layers", "1"]),
+    ("deepseek_v32_fp8", TINY + ["--family", "deepseek_v32", "--dtype", "fp8", "--groups", "2",
+                                 "--topk-group", "1", "--dense-intermediate", "16"]),
+    ("glm4_moe_bf16", TINY + ["--family", "glm4_moe", "--dtype", "bf16",
+                              "--dense-intermediate", "16"]),
+    ("glm_moe_dsa_fp8", TINY + ["--family", "glm_moe_dsa", "--dtype", "fp8",
+                                "--dense-intermediate", "16"]),
+    ("glm4_moe_lite_bf16", TINY + ["--family", "glm4_moe_lite", "--dtype", "bf16",
+                                   "--dense-intermediate", "16"]),
+    ("minimax_m2_fp8", TINY + ["--family", "minimax_m2", "--dtype", "fp8", "--layers", "1"]),
+    ("kimi_k25_bf16", TINY + ["--family", "kimi_k25", "--dtype", "bf16",
+                              "--dense-intermediate", "16"]),
 ]
 
 
