@@ -60,6 +60,13 @@ _FAMILIES = {
     "qwen3_moe": _Family("Qwen3MoeSparseMoeBlock", ("Qwen3MoeMLP",), False),
     "mixtral": _Family("MixtralSparseMoeBlock", (), False),
     "gpt_oss": _Family("GptOssMLP", (), True),
+    # DeepSeek-V3's block under newer model_types, and MiniMax-M2's: libmoe refuses at open
+    # every field their blocks hard-code (topk_method, scoring_func, use_routing_bias, ...).
+    "deepseek_v32": _Family("DeepseekV32MoE", ("DeepseekV32MLP",), False),
+    "glm4_moe": _Family("Glm4MoeMoE", ("Glm4MoeMLP",), False),
+    "glm_moe_dsa": _Family("GlmMoeDsaMoE", ("GlmMoeDsaMLP",), False),
+    "glm4_moe_lite": _Family("Glm4MoeLiteMoE", ("Glm4MoeLiteMLP",), False),
+    "minimax_m2": _Family("MiniMaxM2SparseMoeBlock", (), False),
 }
 # libmoe's family names a transformers model_type may correspond to (Kimi-K2 loads as V3).
 _LIBMOE_FAMILIES = {"deepseek_v3": ("deepseek_v3", "kimi_k2")}
