@@ -44,6 +44,18 @@ static const char cfg_qwen3[] =
     "\"intermediate_size\":96,\"moe_intermediate_size\":16,\"num_experts\":4,"
     "\"num_experts_per_tok\":2,\"mlp_only_layers\":[0],\"norm_topk_prob\":true}";
 
+static const char cfg_minimax[] =
+    "{\"model_type\":\"minimax_m2\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+    "\"intermediate_size\":48,\"num_local_experts\":4,\"num_experts_per_tok\":2,"
+    "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"float8_e4m3fn\","
+    "\"weight_block_size\":[128,128]}}";
+
+static const char cfg_kimi_k25[] =
+    "{\"model_type\":\"kimi_k25\",\"text_config\":{\"model_type\":\"kimi_k2\","
+    "\"hidden_size\":64,\"num_hidden_layers\":2,\"intermediate_size\":96,"
+    "\"moe_intermediate_size\":32,\"n_routed_experts\":8,\"num_experts_per_tok\":2,"
+    "\"n_shared_experts\":1,\"first_k_dense_replace\":1}}";
+
 /* ---- Writing a checkpoint from the tables, with deliberate damage --------------------- */
 
 typedef struct extra {
@@ -192,7 +204,8 @@ static bool has(const char *needle) { return strstr(moe_last_error(), needle) !=
 
 static void test_every_family_clean(const char *dir)
 {
-    const char *cfgs[] = {cfg_v3, cfg_v4, cfg_mixtral, cfg_gpt_oss, cfg_qwen3};
+    const char *cfgs[] = {cfg_v3,    cfg_v4,      cfg_mixtral, cfg_gpt_oss,
+                          cfg_qwen3, cfg_minimax, cfg_kimi_k25};
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         moe_model_desc d = parse(cfgs[i]);
         damage dm = {0};
@@ -389,6 +402,41 @@ static void test_gpt_oss_and_mixtral(const char *dir)
     moe_model_desc_free(&d);
 }
 
+/* MiniMax-M2's namespace is block_sparse_moe, its bias the block's; Kimi-K2.5's is the
+ * language model's, under both spellings. */
+static void test_minimax_and_kimi_k25(const char *dir)
+{
+    moe_model_desc d = parse(cfg_minimax);
+    moe_verify_summary sum;
+    damage drop = {.drop = {"model.layers.1.block_sparse_moe.e_score_correction_bias"}};
+    CHECK_STATUS(verify_with(&d, dir, &drop, &sum), MOE_EMISSING);
+    CHECK(has("layer 1") && has("model.layers.1.block_sparse_moe.e_score_correction_bias") &&
+          has("f32 [4]"));
+    damage stray = {
+        .extras = {
+            {"model.layers.0.block_sparse_moe.gate.e_score_correction_bias", MOE_DTYPE_F32, 1, {4}},
+            {"model.layers.0.block_sparse_moe.experts.4.w1.weight", MOE_DTYPE_F8_E4M3, 2, {48, 64}},
+            {"model.layers.0.mlp.gate.weight", MOE_DTYPE_BF16, 2, {4, 64}}}};
+    CHECK_STATUS(verify_with(&d, dir, &stray, &sum), MOE_OK);
+    CHECK(sum.unexpected == 2);
+    moe_model_desc_free(&d);
+
+    d = parse(cfg_kimi_k25);
+    damage kstray = {
+        .extras = {{"language_model.model.blocks.1.mlp.experts.8.up_proj.weight",
+                    MOE_DTYPE_BF16,
+                    2,
+                    {32, 64}},
+                   {"language_model.model.layers.1.mlp.gate.bias", MOE_DTYPE_F32, 1, {8}},
+                   {"model.layers.1.mlp.gate.weight", MOE_DTYPE_BF16, 2, {8, 64}}}};
+    CHECK_STATUS(verify_with(&d, dir, &kstray, &sum), MOE_OK);
+    CHECK(sum.unexpected == 2);
+    damage kdrop = {.drop = {"language_model.model.layers.1.mlp.shared_experts.up_proj.weight"}};
+    CHECK_STATUS(verify_with(&d, dir, &kdrop, &sum), MOE_EMISSING);
+    CHECK(has("language_model.model.layers.1.mlp.shared_experts.up_proj.weight"));
+    moe_model_desc_free(&d);
+}
+
 static void test_model_open(const char *dir)
 {
     moe_model_desc d = parse(cfg_v3);
@@ -460,6 +508,7 @@ int main(void)
     test_every_family_clean(dir);
     test_strict_errors(dir);
     test_unexpected(dir);
+    test_minimax_and_kimi_k25(dir);
     test_report_every_problem(dir);
     test_v4_names_and_dtypes(dir);
     test_gpt_oss_and_mixtral(dir);
