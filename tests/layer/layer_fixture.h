@@ -146,6 +146,12 @@ static const fam_case fam_cases[] = {
      "\"num_experts_per_tok\":4,\"norm_topk_prob\":false,\"routed_scaling_factor\":1.5,"
      "\"n_shared_experts\":2,\"mlp_layer_types\":[\"dense\",\"sparse\"]}",
      1, 0},
+    /* GLM-4.7-Flash without mlp_layer_types: layer 0 dense (its config class's default). */
+    {"glm4_moe_lite",
+     "{\"model_type\":\"glm4_moe_lite\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":288,\"moe_intermediate_size\":96,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"routed_scaling_factor\":1.8,\"n_shared_experts\":1}",
+     1, 0},
     /* MiniMax-M2 as released: FP8 spelled float8_e4m3fn, an f32 router, the correction bias on
      * the block; every layer MoE, no shared expert. */
     {"minimax_m2_fp8",
