@@ -59,18 +59,26 @@ static moe_status check_fixed_fields(const moe_cfg *c)
     return moe_cfg_check_no_mlp_bias(c);
 }
 
-/* Which of N layers are MoE, into MOE: mlp_layer_types ("dense" or "sparse" per layer) when
- * present, else the layers from first_k_dense_replace on (transformers' default for
- * mlp_layer_types); both present must agree. */
-static moe_status plan_layers(const moe_cfg *c, int n, int64_t def_first_dense, bool *moe)
+/* Which of N layers are MoE, into MOE, as transformers decides: deepseek_v32, glm_moe_dsa and
+ * glm4_moe_lite follow mlp_layer_types ("dense" or "sparse" per layer) when present, and then
+ * read nothing else (transformers 5.25 saves a first_k_dense_replace beside it that it does
+ * not use); without it, and always for glm4_moe (whose config class has no mlp_layer_types),
+ * the layers from first_k_dense_replace on are MoE. glm4_moe_lite's default ignores
+ * first_k_dense_replace (one dense layer), so another value is refused there. */
+static moe_status plan_layers(const moe_cfg *c, moe_family family, int n, int64_t def_first,
+                              bool *moe)
 {
-    int64_t first;
-    const bool has_first = moe_cfg_has(c, "first_k_dense_replace");
-    moe_status st = moe_cfg_int(c, "first_k_dense_replace", false, def_first_dense, 0,
-                                MOE_CFG_MAX_LAYERS, &first);
-    if (st) return st;
     const json_t *v = json_object_get(c->obj, "mlp_layer_types");
-    if (!v || json_is_null(v)) {
+    if (family == MOE_FAMILY_GLM4_MOE || !v || json_is_null(v)) {
+        int64_t first;
+        moe_status st = moe_cfg_int(c, "first_k_dense_replace", false, def_first, 0,
+                                    MOE_CFG_MAX_LAYERS, &first);
+        if (st) return st;
+        if (family == MOE_FAMILY_GLM4_MOE_LITE && first != def_first)
+            return moe_cfg_fail(c, MOE_ECONFIG, "first_k_dense_replace",
+                                "%lld: without mlp_layer_types transformers' glm4_moe_lite "
+                                "makes only layer 0 dense",
+                                (long long)first);
         for (int i = 0; i < n; i++)
             moe[i] = i >= first;
         return MOE_OK;
@@ -89,11 +97,6 @@ static moe_status plan_layers(const moe_cfg *c, int n, int64_t def_first_dense, 
             return moe_cfg_fail(c, MOE_ECONFIG, "mlp_layer_types",
                                 "element %d '%.64s' is not one of \"dense\", \"sparse\"", i, t);
         moe[i] = !strcmp(t, "sparse");
-        if (has_first && moe[i] != (i >= first))
-            return moe_cfg_fail(c, MOE_ECONFIG, "mlp_layer_types",
-                                "element %d '%s' disagrees with first_k_dense_replace = %lld "
-                                "(layers below it are \"dense\", the rest \"sparse\")",
-                                i, t, (long long)first);
     }
     return MOE_OK;
 }
@@ -138,7 +141,7 @@ static moe_status parse_with(const moe_cfg *c, moe_family family, moe_model_desc
     const v3m_defaults def = defaults_of(family);
     moe_status st = check_fixed_fields(c);
     if (st) return st;
-    if ((st = plan_layers(c, d->n_layers, def.first_dense, moe))) return st;
+    if ((st = plan_layers(c, family, d->n_layers, def.first_dense, moe))) return st;
     bool any_dense = false;
     for (int i = 0; i < d->n_layers; i++)
         any_dense |= !moe[i];
