@@ -796,6 +796,46 @@ static int tile_ntokens(const xset *xs, const kcase *c)
     return xs->set->mr + 2 < NTOK ? xs->set->mr + 2 : NTOK;
 }
 
+/* The tokens in one panel, one stride apart (k + 3 codes: the AMX set then loads its A tiles
+ * straight from the rows; check_kernel's rows lie apart and go through its gather), forwards
+ * and backwards (a negative stride), m of 3, 16 and the set's MR, through the multi-tile
+ * entry where the set has one: the statement's bits. */
+static void check_panel(const xset *xs, const runner *r, const btokens *tok, const double *want)
+{
+    const moe_expert_kernels *ks = xs->set;
+    const size_t k = r->k, n = r->n, ld = k + 3, ms[3] = {3, 16, (size_t)ks->mr};
+    const bool multi = r->gateup ? ks->gateup_tiles != NULL : ks->down_tiles != NULL;
+    for (size_t j = 0; j < 3; j++) {
+        const size_t m = ms[j];
+        if (m > (size_t)ks->mr || m > (size_t)tok->n) continue;
+        for (int back = 0; back < 2; back++) {
+            guarded g;
+            uint16_t *base = guarded_alloc(&g, m * ld * sizeof(uint16_t));
+            const void *rows[NTOK];
+            for (size_t i = 0; i < m; i++) {
+                uint16_t *row = base + (back ? m - 1 - i : i) * ld;
+                memcpy(row, tok->row[i], k * sizeof(uint16_t));
+                rows[i] = row;
+            }
+            outbuf o;
+            out_init(&o, r->es, n, m);
+            if (multi)
+                run_tiles(r, ks, m, rows, &o, (n + NR - 1) / NR);
+            else
+                run(r, ks, false, m, rows, &o);
+            size_t differ = 0;
+            for (size_t i = 0; i < m; i++)
+                for (size_t c = 0; c < n; c++)
+                    differ += out_value(&o, i, c) != want[i * n + c];
+            CHECKF(differ == 0 && out_guards_ok(&o, m, n),
+                   "%s k=%zu n=%zu m=%zu %s panel: %zu outputs are not the recipe's bits", xs->name,
+                   k, n, m, back ? "backward" : "forward", differ);
+            free(o.p);
+            guarded_free(&g);
+        }
+    }
+}
+
 /* One case of a tile set: gate/up (h, bf16) or down (y); the outputs against float64 from the
  * bf16 activations and from the f32 ones, against the recipe's statement bit for bit, and
  * check_kernel's every m and reference. */
@@ -846,6 +886,7 @@ static void case_tile(const xset *xs, const kcase *c, bool gateup)
         differ += got[i] != bits[i];
     CHECKF(differ == 0, "%s %s k=%lld n=%lld: %zu of %zu outputs are not the recipe's bits",
            xs->name, what, (long long)c->k, (long long)c->n, differ, total);
+    check_panel(xs, &r, &tok, bits);
     const double eb = rel_err(got, want, total), ex = rel_err(got, wantx, total);
     const double tol = gateup ? TILE_H_TOL : TILE_DOWN_TOL;
     CHECKF(eb <= tol, "%s %s k=%lld n=%lld: error %.3g vs the bf16 activations", xs->name, what,
