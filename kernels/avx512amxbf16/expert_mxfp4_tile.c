@@ -126,38 +126,17 @@ static void run(size_t m, size_t k, const void *const *x, const unsigned char *t
     _tile_release();
 }
 
-/* Below MX_AMX_FROM tokens a call runs the AVX-512 set tile by tile (the same bits), as the FP8
- * set does: a decode call's work is the widening, which the AVX-512 set does as well without
- * the tile unit's configuration and stores. */
-#define MX_AMX_FROM 3
-
-static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile, size_t n_tiles,
-                         const moe_act_params *act, void *h, size_t h_stride, size_t n_valid)
+static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
+                         size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
+                         size_t n_valid)
 {
-    if (m >= MX_AMX_FROM) {
-        run(m, k, x, tile, n_tiles, 2, act, h, h_stride * sizeof(uint16_t), n_valid);
-        return;
-    }
-    const moe_expert_kernels *v = &moe_expert_mxfp4_tile_12x16__avx512;
-    const size_t bytes = v->gateup_tile_bytes((int64_t)k);
-    for (size_t t = 0; t < n_tiles; t++)
-        v->gateup(m, k, x, (const unsigned char *)tile + t * bytes, act,
-                  (uint16_t *)h + t * MOE_EXPERT_NR, h_stride,
-                  t + 1 < n_tiles ? MOE_EXPERT_NR : n_valid);
+    run(m, k, x, tile, n_tiles, 2, act, h, h_stride * sizeof(uint16_t), n_valid);
 }
 
-static void down_tiles(size_t m, size_t k, const void *const *h, const void *tile, size_t n_tiles,
-                       float *y, size_t y_stride, size_t n_valid)
+static void down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
+                       size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
 {
-    if (m >= MX_AMX_FROM) {
-        run(m, k, h, tile, n_tiles, 1, NULL, (unsigned char *)y, y_stride * sizeof(float), n_valid);
-        return;
-    }
-    const moe_expert_kernels *v = &moe_expert_mxfp4_tile_12x16__avx512;
-    const size_t bytes = v->down_tile_bytes((int64_t)k);
-    for (size_t t = 0; t < n_tiles; t++)
-        v->down(m, k, h, (const unsigned char *)tile + t * bytes, y + t * MOE_EXPERT_NR, y_stride,
-                t + 1 < n_tiles ? MOE_EXPERT_NR : n_valid);
+    run(m, k, h, tile, n_tiles, 1, NULL, (unsigned char *)y, y_stride * sizeof(float), n_valid);
 }
 
 static void gateup_one(size_t m, size_t k, const void *const *x, const void *tile,
@@ -172,7 +151,11 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
     down_tiles(m, k, h, tile, 1, y, y_stride, n_valid);
 }
 
-/* The set: the multi-tile entries at every m, as the bf16 and FP8 ones. */
+/* The set: the multi-tile entries at every m, as the bf16 and FP8 ones. Unlike the FP8 set it
+ * runs the tile unit at every m, one token included: a decode call's work is the widening, on
+ * the vector units either way, and tdpbf16ps takes the products off them (at one token of
+ * gpt-oss's 2880 × 2880 experts, one thread, it streamed the codes at 8.6-8.7 GB/s where the
+ * AVX-512 set did 6.2-6.8: bench_expert_kernels --mxfp4, on a shared machine). */
 MOE_XL_SET(moe_expert_mxfp4_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_MR, MOE_MXT_SET_LAYOUT, .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
