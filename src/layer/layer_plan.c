@@ -375,11 +375,12 @@ moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_laye
     if (!st) st = resolve_options(options, layer, plan);
     if (!st) st = layout_groups(plan);
     if (!st) st = find_tensors(plan);
+    /* Before plan_group, which reads MXFP4 scale bytes when the tile recipe is asked. */
+    if (!st) st = check_files(plan);
     for (int id = 0; id < MOE_LG_COUNT_ && !st; id++)
         if (plan->groups[id].present) st = plan_group(plan, (moe_layer_group_id)id);
     if (!st && plan->moe) st = plan_gate(plan);
     if (!st) st = plan_activations(plan);
-    if (!st) st = check_files(plan);
     if (st) moe_layer_plan_free(plan);
     return st;
 }
