@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "bench_util.h"
+#include "dtype/dtype.h"
 #include "experts/experts.h"
 #include "kernels/expert.h"
 #include "select/kernel.h"
@@ -42,7 +43,9 @@
  * of the recipe's cost). Prefill at T = 128, 512 tokens of one expert as above; GOP/s at 2 ops
  * per multiply-add, as a fraction of the peak of the set's instruction: vpdpbusd zmm (64
  * multiply-adds per instruction) or ymm (AVX-VNNI: 32), or for the sets without VNNI
- * vpmaddubsw (ymm: 32, zmm: 64).
+ * vpmaddubsw (ymm: 32, zmm: 64). The tile recipe's MXFP4 sets run beside them on bf16 x and
+ * h rows (rounded once, outside the timing, as the layer rounds x once per forward), against
+ * tdpbf16ps's peak (AMX-BF16) or the FMA's.
  *
  * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
  * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
@@ -391,7 +394,7 @@ static bench_insn peak_insn(const moe_expert_kernels *ks)
     return ks->isa == MOE_REQ_AVX2 ? BENCH_FMA_YMM : BENCH_FMA_ZMM;
 }
 
-/* ---- MXFP4 experts (Q8 recipe) ------------------------------------------------------------ */
+/* ---- MXFP4 experts (Q8 and tile recipes) ------------------------------------------------------ */
 
 typedef struct mx_shape {
     const char *name;
@@ -465,19 +468,22 @@ static int mx_pack_experts(const moe_expert_kernels *ks, const mx_shape *sh, int
     return st ? -1 : 0;
 }
 
-/* The activations of the MXFP4 bench: x prepared once (k = NH) per token; h in f32 and its
- * prepared rows (k = NI), written by the phases. */
+/* The activations of the MXFP4 bench. Q8: x prepared once (k = NH) per token; h in f32 and its
+ * prepared rows (k = NI), written by the phases. Tile: x and h bf16 rows (h written by gate/up
+ * in place of the f32 rows, read by down as they are). */
 typedef struct mx_acts {
     const void *xq[PREFILL_T], *hq[PREFILL_T];
     unsigned char *xbuf, *hqbuf;
     float *h, *y;
     size_t xrow, hrow;
+    bool tile;
 } mx_acts;
 
 static int mx_acts_init(mx_acts *a, const moe_expert_kernels *ks, const mx_shape *sh)
 {
-    a->xrow = ks->act_row_bytes(sh->h);
-    a->hrow = ks->act_row_bytes(sh->i);
+    a->tile = ks->recipe == MOE_RECIPE_TILE;
+    a->xrow = a->tile ? (size_t)sh->h * 2 : ks->act_row_bytes(sh->h);
+    a->hrow = a->tile ? (size_t)sh->i * 2 : ks->act_row_bytes(sh->i);
     a->xbuf = aligned_alloc(64, (size_t)PREFILL_T * a->xrow);
     a->hqbuf = aligned_alloc(64, (size_t)PREFILL_T * a->hrow);
     a->h = aligned_alloc(64, (size_t)PREFILL_T * (size_t)sh->i * sizeof(float));
@@ -485,15 +491,28 @@ static int mx_acts_init(mx_acts *a, const moe_expert_kernels *ks, const mx_shape
     float *x = malloc((size_t)sh->h * sizeof(float));
     if (!a->xbuf || !a->hqbuf || !a->h || !a->y || !x) return -1;
     for (int t = 0; t < PREFILL_T; t++) {
+        unsigned char *row = a->xbuf + (size_t)t * a->xrow;
         for (int j = 0; j < sh->h; j++)
             x[j] = (float)(bench_gauss(&rng) * 0.5);
-        ks->prepare_act((size_t)sh->h, x, a->xbuf + (size_t)t * a->xrow);
-        a->xq[t] = a->xbuf + (size_t)t * a->xrow;
+        if (a->tile)
+            for (int j = 0; j < sh->h; j++)
+                ((uint16_t *)row)[j] = moe_f32_to_bf16(x[j]);
+        else
+            ks->prepare_act((size_t)sh->h, x, row);
+        a->xq[t] = row;
         a->hq[t] = a->hqbuf + (size_t)t * a->hrow;
     }
     memset(a->h, 0, (size_t)PREFILL_T * (size_t)sh->i * sizeof(float));
+    memset(a->hqbuf, 0, (size_t)PREFILL_T * a->hrow);
     free(x);
     return 0;
+}
+
+/* Where gate/up writes token c's outputs of tile t: the f32 h rows (Q8), the bf16 rows (tile). */
+static void *mx_h_at(const mx_acts *a, size_t NI, size_t c, size_t t)
+{
+    if (a->tile) return (uint16_t *)a->hqbuf + c * NI + t * 16;
+    return a->h + c * NI + t * 16;
 }
 
 static void mx_acts_free(mx_acts *a)
@@ -521,11 +540,11 @@ static void mx_gateup_phase(const moe_expert_kernels *ks, const mx_shape *sh, co
             const int n = hi - t0 < gg ? hi - t0 : gg;
             if (ks->gateup_tiles)
                 ks->gateup_tiles(m, NH, &a->xq[c], base + pk->gateup_tb * (size_t)t0, (size_t)n,
-                                 &mx_act, a->h + c * NI + (size_t)t0 * 16, NI, 16);
+                                 &mx_act, mx_h_at(a, NI, c, (size_t)t0), NI, 16);
             else
                 for (int t = t0; t < t0 + n; t++)
                     ks->gateup(m, NH, &a->xq[c], base + pk->gateup_tb * (size_t)t, &mx_act,
-                               a->h + c * NI + (size_t)t * 16, NI, 16);
+                               mx_h_at(a, NI, c, (size_t)t), NI, 16);
         }
 }
 
@@ -550,7 +569,7 @@ static void mx_down_phase(const moe_expert_kernels *ks, const mx_shape *sh, cons
 }
 
 /* Expert e for T tokens on `threads` threads, each with its contiguous share of the tiles:
- * gate/up, the T h rows prepared (prepare_act is part of the recipe's cost), down. */
+ * gate/up, the T h rows prepared (Q8: prepare_act is part of the recipe's cost), down. */
 static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const packed *pk, int e,
                       mx_acts *a, size_t T, int threads)
 {
@@ -562,7 +581,7 @@ static void mx_expert(const moe_expert_kernels *ks, const mx_shape *sh, const pa
         mx_gateup_phase(ks, sh, pk, base, a, T, gt * id / nt, gt * (id + 1) / nt);
 #pragma omp barrier
 #pragma omp for schedule(static)
-        for (size_t c = 0; c < T; c++)
+        for (size_t c = 0; c < (a->tile ? 0 : T); c++)
             ks->prepare_act((size_t)sh->i, a->h + c * (size_t)sh->i, a->hqbuf + c * a->hrow);
         mx_down_phase(ks, sh, pk, base, a, T, dt * id / nt, dt * (id + 1) / nt);
     }
@@ -678,18 +697,22 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
-    printf("# MXFP4, Q8 recipe, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm %.1f, "
-           "ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f GOP/s\n",
+    printf("# MXFP4, Q8 and tile recipes, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm "
+           "%.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f, tdpbf16ps %.1f, "
+           "fma zmm %.1f GOP/s\n",
            threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
            peak[BENCH_DPBUSD_ZMM], peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM],
-           peak[BENCH_MADDUBS_ZMM], peak[BENCH_TDPBSSD_K32]);
+           peak[BENCH_MADDUBS_ZMM], peak[BENCH_TDPBSSD_K32], peak[BENCH_TDPBF16PS],
+           peak[BENCH_FMA_ZMM]);
     printf("# decode T=1,4,16: GB/s of packed bytes and fraction of the read floor; prefill "
            "T=128,512: GOP/s and fraction of the peak (both measured beside each pass)\n");
     printf("%-38s %-17s %14s %14s %14s %14s %14s  %s\n", "kernel set", "shape", "T=1", "T=4",
            "T=16", "T=128", "T=512", "peak of");
     for (size_t r = 0; r < count; r++) {
         const moe_kernel *k = &reg[r];
-        if (k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) continue;
+        if (k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 &&
+            k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE)
+            continue;
         const moe_expert_kernels *ks = k->fn.expert_set;
         if ((ks->isa & ~allowed) != 0) continue;
         if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;

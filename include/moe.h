@@ -321,7 +321,7 @@ MOE_API moe_status moe_model_get_layer_info(const moe_model *model, int layer,
 typedef struct moe_layer moe_layer;
 
 /* How the bf16 and FP8 experts (routed, shared, dense MLP) meet the activations. MXFP4 experts
- * have one recipe, q8 (activations quantised per 32-block to int8), whatever is asked. */
+ * run q8 (activations quantised per 32-block to int8) unless TILE is asked for. */
 typedef enum moe_experts_recipe {
     MOE_EXPERTS_RECIPE_DEFAULT = 0, /* f32 */
     MOE_EXPERTS_RECIPE_F32 = 1,  /* f32 activations, fp32 FMA: the same bits at every ISA level */
@@ -333,7 +333,9 @@ typedef enum moe_experts_recipe {
                                 along K two fp32 chains of exact products, summed into the
                                 total; FP8: per 128-K block from zero, then one scale FMA): the
                                 same bits at every level, tdpbf16ps where AMX-BF16 is allowed,
-                                FMA chains below; f32 / f16 experts run f32 */
+                                FMA chains below; f32 / f16 experts run f32; MXFP4 experts too,
+                                each weight and its block scale one bf16 (exact), where every
+                                E8M0 scale is in 2^-125..2^125, else q8 (explain says why) */
 } moe_experts_recipe;
 
 typedef struct moe_layer_options {

@@ -60,9 +60,10 @@ typedef enum moe_expert_recipe {
     MOE_RECIPE_Q8 = 2,   /* MXFP4 weights: activations quantised per 32-block to int8 with one
                             f32 scale (prepare_act); exact int32 dot products with the doubled
                             E2M1 values; fp32 accumulation across blocks (below) */
-    MOE_RECIPE_TILE = 3, /* bf16 and FP8 weights: activations rounded to bf16 once per forward
-                            (as BF16); the tile unit's arithmetic, tdpbf16ps, K cut every 32
-                            (FP8: per 128-K block, then one scale FMA; below) */
+    MOE_RECIPE_TILE = 3, /* bf16, FP8 and MXFP4 weights: activations rounded to bf16 once per
+                            forward (as BF16); the tile unit's arithmetic, tdpbf16ps, K cut
+                            every 32 (FP8: per 128-K block, then one scale FMA; MXFP4: each
+                            weight folded with its block scale into one bf16; below) */
 } moe_expert_recipe;
 
 /*
@@ -104,6 +105,23 @@ typedef enum moe_expert_recipe {
  * (on the tile unit: per block the C tiles zeroed, one tdpbf16ps per chunk, stored, and the
  * FMA on the vector units; the AVX-512 and AVX2 sets put MXCSR back before the FMA).
  *
+ * MXFP4 weights (the MXFP4 tile pairs layout, kernels/ref/expert_mxfp4_tile_layout.h): each
+ * weight w = e2m1(code) · 2^(s - 127), with s the E8M0 scale of its row and 32-block, is one
+ * bf16 value exactly (the E2M1 magnitudes 0.5 .. 6 have at most 2 significant bits, and w is a
+ * bf16 normal for every s in [MOE_TILE_MX_SCALE_MIN, MOE_TILE_MX_SCALE_MAX] = [2, 252]; zero
+ * codes are zeros of their sign). With w_n row n's weights so widened, a 32-K chunk is exactly
+ * one MX block and the arithmetic is the bf16 weights' above, unchanged:
+ *
+ *   acc = +0
+ *   for c = 0 .. K/32 - 1:  acc = moe_tile_bf16_dot_ref(acc, x + 32c, w_n + 32c, 16)
+ *   v = acc + bias_n, then the epilogue as above
+ *
+ * so MXFP4 in the tile recipe is the bf16 tile recipe on the exactly widened weights, the same
+ * bits on every ISA, m and thread count. A matrix with any scale outside [2, 252] cannot be
+ * widened exactly: its packing is refused (MOE_EVALUE), and a layer asked for the tile recipe
+ * gives that expert group the Q8 recipe instead, the reason saying so (src/layer/
+ * layer_plan.c; docs/kernels.md).
+ *
  * It is not the BF16 recipe's arithmetic: vdpbf16ps takes one chain from the accumulator, odd
  * product then even per pair, while tdpbf16ps, per instruction of at most 16 pairs, runs the
  * two chains from +0, adds them, and adds that sum to C last; on random inputs the two differ
@@ -111,6 +129,15 @@ typedef enum moe_expert_recipe {
  * has the experiment behind the statement, and "The tile recipe" the layout
  * (kernels/ref/expert_layout.h, "tile pairs") and the selection.
  */
+
+/* The E8M0 scales the tile recipe folds into bf16 weights exactly (above). */
+#define MOE_TILE_MX_SCALE_MIN 2
+#define MOE_TILE_MX_SCALE_MAX 252
+
+static inline bool moe_tile_mx_scale_ok(unsigned s)
+{
+    return s >= MOE_TILE_MX_SCALE_MIN && s <= MOE_TILE_MX_SCALE_MAX;
+}
 
 /* Whether the recipe's activations (x and h) are bf16 codes: BF16 and TILE read the same rows. */
 static inline bool moe_recipe_bf16_rows(moe_expert_recipe r)
@@ -313,7 +340,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
     return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
-/* Every kernel set compiled into this build, declared from the eight enumerators (one per
+/* Every kernel set compiled into this build, declared from the nine enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
@@ -324,6 +351,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_mxfp4_q8.inc"
 #include "kernels/expert_bf16_tile.inc"
 #include "kernels/expert_fp8_tile.inc"
+#include "kernels/expert_mxfp4_tile.inc"
 #undef MOE_KERNEL
 
 #endif

@@ -98,6 +98,15 @@ moe_status moe_mx_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                 const moe_weight_dst *up);
 moe_status moe_mx_unpack_down(const void *packed, const moe_weight_dst *down);
 
+/* What packing and unpacking share with the tile recipe's MXFP4 layout
+ * (kernels/ref/expert_mxfp4_tile_pack.c): the checks of the np sources (gate, up or down; every
+ * field, then no scale 0xFF) and of one destination, a source row's bias as f32 (0 past the
+ * rows or without one), and the store of destination row r's bias. */
+moe_status moe_mx_check_sources(const moe_weight_src *const *src, int np);
+moe_status moe_mx_check_dst(const moe_weight_dst *d, const char *what);
+float moe_mx_bias_at(const moe_weight_src *s, int64_t r);
+void moe_mx_store_bias(const moe_weight_dst *d, int64_t r, float v);
+
 /* The Q8 rows (kernels/expert.h): bytes of a row of k values, and the portable preparation
  * every set of the recipe uses (kernels/ref/expert_mxfp4_pack.c). */
 size_t moe_q8_row_bytes(int64_t k);

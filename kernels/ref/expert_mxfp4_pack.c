@@ -84,7 +84,7 @@ static void store_float(unsigned char *p, moe_dtype d, float v)
     memcpy(p, &c, sizeof c);
 }
 
-static float bias_at(const moe_weight_src *s, int64_t r)
+float moe_mx_bias_at(const moe_weight_src *s, int64_t r)
 {
     if (!s->bias || r >= s->rows) return 0.0f;
     const size_t es = dtype_bytes(s->bias_dtype);
@@ -169,7 +169,7 @@ static moe_status check_scales(const moe_weight_src *s, const char *what)
     return MOE_OK;
 }
 
-static moe_status check_all(const moe_weight_src *const *src, int np)
+moe_status moe_mx_check_sources(const moe_weight_src *const *src, int np)
 {
     for (int p = 0; p < np; p++) {
         moe_status st = check_src(src[p], proj_names[np - 1][p]);
@@ -257,7 +257,7 @@ static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsi
     float bias[2 * NR];
     for (int p = 0; p < np; p++)
         for (int n = 0; n < NR; n++)
-            bias[p * NR + n] = bias_at(src[p], r0 + n);
+            bias[p * NR + n] = moe_mx_bias_at(src[p], r0 + n);
     memcpy(tile, bias, moe_mx_bias_bytes(np));
     for (size_t s = 0; s * S < nb; s++) {
         const size_t len = moe_mx_step_len(np, nb, s);
@@ -275,7 +275,7 @@ static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsi
 static moe_status pack(const moe_weight_src *const *src, int np, void *dst)
 {
     if (!dst) return moe_error(MOE_EINVAL, "%s: the destination is NULL", proj_names[np - 1][0]);
-    moe_status st = check_all(src, np);
+    moe_status st = moe_mx_check_sources(src, np);
     if (st) return st;
     const int64_t rows = src[0]->rows;
     const size_t tb = tile_bytes(src[0]->cols, np);
@@ -297,7 +297,7 @@ moe_status moe_mx_pack_down(const moe_weight_src *down, void *dst)
 
 /* ---- Unpacking ----------------------------------------------------------------------- */
 
-static moe_status check_dst(const moe_weight_dst *d, const char *what)
+moe_status moe_mx_check_dst(const moe_weight_dst *d, const char *what)
 {
     if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
     if (d->rows < 1 || d->cols < 1 || d->cols > MOE_MX_MAX_K || d->cols % BLK != 0)
@@ -343,17 +343,22 @@ static void unpack_one(const unsigned char *packed, int np, int p, const moe_wei
         if (d->bias) {
             float v;
             memcpy(&v, tile + ((size_t)p * NR + n) * sizeof v, sizeof v);
-            store_float((unsigned char *)d->bias + (size_t)r * dtype_bytes(d->bias_dtype),
-                        d->bias_dtype, v);
+            moe_mx_store_bias(d, r, v);
         }
     }
+}
+
+void moe_mx_store_bias(const moe_weight_dst *d, int64_t r, float v)
+{
+    store_float((unsigned char *)d->bias + (size_t)r * dtype_bytes(d->bias_dtype), d->bias_dtype,
+                v);
 }
 
 static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, int np)
 {
     if (!packed) return moe_error(MOE_EINVAL, "unpack: the packed bytes are NULL");
     for (int p = 0; p < np; p++) {
-        moe_status st = check_dst(dst[p], proj_names[np - 1][p]);
+        moe_status st = moe_mx_check_dst(dst[p], proj_names[np - 1][p]);
         if (st) return st;
     }
     if (np == 2 && (dst[0]->rows != dst[1]->rows || dst[0]->cols != dst[1]->cols))

@@ -106,7 +106,8 @@ class Model(Handle):
 
         ``threads``: worker threads per forward (None: the number of cores); ``recipe``:
         the bf16/FP8 experts' recipe, "f32" (default), "bf16", or "tile" (the AMX tile unit's
-        arithmetic, tdpbf16ps where allowed, the same bits elsewhere); ``logits_dtype``: the router
+        arithmetic, tdpbf16ps where allowed, the same bits elsewhere; MXFP4 experts take it too,
+        and run q8 otherwise); ``logits_dtype``: the router
         logits, "f32" (default) or "bf16" (parity with a bf16 gate); ``fixed_threads``: every
         forward on all ``threads`` (default False: fewer while the threads are being preempted,
         as when PyTorch's threads keep a core busy; the results are the same bits)."""

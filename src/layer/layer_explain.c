@@ -59,8 +59,9 @@ static const char *recipe_text(moe_expert_recipe r)
                "accumulation; the same at every batch size)";
     case MOE_RECIPE_TILE:
         return "tile (activations and h rounded to bf16 once per forward, the tile unit's "
-               "arithmetic (tdpbf16ps): per 32 along K two fp32 chains summed into the total; "
-               "the same at every batch size and ISA level)";
+               "arithmetic (tdpbf16ps): per 32 along K two fp32 chains summed into the total "
+               "(MXFP4 weights widened with their block scale to bf16 exactly); the same at "
+               "every batch size and ISA level)";
     case MOE_RECIPE_Q8:
         return "q8 (input rows and h rows quantised per 32-block to int8 with one f32 scale, "
                "exact int32 dot products with the doubled E2M1 codes, fp32 accumulation across "
@@ -168,7 +169,9 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         p->recipe_default
             ? "default: f32 keeps the activations exact; tile is faster at prefill with AMX"
             : "options->experts_recipe",
-        moe_layer_q8_group(p) ? "; mxfp4 groups: q8, their one recipe" : "");
+        !moe_layer_q8_group(p)         ? ""
+        : p->recipe == MOE_RECIPE_TILE ? "; mxfp4 groups with a block scale bf16 cannot hold: q8"
+                                       : "; mxfp4 groups: q8 (tile when asked)");
     if (p->moe) {
         put(&t, "  logits dtype: %s (%s)\n", moe_dtype_name(p->logits_dtype), logits_origin(p));
         put_gate(&t, p);

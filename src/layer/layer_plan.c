@@ -187,6 +187,27 @@ static moe_status group_dtypes(const moe_layer_plan *p, moe_layer_group_plan *g)
     return MOE_OK;
 }
 
+/* Whether some E8M0 scale of the group lies outside what the tile recipe folds into bf16
+ * weights (kernels/expert.h, "The tile recipe"): read only when MXFP4 experts are asked the
+ * tile recipe, since it touches every scale byte (1/16 of the codes' bytes). */
+static bool scales_unfoldable(const moe_layer_group_plan *g)
+{
+    static const moe_tensor_role roles[] = {MOE_ROLE_GATE_SCALE, MOE_ROLE_UP_SCALE,
+                                            MOE_ROLE_DOWN_SCALE, MOE_ROLE_GATE_UP_SCALE};
+    const int n = g->per_expert ? g->n : 0;
+    for (int e = -1; e < n; e++)
+        for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
+            const moe_tensor *t = e < 0 ? g->one[roles[r]] : g->per_expert[e][roles[r]];
+            if (!t) continue;
+            const unsigned char *b = t->data;
+            bool bad = false;
+            for (uint64_t i = 0; i < t->nbytes; i++)
+                bad |= !moe_tile_mx_scale_ok(b[i]);
+            if (bad) return true;
+        }
+    return false;
+}
+
 /* The eligibility function of the expert kernel sets, once per group. */
 static moe_status select_group(const moe_layer_plan *p, moe_layer_group_plan *g,
                                moe_layer_group_id id)
@@ -200,7 +221,9 @@ static moe_status select_group(const moe_layer_plan *p, moe_layer_group_plan *g,
     prob.intermediate = g->mlp.intermediate;
     prob.activation = (int)g->mlp.activation;
     prob.has_bias = g->mlp.has_bias;
-    prob.recipe = g->mlp.format == MOE_WFMT_MXFP4 ? MOE_RECIPE_Q8 : p->recipe;
+    const bool mx = g->mlp.format == MOE_WFMT_MXFP4;
+    prob.recipe = mx && p->recipe != MOE_RECIPE_TILE ? MOE_RECIPE_Q8 : p->recipe;
+    prob.mx_scales_unfoldable = mx && p->recipe == MOE_RECIPE_TILE && scales_unfoldable(g);
     moe_expert_choice c;
     moe_status st = moe_select_experts(&p->allowed, &prob, &c);
     if (st) return moe_error_context(st, "layer %d %s: ", p->index, moe_layer_group_label[id]);
@@ -352,11 +375,12 @@ moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_laye
     if (!st) st = resolve_options(options, layer, plan);
     if (!st) st = layout_groups(plan);
     if (!st) st = find_tensors(plan);
+    /* Before plan_group, which reads MXFP4 scale bytes when the tile recipe is asked. */
+    if (!st) st = check_files(plan);
     for (int id = 0; id < MOE_LG_COUNT_ && !st; id++)
         if (plan->groups[id].present) st = plan_group(plan, (moe_layer_group_id)id);
     if (!st && plan->moe) st = plan_gate(plan);
     if (!st) st = plan_activations(plan);
-    if (!st) st = check_files(plan);
     if (st) moe_layer_plan_free(plan);
     return st;
 }

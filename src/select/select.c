@@ -133,7 +133,9 @@ moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *a
 
 static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
 {
-    if (format == MOE_EXPERT_FMT_MXFP4) return MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
+    if (format == MOE_EXPERT_FMT_MXFP4)
+        return recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE
+                                         : MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
     /* f16 widens exactly to f32, so both pack to the f32 sets' tiles; their one recipe is f32. */
     if (format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16)
         return MOE_KERNEL_FAMILY_EXPERT_F32_F32;
@@ -152,7 +154,8 @@ static bool is_expert_scale(moe_dtype d)
 }
 
 /* MXFP4: packed E2M1 codes (checkpoints label them U8 or I8), E8M0 scales, K multiples of the
- * 32-block, and the Q8 recipe (F32, the default request, stands for "no preference"). */
+ * 32-block, and the Q8 or TILE recipe (F32, the default request, stands for "no preference":
+ * Q8). */
 static moe_status check_mxfp4_problem(const moe_expert_problem *p)
 {
     if (p->weight_dtype != MOE_DTYPE_F4_E2M1 && p->weight_dtype != MOE_DTYPE_U8 &&
@@ -165,11 +168,10 @@ static moe_status check_mxfp4_problem(const moe_expert_problem *p)
         return moe_error(MOE_EDTYPE,
                          "moe_select_experts: MXFP4 scales of dtype %s, not f8_e8m0 (or u8)",
                          moe_dtype_name(p->scale_dtype));
-    if (p->recipe == MOE_RECIPE_BF16 || p->recipe == MOE_RECIPE_TILE)
+    if (p->recipe == MOE_RECIPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
-                         "moe_select_experts: MXFP4 expert weights have no %s recipe (their "
-                         "recipe is q8)",
-                         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "tile");
+                         "moe_select_experts: MXFP4 expert weights have no bf16 recipe (their "
+                         "recipes are q8 and tile)");
     if (p->hidden >= 1 && p->intermediate >= 1 &&
         (p->hidden % MOE_EXPERT_MXBLOCK != 0 || p->intermediate % MOE_EXPERT_MXBLOCK != 0))
         return moe_error(MOE_ESHAPE,
@@ -277,7 +279,10 @@ static const char *recipe_reason(const moe_expert_kernels *set, const moe_expert
                      "C), as requested";
     }
     if (set->recipe == MOE_RECIPE_F32) return "recipe f32 (f32 activations, fp32 FMA)";
-    /* Q8, the only MXFP4 recipe: say which integer dot product runs it. */
+    if (p->recipe == MOE_RECIPE_TILE)
+        return "recipe q8 (int8 activations per 32-block): tile requested, but a block scale is "
+               "outside 2^-125..2^125 (no bf16)";
+    /* Q8, MXFP4's recipe unless tile is asked for: say which integer dot product runs it. */
     switch (set->isa) {
     case MOE_REQ_AVX512AMX: return Q8_RECIPE "tdpbssd tiles from 16 tokens, amx_int8 allowed";
     case MOE_REQ_AVX512VNNI: return Q8_RECIPE "vpdpbusd, avx512_vnni allowed";
@@ -300,7 +305,13 @@ moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_prob
     if (st) return st;
     moe_cpu_caps caps = moe_cpu_caps_normalize(*allowed);
     moe_kernel_choice kc;
-    st = select_by_isa(expert_family(problem->format, problem->recipe), &caps, &kc);
+    /* MXFP4 weights the tile recipe cannot widen exactly keep the Q8 recipe (the reason says). */
+    const moe_expert_recipe recipe = problem->format == MOE_EXPERT_FMT_MXFP4 &&
+                                             problem->recipe == MOE_RECIPE_TILE &&
+                                             problem->mx_scales_unfoldable
+                                         ? MOE_RECIPE_Q8
+                                         : problem->recipe;
+    st = select_by_isa(expert_family(problem->format, recipe), &caps, &kc);
     if (st) return st;
     const moe_expert_kernels *set = kc.kernel->fn.expert_set;
     if (set->gateup_tile_bytes(problem->hidden) == 0 ||

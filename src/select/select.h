@@ -101,11 +101,16 @@ typedef struct moe_expert_problem {
     int64_t intermediate;   /* I ≥ 1 (shared experts: already × n_shared; MXFP4: × 32) */
     int activation;         /* moe_activation: 0, 1 or 2 */
     bool has_bias;          /* gpt-oss expert biases (every kernel set takes them) */
-    /* requested: F32 (the default, 0), BF16 or TILE for bf16 / FP8 weights. MXFP4 weights have one recipe, Q8: F32
-     * (no preference) or Q8 select it, BF16 and TILE are refused. F32 and F16 weights have
-     * one recipe, F32: a BF16 or TILE request resolves to it (the reason says so), Q8 is
-     * refused. */
+    /* requested: F32 (the default, 0), BF16 or TILE for bf16 / FP8 weights. MXFP4 weights have
+     * two recipes, Q8 and TILE: F32 (no preference) or Q8 select Q8, TILE selects TILE unless
+     * mx_scales_unfoldable (then Q8, the reason saying why), BF16 is refused. F32 and F16
+     * weights have one recipe, F32: a BF16 or TILE request resolves to it (the reason says
+     * so), Q8 is refused. */
     moe_expert_recipe recipe;
+    /* MXFP4: some E8M0 scale of the group lies outside [MOE_TILE_MX_SCALE_MIN,
+     * MOE_TILE_MX_SCALE_MAX] (kernels/expert.h), so the tile recipe cannot widen its weights
+     * to bf16 exactly (the caller looked at the scales; the tile packing refuses them too). */
+    bool mx_scales_unfoldable;
 } moe_expert_problem;
 
 /* The outcome: the kernel set (with its packing) and why. */
@@ -122,20 +127,21 @@ typedef struct moe_expert_choice {
  * returning the kernel set, whose pack functions define the packed layout, and the reason.
  * bf16 and FP8 weights: the recipe is the problem's (F32 unless BF16 is asked for: on the
  * machines measured so far vdpbf16ps does half the flops of fp32 FMA per cycle, and the F32
- * recipe gives the same bits on every ISA). MXFP4 weights: the recipe is Q8, whatever the
- * CPU: the int8 dot products are exact, so the VNNI (vpdpbusd), AVX-512 and AVX2
- * (vpmaddubsw) sets and the portable reference give the same bits, and the reason names the
+ * recipe gives the same bits on every ISA). MXFP4 weights: the recipe is Q8 unless TILE is
+ * asked for, whatever the CPU: the int8 dot products are exact, so the VNNI (vpdpbusd), AVX-512 and
+ * AVX2 (vpmaddubsw) sets and the portable reference give the same bits, and the reason names the
  * instruction that runs it. The ISA ladder of the (format, recipe) family then picks the
  * set; the recipe never depends on the batch. A BF16 request on a CPU without AVX512-BF16
  * gets the reference set, and the reason says so.
- * The TILE recipe (bf16 and FP8 weights) is tdpbf16ps's arithmetic: the AMX-BF16 set where amx_bf16 is
- * allowed, else the AVX-512, AVX2 or portable sets, which give its bits, the reason naming
- * which arithmetic runs ("tdpbf16ps tiles", or the tile unit's arithmetic as two FMA chains).
- * MOE_EINVAL for NULL arguments, shapes below 1, an unknown format, activation or recipe;
- * MOE_EUNSUPPORTED for bf16-format weights that are not BF16 (F16, F32), a BF16 or TILE request
- * for MXFP4, or a Q8 request for anything else; MOE_EDTYPE for a weight or
- * scale dtype the format cannot have; MOE_ESHAPE for MXFP4 shapes that are not multiples of 32;
- * MOE_EOVERFLOW when a tile of this shape does not fit in size_t. *out is untouched on error.
+ * The TILE recipe (bf16, FP8 and MXFP4 weights; MXFP4 only where every block scale folds
+ * into bf16 exactly, else Q8 as above) is tdpbf16ps's arithmetic: the AMX-BF16 set where amx_bf16
+ * is allowed, else the AVX-512, AVX2 or portable sets, which give its bits, the reason naming which
+ * arithmetic runs ("tdpbf16ps tiles", or the tile unit's arithmetic as two FMA chains). MOE_EINVAL
+ * for NULL arguments, shapes below 1, an unknown format, activation or recipe; MOE_EUNSUPPORTED for
+ * bf16-format weights that are not BF16 (F16, F32), a BF16 request for MXFP4, or a Q8 request for
+ * anything else; MOE_EDTYPE for a weight or scale dtype the format cannot have; MOE_ESHAPE for
+ * MXFP4 shapes that are not multiples of 32; MOE_EOVERFLOW when a tile of this shape does not fit
+ * in size_t. *out is untouched on error.
  */
 moe_status moe_select_experts(const moe_cpu_caps *allowed, const moe_expert_problem *problem,
                               moe_expert_choice *out);

@@ -13,7 +13,8 @@
   same-rows BIG SMALL A             SMALL's rows equal BIG's rows from A on, byte for byte
   ids-valid IDS E                   every id in [0, E), distinct within its row
   bf16-valued PATH                  every f32 value is a bf16 value (low 16 bits zero)
-  block DIR LAYER X L IDS W Y       the float64 reference of the block: logits from the
+  block DIR LAYER X L IDS W Y [tile]
+                                    the float64 reference of the block: logits from the
                                     router weight (per token, normwise relative error
                                     ||l - ref|| / ||ref|| <= 1e-5: an elementwise bound
                                     would fail on logits near 0, where fp32 accumulation's
@@ -24,7 +25,9 @@
                                     <= 1e-2 (bf16 activations), <= 2e-2 for MXFP4 experts
                                     (activations quantised per 32-block to int8: docs/design.md),
                                     and <= 1e-4 against a reference that quantises x and h
-                                    as the q8 recipe does.
+                                    as the q8 recipe does; with "tile" (the run asked for the
+                                    tile recipe, which MXFP4 experts take with bf16
+                                    activations) <= 1e-2 for every format.
                                     qwen3_moe, mixtral, deepseek_v2/v3, kimi_k2 (bf16 or FP8
                                     block scales), gpt_oss (bf16 or MXFP4) and deepseek_v4
                                     (MXFP4 or FP8 experts, FP8 shared experts, clamped GLU).
@@ -327,6 +330,7 @@ def gptoss_expert(w, p, e, x, limit, alpha, quant=None):
 
 def block(argv):
     d, layer, xp, lp, ip, wp, yp = argv[0], int(argv[1]), *argv[2:7]
+    tile = argv[7:8] == ["tile"]
     cfg = json.load(open(os.path.join(d, "config.json")))
     mt = cfg["model_type"]
     w = Weights(d)
@@ -361,8 +365,8 @@ def block(argv):
     wr = w.matrix(router)
     rb = w.vector(rbias) if rbias else [0.0] * E
     limit = cfg.get("swiglu_limit") if mt == "deepseek_v4" else None
-    mx = (cfg.get("quantization_config") or {}).get("quant_method") == "mxfp4" or \
-        (mt == "deepseek_v4" and cfg.get("expert_dtype", "fp4") == "fp4")
+    mx = not tile and ((cfg.get("quantization_config") or {}).get("quant_method") == "mxfp4" or
+                       (mt == "deepseek_v4" and cfg.get("expert_dtype", "fp4") == "fp4"))
     tol = OUT_TOL_Q8 if mx else OUT_TOL
     err2 = ref2 = emu2 = 0.0
     for t in range(T):

@@ -201,13 +201,14 @@ done
 r=$tmp/gptoss-mxfp4
 run_ok "gptoss-mxfp4: --recipe bf16" --model "$r/ckpt" --hidden "$r/x.npy" --recipe bf16 --out "$r/by.npy"
 check "gptoss-mxfp4: --recipe bf16 = the default (q8)" cmp -s "$r/by.npy" "$r/a_y.npy"
-# --recipe tile: bf16 and FP8 experts take bf16 activations with the tile unit's arithmetic (the
-# float64 reference's bf16-activation tolerance, batch invariance, not the bf16 recipe's bits;
-# the explain text names the tile sets); MXFP4 experts run q8 whatever is asked.
-for name in qwen3-bf16 mixtral-fp8; do
+# --recipe tile: bf16, FP8 and MXFP4 experts take bf16 activations with the tile unit's
+# arithmetic (the float64 reference's bf16-activation tolerance, batch invariance, not the bf16
+# recipe's bits, nor q8's for MXFP4; the explain text names the tile sets).
+for name in qwen3-bf16 mixtral-fp8 gptoss-mxfp4; do
   r=$tmp/$name
   fmt=bf16
   [ "$name" = mixtral-fp8 ] && fmt=fp8
+  [ "$name" = gptoss-mxfp4 ] && fmt=mxfp4
   run_ok "$name: --recipe tile" --model "$r/ckpt" --hidden "$r/x.npy" --recipe tile --explain \
     --out "$r/ty.npy"
   check "$name: --recipe tile in the explain text" grep -q 'recipe asked of the expert kernels: tile (options->experts_recipe)' "$tmp/stdout"
@@ -216,11 +217,8 @@ for name in qwen3-bf16 mixtral-fp8; do
     --out "$r/t0y.npy" --logits-out "$r/t0l.npy" --ids-out "$r/t0i.npy" --weights-out "$r/t0w.npy"
   check "$name: --recipe tile differs from bf16" differ "$r/ty.npy" "$r/by.npy"
   check "$name: --recipe tile: batch invariance, float64 reference" py batch \
-    same-rows "$r/ty.npy" "$r/t0y.npy" 0 \; block "$r/ckpt" 0 "$r/x0.npy" "$r/t0l.npy" "$r/t0i.npy" "$r/t0w.npy" "$r/t0y.npy"
+    same-rows "$r/ty.npy" "$r/t0y.npy" 0 \; block "$r/ckpt" 0 "$r/x0.npy" "$r/t0l.npy" "$r/t0i.npy" "$r/t0w.npy" "$r/t0y.npy" tile
 done
-r=$tmp/gptoss-mxfp4
-run_ok "gptoss-mxfp4: --recipe tile" --model "$r/ckpt" --hidden "$r/x.npy" --recipe tile --out "$r/ty.npy"
-check "gptoss-mxfp4: --recipe tile = the default (q8)" cmp -s "$r/ty.npy" "$r/a_y.npy"
 # --repeat: the same outputs; --explain prints the layer's description first.
 run_ok "--repeat 3 --explain" --model "$qk" --hidden "$q/x.npy" --out "$q/ry.npy" --repeat 3 --explain
 check "--repeat 3: the same output" cmp -s "$q/ry.npy" "$q/a_y.npy"

@@ -32,6 +32,7 @@ static const set sets[] = {
 #include "kernels/expert_f32_f32.inc"
 #include "kernels/expert_bf16_tile.inc"
 #include "kernels/expert_fp8_tile.inc"
+#include "kernels/expert_mxfp4_tile.inc"
 #undef MOE_KERNEL
 };
 

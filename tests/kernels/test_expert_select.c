@@ -241,18 +241,19 @@ static const moe_kernel *tile_amx_set(moe_kernel_family f)
     return NULL;
 }
 
-/* bf16 and FP8 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
+/* bf16, FP8 and MXFP4 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
  * avx512amxbf16 of each format's family, the reason naming the arithmetic that runs
  * (tdpbf16ps tiles, or the tile unit's arithmetic as FMA chains, or in portable C). Made-up
  * machines: AMX-BF16 with the OS's grant of the tile data (amx_bf16 allowed) and without it
  * (the CPU's AMX flags, but amx_bf16 not allowed); AVX512-BF16 alone; AVX-512 alone; AVX2
- * alone; nothing. Names spelled out from kernels/expert_bf16_tile.inc and
- * kernels/expert_fp8_tile.inc. */
-static void test_tile_ladder_of(bool fp8)
+ * alone; nothing. Names spelled out from kernels/expert_bf16_tile.inc,
+ * kernels/expert_fp8_tile.inc and kernels/expert_mxfp4_tile.inc. */
+static void test_tile_ladder_of(int fmt)
 {
-    const moe_kernel_family fam =
-        fp8 ? MOE_KERNEL_FAMILY_EXPERT_FP8_TILE : MOE_KERNEL_FAMILY_EXPERT_BF16_TILE;
-    const int fmt = fp8 ? MOE_EXPERT_FMT_FP8_BLOCK : MOE_EXPERT_FMT_BF16;
+    const bool fp8 = fmt == MOE_EXPERT_FMT_FP8_BLOCK, mx = fmt == MOE_EXPERT_FMT_MXFP4;
+    const moe_kernel_family fam = fp8  ? MOE_KERNEL_FAMILY_EXPERT_FP8_TILE
+                                  : mx ? MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE
+                                       : MOE_KERNEL_FAMILY_EXPERT_BF16_TILE;
     const moe_kernel *amx = tile_amx_set(fam);
     const char *fma = "recipe tile (bf16 activations, the tile unit's arithmetic as two FMA chains "
                       "under DAZ and FTZ), as requested";
@@ -272,23 +273,29 @@ static void test_tile_ladder_of(bool fp8)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const moe_cpu_caps norm = moe_cpu_caps_normalize(cases[c].caps);
-        const char *want = fp8 ? "moe_expert_fp8_tile_8x16__ref" : "moe_expert_bf16_tile_8x16__ref";
+        const char *want = fp8  ? "moe_expert_fp8_tile_8x16__ref"
+                           : mx ? "moe_expert_mxfp4_tile_8x16__ref"
+                                : "moe_expert_bf16_tile_8x16__ref";
         const char *recipe = "the tile unit's arithmetic in portable C";
 #ifdef MOE_COMPILED_AVX2
         if (norm.avx2)
-            want = fp8 ? "moe_expert_fp8_tile_4x16__avx2" : "moe_expert_bf16_tile_4x16__avx2",
+            want = fp8  ? "moe_expert_fp8_tile_4x16__avx2"
+                   : mx ? "moe_expert_mxfp4_tile_4x16__avx2"
+                        : "moe_expert_bf16_tile_4x16__avx2",
             recipe = fma;
 #endif
 #ifdef MOE_COMPILED_AVX512
         if (norm.avx2 && norm.avx512)
-            want = fp8 ? "moe_expert_fp8_tile_12x16__avx512" : "moe_expert_bf16_tile_12x16__avx512",
+            want = fp8  ? "moe_expert_fp8_tile_12x16__avx512"
+                   : mx ? "moe_expert_mxfp4_tile_12x16__avx512"
+                        : "moe_expert_bf16_tile_12x16__avx512",
             recipe = fma;
 #endif
         if (cases[c].tiles && amx) {
             want = amx->name;
             recipe = "recipe tile (activations rounded to bf16, tdpbf16ps tiles), as requested";
         }
-        moe_expert_problem p = problem(fmt, MOE_RECIPE_TILE);
+        moe_expert_problem p = mx ? mxfp4_problem(MOE_RECIPE_TILE) : problem(fmt, MOE_RECIPE_TILE);
         moe_expert_choice ch;
         CHECK_STATUS(moe_select_experts(&cases[c].caps, &p, &ch), MOE_OK);
         CHECKF(!strcmp(ch.set->name, want), "%s: %s, want %s", cases[c].what, ch.set->name, want);
@@ -310,13 +317,34 @@ static void test_tile_ladder_of(bool fp8)
             CHECK_STATUS(moe_select_experts(&cases[c].caps, &q, &ch2), MOE_OK);
             CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
         }
+        if (!mx) continue;
+        /* MXFP4 with a block scale outside 2^-125..2^125: the Q8 set of the same machine,
+         * the reason saying why; Q8 asked for, or no preference, gets Q8 as before. */
+        p.mx_scales_unfoldable = true;
+        const char *insn;
+        const char *q8 = expected_mxfp4(&norm, &insn);
+        CHECK_STATUS(moe_select_experts(&cases[c].caps, &p, &ch), MOE_OK);
+        CHECKF(!strcmp(ch.set->name, q8), "%s unfoldable: %s, want %s", cases[c].what, ch.set->name,
+               q8);
+        CHECK(ch.recipe == MOE_RECIPE_Q8 && ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8);
+        CHECKF(strstr(ch.reason, "tile requested, but a block scale is outside 2^-125..2^125") !=
+                   NULL,
+               "%s unfoldable: reason '%s'", cases[c].what, ch.reason);
+        const moe_expert_recipe others[] = {MOE_RECIPE_Q8, MOE_RECIPE_F32};
+        for (size_t o = 0; o < 2; o++) {
+            moe_expert_problem q = mxfp4_problem(others[o]);
+            CHECK_STATUS(moe_select_experts(&cases[c].caps, &q, &ch), MOE_OK);
+            CHECK(ch.recipe == MOE_RECIPE_Q8 && !strcmp(ch.set->name, q8));
+            CHECK(strstr(ch.reason, "requested") == NULL);
+        }
     }
 }
 
 static void test_tile_ladder(void)
 {
-    test_tile_ladder_of(false);
-    test_tile_ladder_of(true);
+    test_tile_ladder_of(MOE_EXPERT_FMT_BF16);
+    test_tile_ladder_of(MOE_EXPERT_FMT_FP8_BLOCK);
+    test_tile_ladder_of(MOE_EXPERT_FMT_MXFP4);
 }
 
 static void test_ladder(void)
@@ -536,9 +564,6 @@ static void test_errors(void)
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "the q8 recipe is for MXFP4 weights, not FP8");
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_Q8);
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "not bf16");
-    /* The tile recipe takes bf16 and FP8 weights: MXFP4 is named. */
-    p = mxfp4_problem(MOE_RECIPE_TILE);
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "MXFP4 expert weights have no tile recipe");
 
     /* Every accepted scale dtype, U8 (E8M0 bytes some writers label U8) included. */
     const moe_dtype scales[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F8_E8M0, MOE_DTYPE_U8};

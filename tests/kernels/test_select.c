@@ -42,7 +42,8 @@ static bool is_expert(moe_kernel_family f)
     return f == MOE_KERNEL_FAMILY_EXPERT_BF16_F32 || f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_F32_F32 ||
-           f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
+           f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE ||
+           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE;
 }
 
 static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
@@ -51,8 +52,9 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
     const bool fp8 = f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 ||
                      f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
                      f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
-    const bool tile =
-        f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
+    const bool tile = f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE ||
+                      f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE ||
+                      f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE;
     const bool bf16 =
         f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
     moe_expert_problem p = {
@@ -65,11 +67,11 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
                   : tile ? MOE_RECIPE_TILE
                          : MOE_RECIPE_F32,
     };
-    if (f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8) {
+    if (f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE) {
         p.format = MOE_EXPERT_FMT_MXFP4;
         p.weight_dtype = MOE_DTYPE_F4_E2M1;
         p.scale_dtype = MOE_DTYPE_F8_E8M0;
-        p.recipe = MOE_RECIPE_Q8;
+        p.recipe = tile ? MOE_RECIPE_TILE : MOE_RECIPE_Q8;
     }
     if (f == MOE_KERNEL_FAMILY_EXPERT_F32_F32) {
         p.format = MOE_EXPERT_FMT_F32;

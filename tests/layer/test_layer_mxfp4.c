@@ -17,10 +17,13 @@ static const fam_case *family(const char *name)
 
 static bool has(const char *needle) { return strstr(moe_last_error(), needle) != NULL; }
 
-static moe_layer *make(const moe_model *m, int layer, const moe_cpu_caps *caps, int threads)
+static moe_layer *make(const moe_model *m, int layer, const moe_cpu_caps *caps, int threads,
+                       moe_experts_recipe recipe)
 {
-    const moe_layer_options o = {
-        .size = sizeof o, .threads = threads, .logits_dtype = MOE_DTYPE_INVALID};
+    const moe_layer_options o = {.size = sizeof o,
+                                 .threads = threads,
+                                 .logits_dtype = MOE_DTYPE_INVALID,
+                                 .experts_recipe = recipe};
     const moe_layer_tuning tune = {caps, 0};
     return fx_layer(m, layer, &o, &tune);
 }
@@ -131,7 +134,12 @@ static void forward(const moe_layer *l, size_t n, const float *x, const int32_t 
     free(ws);
 }
 
-static void test_levels(const char *name, const char *dir)
+/* Every level gives the reference level's bits, in the Q8 recipe (exact integer sums and the
+ * same f32 steps in the same order, kernels/expert.h) and in the tile recipe (the bf16 tile
+ * arithmetic on the exactly widened weights, stated per element); the other groups run the
+ * f32 recipe, or the tile recipe when it is asked, the same everywhere too. Explain names the
+ * recipe and the set, and the packed tiles unpack to the checkpoint's bytes. */
+static void test_levels(const char *name, const char *dir, bool tile)
 {
     const fam_case *fc = family(name);
     fx_write_model(dir, fc->config, 71);
@@ -150,28 +158,30 @@ static void test_levels(const char *name, const char *dir)
         for (int t = 0; t < T; t++)
             tokens[t] = (t * 53 + 11) % 1000;
         for (size_t lv = 0; lv < n_levels; lv++) {
-            moe_layer *l = make(m, layers[li], &caps[lv], 1);
+            moe_layer *l = make(m, layers[li], &caps[lv], 1,
+                                tile ? MOE_EXPERTS_RECIPE_TILE : MOE_EXPERTS_RECIPE_DEFAULT);
             char what[128];
-            snprintf(what, sizeof what, "%s layer %d at %s", name, layers[li], names[lv]);
+            snprintf(what, sizeof what, "%s layer %d at %s, %s recipe", name, layers[li], names[lv],
+                     tile ? "tile" : "default");
             const moe_expert_group *g = l->routed;
-            CHECKF(g->ks->recipe == MOE_RECIPE_Q8 && g->ks->format == MOE_EXPERT_FMT_MXFP4,
+            CHECKF(g->ks->recipe == (tile ? MOE_RECIPE_TILE : MOE_RECIPE_Q8) &&
+                       g->ks->format == MOE_EXPERT_FMT_MXFP4,
                    "%s: routed kernel set %s", what, g->ks->name);
+            if (tile) CHECKF(strstr(g->ks->name, "moe_expert_mxfp4_tile_"), "%s", g->ks->name);
             const char *ex = moe_layer_explain(l);
-            CHECKF(strstr(ex, "recipe: q8 (") && strstr(ex, g->ks->name) &&
-                       strstr(ex, "format mxfp4") && strstr(ex, "prepare_act"),
-                   "%s: explain does not name the q8 recipe and %s:\n%s", what, g->ks->name, ex);
+            CHECKF(strstr(ex, tile ? "recipe: tile (" : "recipe: q8 (") &&
+                       strstr(ex, g->ks->name) && strstr(ex, "format mxfp4") &&
+                       (tile || strstr(ex, "prepare_act")),
+                   "%s: explain does not name the recipe and %s:\n%s", what, g->ks->name, ex);
             if (lv == 0) check_packing(m, l, layers[li], what);
             forward(l, T, x, tokens, lv == 0 ? ref : out, ids);
-            /* The Q8 recipe is exact integer sums and the same f32 steps in the same order on
-             * every ISA (kernels/expert.h), and the other groups run the f32 recipe, which is
-             * also the same everywhere: every level gives the reference level's bits. */
             if (lv > 0)
                 CHECKF(!memcmp(ref, out, T * h * 4), "%s: output differs from the %s level's", what,
                        names[0]);
             moe_layer_destroy(l);
         }
-        fprintf(stderr, "%s layer %d: packing round trip, same bits at %zu levels\n", name,
-                layers[li], n_levels);
+        fprintf(stderr, "%s layer %d, %s recipe: packing round trip, same bits at %zu levels\n",
+                name, layers[li], tile ? "tile" : "q8", n_levels);
         free(x);
         free(ref);
         free(out);
@@ -195,7 +205,7 @@ static void test_token_ids(const char *dir)
     const fam_case *fc = family("deepseek_v4_mxfp4");
     fx_write_model(dir, fc->config, 72);
     moe_model *m = fx_open(dir, false);
-    moe_layer *l = make(m, fc->other_layer, NULL, 2);
+    moe_layer *l = make(m, fc->other_layer, NULL, 2, MOE_EXPERTS_RECIPE_DEFAULT);
     REQUIRE(l->plan.ld->kind == MOE_LAYER_HASH);
     enum { N = 5 };
     const size_t h = (size_t)l->plan.desc->hidden;
@@ -348,12 +358,91 @@ static void test_errors(const char *dir)
     wrong_shape(dir, "gpt_oss_mxfp4", 0, &other_i, "[16, 288, 5, 16]");
 }
 
+/* ---- Scales the tile recipe cannot fold -------------------------------------------------------
+ */
+
+static void set_byte(void *ctx, unsigned char *bytes, size_t n)
+{
+    const uint64_t *at = ctx; /* index, value */
+    REQUIRE(at[0] < n);
+    bytes[at[0]] = (unsigned char)at[1];
+}
+
+/* One E8M0 scale of the routed experts set to 2^-127, 2^-126, 2^126 or 2^127 (bytes 0, 1, 253,
+ * 254): asked for the tile recipe, the layer gives the routed group the Q8 recipe, the reason
+ * and explain saying why, and its outputs are the Q8 layer's bit for bit (the default
+ * recipe); 2^-125 and 2^125 (2, 252) still fold. */
+static void test_unfoldable(const char *dir)
+{
+    static const struct {
+        const char *fam, *tensor;
+        int layer;
+    } where[2] = {{"gpt_oss_mxfp4", "model.layers.0.mlp.experts.down_proj_scales", 0},
+                  {"deepseek_v4_mxfp4", "layers.1.ffn.experts.5.w1.scale", 1}};
+    static const unsigned values[6] = {0, 1, 253, 254, 2, 252};
+    for (int w = 0; w < 2; w++)
+        for (int v = 0; v < 6; v++) {
+            const fam_case *fc = family(where[w].fam);
+            fx_write_model(dir, fc->config, 75);
+            moe_model *m = fx_open(dir, false);
+            const moe_tensor *t = moe_ckpt_find(moe_model_ckpt_of(m), where[w].tensor);
+            REQUIRE(t);
+            uint64_t at[2] = {t->nbytes / 3, values[v]};
+            ckpt_rewrite(t, set_byte, at);
+            moe_model_close(m);
+            m = fx_open(dir, false);
+            const bool folds = v >= 4;
+            moe_layer *lt = make(m, where[w].layer, NULL, 2, MOE_EXPERTS_RECIPE_TILE);
+            moe_layer *lq = make(m, where[w].layer, NULL, 2, MOE_EXPERTS_RECIPE_DEFAULT);
+            char what[160];
+            snprintf(what, sizeof what, "%s scale %u in %s", fc->name, values[v], where[w].tensor);
+            const moe_expert_group *g = lt->routed;
+            CHECKF(g->ks->recipe == (folds ? MOE_RECIPE_TILE : MOE_RECIPE_Q8) &&
+                       g->ks->format == MOE_EXPERT_FMT_MXFP4,
+                   "%s: routed kernel set %s", what, g->ks->name);
+            const char *ex = moe_layer_explain(lt);
+            if (!folds) {
+                CHECKF(g->ks == lq->routed->ks, "%s: %s, the default's %s", what, g->ks->name,
+                       lq->routed->ks->name);
+                CHECKF(strstr(ex, "tile requested, but a block scale is outside 2^-125..2^125") &&
+                           strstr(ex, "mxfp4 groups with a block scale bf16 cannot hold: q8") &&
+                           strstr(ex, "recipe: q8 ("),
+                       "%s: explain does not say why:\n%s", what, ex);
+                const size_t h = (size_t)lt->plan.desc->hidden;
+                float *x = malloc(T * h * 4), *yt = malloc(T * h * 4), *yq = malloc(T * h * 4);
+                int32_t ids[T * 8], tokens[T];
+                REQUIRE(x && yt && yq);
+                fx_hidden(11, T * h, x);
+                for (int i = 0; i < T; i++)
+                    tokens[i] = (i * 29 + 3) % 1000;
+                forward(lt, T, x, tokens, yt, ids);
+                forward(lq, T, x, tokens, yq, ids);
+                /* The other groups (DeepSeek-V4's FP8 shared experts) run what was asked. */
+                if (!lt->always)
+                    CHECKF(!memcmp(yt, yq, T * h * 4), "%s: not the q8 layer's outputs", what);
+                free(x);
+                free(yt);
+                free(yq);
+            } else {
+                CHECKF(strstr(ex, "recipe: tile (") != NULL, "%s:\n%s", what, ex);
+            }
+            moe_layer_destroy(lt);
+            moe_layer_destroy(lq);
+            moe_model_close(m);
+            fx_remove_model(dir);
+        }
+    fprintf(stderr, "unfoldable scales: q8 with the reason; 2 and 252 fold\n");
+}
+
 int main(void)
 {
     char dir[] = "/tmp/moe_test_layer_mxfp4_XXXXXX";
     REQUIRE(mkdtemp(dir) != NULL);
-    test_levels("gpt_oss_mxfp4", dir);
-    test_levels("deepseek_v4_mxfp4", dir);
+    for (int tile = 0; tile < 2; tile++) {
+        test_levels("gpt_oss_mxfp4", dir, tile);
+        test_levels("deepseek_v4_mxfp4", dir, tile);
+    }
+    test_unfoldable(dir);
     test_token_ids(dir);
     test_errors(dir);
     CHECK(rmdir(dir) == 0);

@@ -429,14 +429,16 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         const double rel = sqrt(s.err2 / s.norm2);
         const moe_expert_group *g0 = l->routed ? l->routed : l->always;
         const char *rname = fx_recipe_name(g0->ks->recipe);
-        /* MXFP4 groups run their one recipe, Q8, whatever is asked, and f32 / f16 groups
-         * theirs, F32; the others the asked one. */
+        /* MXFP4 groups run the tile recipe when it is asked (the fixtures' scales, 2^-8 ..
+         * 2^-6, fold into bf16) and Q8 otherwise, f32 / f16 groups their one, F32; the
+         * others the asked one. */
         bool all_f32 = true;
         for (const moe_expert_group *g = g0; g; g = g == l->always ? NULL : l->always) {
             const int f = g->ks->format;
             all_f32 = all_f32 && f == MOE_EXPERT_FMT_F32;
-            CHECKF(g->ks->recipe == (f == MOE_EXPERT_FMT_MXFP4 ? MOE_RECIPE_Q8
-                                     : f == MOE_EXPERT_FMT_F32 ? MOE_RECIPE_F32
+            const bool tile = recipe == MOE_RECIPE_TILE;
+            CHECKF(g->ks->recipe == (f == MOE_EXPERT_FMT_MXFP4 && !tile ? MOE_RECIPE_Q8
+                                     : f == MOE_EXPERT_FMT_F32          ? MOE_RECIPE_F32
                                                                : (moe_expert_recipe)recipe),
                    "%s: kernel set %s", what, g->ks->name);
         }

@@ -104,10 +104,10 @@ GEN_FORMATS = {"fp8": ("fp8_block", "fp8_block"), "mxfp4": ("mxfp4", "fp8_block"
 def test_moe_gen_read_by_transformers(hf_gen, family, dtype):
     folder = hf_gen(family, dtype)
     model = hu.load(folder, torch.float32, family)
-    # The tile recipe: FP8 experts (and MXFP4 checkpoints' FP8 shared experts) with activations
-    # rounded to bf16; MXFP4 experts run q8 whatever is asked.
+    # The tile recipe: FP8 and MXFP4 experts (and MXFP4 checkpoints' FP8 shared experts) with
+    # activations rounded to bf16; without it MXFP4 experts run q8.
     mx = dtype == "mxfp4"
-    bounds = {"f32": MXFP4 if mx else EXACT, "tile": MXFP4 if mx else BF16}
+    bounds = {"f32": MXFP4 if mx else EXACT, "tile": BF16}
     compare(family, model, folder, bounds, GEN_FORMATS[dtype])
 
 

@@ -103,11 +103,14 @@ def test_bf16_recipe(checkpoint):
                                                 ("deepseek_v3", "bf16", 0),
                                                 ("gpt_oss", "bf16", 0),
                                                 ("deepseek_v3", "fp8", 1),
-                                                ("deepseek_v3", "fp8", 0)])
+                                                ("deepseek_v3", "fp8", 0),
+                                                ("gpt_oss", "mxfp4", 1),
+                                                ("deepseek_v4", "mxfp4", 1)])
 def test_tile_recipe(checkpoint, family, dtype, index):
-    """recipe='tile' on bf16 and FP8 experts (routed, shared, dense; gpt-oss's biases):
-    activations rounded to bf16, the tile unit's arithmetic: within 1e-2 of the exact block, not
-    the f32 recipe's result, and the same bits in a batch as token by token."""
+    """recipe='tile' on bf16, FP8 and MXFP4 experts (routed, shared, dense; gpt-oss's biases;
+    MXFP4 weights widened with their block scales to bf16): activations rounded to bf16, the
+    tile unit's arithmetic: within 1e-2 of the exact block, not the f32 recipe's result (for
+    MXFP4: q8's), and the same bits in a batch as token by token."""
     d = checkpoint(family, dtype)
     ref = LayerRef(Checkpoint(d), index)
     with libmoe.open(d) as model:
