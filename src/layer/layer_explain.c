@@ -185,6 +185,10 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
     }
     put(&t, "  packed total: %zu bytes (gate and experts; created once, read by every forward)\n",
         total);
+    char *placement = NULL;
+    if (moe_layer_placement_render(p, &placement)) t.oom = true;
+    if (placement) put(&t, "%s", placement);
+    moe_free(placement);
     put(&t, "  workspace: %zu bytes for 1 token, %zu for 512 (moe_layer_workspace_size)\n",
         moe_layer_plan_workspace(p, 1), moe_layer_plan_workspace(p, 512));
     if (t.oom) {
