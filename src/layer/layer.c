@@ -329,9 +329,24 @@ moe_status moe_layer_describe_tuned(const moe_model *model, int layer,
                                     const moe_layer_options *options,
                                     const moe_layer_tuning *tuning, char **text)
 {
+    return moe_layer_describe_ep_tuned(model, layer, options, tuning, NULL, text);
+}
+
+moe_status moe_layer_describe_ep(const moe_model *model, int layer,
+                                 const moe_layer_options *options,
+                                 const moe_ep_placement *placement, char **text)
+{
+    return moe_layer_describe_ep_tuned(model, layer, options, NULL, placement, text);
+}
+
+moe_status moe_layer_describe_ep_tuned(const moe_model *model, int layer,
+                                       const moe_layer_options *options,
+                                       const moe_layer_tuning *tuning,
+                                       const moe_ep_placement *placement, char **text)
+{
     if (!text) return moe_error(MOE_EINVAL, "moe_layer_describe: argument 'text' is NULL");
     moe_layer_plan plan;
-    moe_status st = moe_layer_plan_make(model, layer, options, tuning, &plan);
+    moe_status st = moe_layer_plan_make_ep(model, layer, options, tuning, placement, &plan);
     if (st) return st;
     if (plan.moe) st = router_explain(&plan, NULL);
     if (!st) st = moe_layer_plan_render(&plan, text);

@@ -98,7 +98,7 @@ static void put_group(text *t, const moe_layer_group_plan *g, const char *label)
         "%zu in all\n",
         g->group.expert_stride, g->group.gateup_bytes, (long long)g->group.gateup_tiles,
         g->group.down_bytes, (long long)g->group.down_tiles, g->group.packed_bytes);
-    if (g->group.n_packed < g->group.n_experts)
+    if (g->group.n_packed < g->group.n_experts && !g->group.slot) /* placed: a rank's own */
         put(t,
             "    resident: experts 0 .. %d packed; the batch's i-th expert runs on copy i mod %d "
             "(a benchmark's layer: outputs are not the model's)\n",

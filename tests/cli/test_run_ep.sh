@@ -13,6 +13,19 @@ v3=$tmp/v3
 py batch hidden "$tmp/x.npy" $T 256 3 \; hidden "$tmp/x264.npy" $T 264 3 \; \
   ids "$tmp/t.npy" i64 $T 1000 2
 
+# moe inspect --ranks N: the layers as rank 0 of N creates them, every rank's share listed.
+"$moe" inspect --ranks 3 "$v3" >"$tmp/inspect.txt"
+check "inspect --ranks 3: the placement" grep -q "placement: rank 0 of 3; routed experts in contiguous ranges" "$tmp/inspect.txt"
+for r in "rank 0: experts 0-2 (3)" "rank 1: experts 3-5 (3)" "rank 2: experts 6-7 (2)"; do
+  check "inspect --ranks 3: $r" grep -q "$r, [0-9]* packed bytes" "$tmp/inspect.txt"
+done
+# Rank 2 packs one expert fewer than rank 0: the bytes of one expert less.
+b0=$(sed -n 's/.*rank 0: experts 0-2 (3), \([0-9]*\) packed bytes.*/\1/p' "$tmp/inspect.txt")
+b2=$(sed -n 's/.*rank 2: experts 6-7 (2), \([0-9]*\) packed bytes.*/\1/p' "$tmp/inspect.txt")
+per=$(sed -n '/routed experts:/,/packed:/s/.*packed: \([0-9]*\) bytes per expert.*/\1/p' "$tmp/inspect.txt" | head -1)
+check "inspect --ranks 3: rank 0's bytes - rank 2's = one expert ($b0 - $b2 = $per)" \
+  test "$((b0 - b2))" -eq "${per:-0}"
+
 # Without MPI, --ep is a clear error and nothing else is tested here.
 if ! "$moe" run --ep --model "$v3" --hidden "$tmp/x.npy" --out "$tmp/y.npy" \
   >"$tmp/stdout" 2>"$tmp/stderr"; then
