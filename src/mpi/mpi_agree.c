@@ -4,9 +4,15 @@
 
 #include "core/error.h"
 #include "moe_mpi.h"
+#include "mpi/mpi_internal.h"
 
 /* The message of a failing rank, as every rank reports it. */
 #define MSG_BYTES 1024
+
+/* The rank the last failed agreement on this thread named (mpi_internal.h). */
+static _Thread_local int failed_rank = -1;
+
+int moe_mpi_failed_rank(void) { return failed_rank; }
 
 moe_status moe_mpi_agree(MPI_Comm comm, moe_status local)
 {
@@ -24,6 +30,7 @@ moe_status moe_mpi_agree(MPI_Comm comm, moe_status local)
         snprintf(m.msg, sizeof m.msg, "%s", moe_last_error());
     }
     MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
+    failed_rank = first;
     return moe_error((moe_status)m.status, "rank %d: %s", first, m.msg);
 }
 

@@ -1,10 +1,12 @@
 /* mpi_root.c — libmoe_mpi: the whole batch on one rank, spread evenly, run, gathered back. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "moe_mpi.h"
+#include "mpi/mpi_internal.h"
 
 #define ROOT "moe_mpi_forward_root"
 #define ARGS_MIN_SIZE (offsetof(moe_mpi_forward_args, stats) + sizeof(moe_mpi_stats *))
@@ -66,6 +68,18 @@ static void gather(MPI_Comm comm, int root, const void *src, int count, void *ds
     MPI_Type_free(&row);
 }
 
+/* "rank R: MSG" as "rank R (rows A..B of the batch): MSG". */
+static moe_status with_share(moe_status st, int bad, int first, int count)
+{
+    char head[32], msg[1024];
+    const int n = snprintf(head, sizeof head, "rank %d: ", bad);
+    const char *m = moe_last_error();
+    if (!strncmp(m, head, (size_t)n)) m += n;
+    snprintf(msg, sizeof msg, "%s", m);
+    return moe_error(st, "rank %d (rows %d..%d of the batch): %s", bad, first, first + count - 1,
+                     msg);
+}
+
 moe_status moe_mpi_forward_root(MPI_Comm comm, int root, const moe_layer *layer,
                                 const moe_mpi_forward_args *args, moe_mpi_stats *stats)
 {
@@ -123,6 +137,9 @@ moe_status moe_mpi_forward_root(MPI_Comm comm, int root, const moe_layer *layer,
                                          .weights_out = w,
                                          .stats = stats};
         st = moe_mpi_forward(comm, layer, &la);
+        const int bad = moe_mpi_failed_rank();
+        if (st && bad >= 0 && bad < n) /* a row index in the message is within that share */
+            st = with_share(st, bad, first[bad], count[bad]);
     }
     if (!st) { /* every rank succeeded: the root's outputs are written now, and only now */
         gather(comm, root, out, (int)mine, rank == root ? args->out : NULL, count, first, h, 4);

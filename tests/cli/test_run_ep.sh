@@ -149,7 +149,7 @@ b[-8:] = (1000).to_bytes(8, "little")  # the last token id is vocab_size itself
 open(sys.argv[2], "wb").write(bytes(b))
 PY
 # The last row goes to the last rank.
-ep_fails "an out-of-vocabulary token id" "rank 1: " "outside [0, 1000)" -- 2 \
+ep_fails "an out-of-vocabulary token id" "rank 1 (rows 6..12 of the batch): " "token_ids[6] = 1000 is outside [0, 1000)" -- 2 \
   -np 2 "$moe" run --ep --threads 1 --model "$v4" --layer 0 --hidden "$tmp/x.npy" \
   --input-ids "$tmp/t_vocab.npy" --out "$tmp/err_y.npy"
 
