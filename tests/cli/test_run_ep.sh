@@ -125,6 +125,22 @@ ep_ok "--explain lists the placement" 2 --model "$v3" --hidden "$tmp/x.npy" --ou
 check "--explain: rank 0 of 2 and both ranks' bytes" \
   bash -c "grep -q 'placement: rank 0 of 2' '$tmp/stdout' && grep -q 'rank 1: experts 4-7 (4)' '$tmp/stdout'"
 
+# ---- moe bench --ep: the table (no figure is checked but what must hold exactly) ------------
+
+for np in 1 3; do
+  rc=0
+  OMP_NUM_THREADS=1 "${mpi[@]}" -np $np "$moe" bench --ep --model "$v3" --threads 1 --tokens 1,5 \
+    --repeat 2 >"$tmp/bench.txt" 2>"$tmp/stderr" || rc=$?
+  check "bench --ep on $np ranks: exit 0 (got $rc: $(head -c 300 "$tmp/stderr"))" test "$rc" -eq 0
+  check "bench --ep on $np ranks: a line per rank" \
+    test "$(grep -cE '^[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+$' "$tmp/bench.txt")" -eq "$np"
+  check "bench --ep on $np ranks: a line per batch size" \
+    test "$(grep -cE '^ +(1|5) +[0-9.]+ ' "$tmp/bench.txt")" -eq 2
+done
+# One rank sends nothing.
+check "bench --ep on 1 rank: 0 bytes sent per token" \
+  bash -c "OMP_NUM_THREADS=1 ${mpi[*]} -np 1 '$moe' bench --ep --model '$v3' --threads 1 --tokens 4 --repeat 1 | grep -qE '^ +4 .* 0$'"
+
 # ---- Faults on one rank: every rank fails, names the rank and the cause ---------------------
 
 cp -r "$v3" "$tmp/v3_noshard"
