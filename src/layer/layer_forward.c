@@ -238,7 +238,10 @@ static void steps(fwd *f)
      * first step's time is its own. */
 #pragma omp master
     moe_trace_mark(&f->trace, "threads", "OpenMP team start", 0, 0);
-    if (f->part != MOE_PART_ROUTE) activations_step(f);
+    /* The route reads the input rows as they are; a combine converts them only for the
+     * shared experts. */
+    if (f->part != MOE_PART_ROUTE && (f->part != MOE_PART_COMBINE || f->job.always))
+        activations_step(f);
     if (f->l->plan.moe && !f->experts_only &&
         (f->part == MOE_PART_FULL || f->part == MOE_PART_ROUTE)) {
         gate_step(f);
