@@ -4,7 +4,7 @@ MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
-DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3 python3-venv
+DEPS := cmake make gcc libc6-dev libgomp1 pkg-config libjansson-dev python3 python3-venv libopenmpi-dev openmpi-bin
 # make fuzz: clang with libFuzzer and the sanitizer runtimes, clang's OpenMP, llvm-symbolizer.
 FUZZ_DEPS := clang libclang-rt-dev libomp-dev llvm
 FUZZ_SECONDS ?= 60

@@ -2,7 +2,8 @@
 include(CMakePackageConfigHelpers)
 set(MOE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/libmoe)
 
-install(FILES ${PROJECT_SOURCE_DIR}/include/moe.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/moe.h ${PROJECT_SOURCE_DIR}/include/moe_ep.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS moe moe_shared EXPORT libmoeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

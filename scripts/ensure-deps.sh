@@ -25,6 +25,8 @@ hello='#include <stdio.h>
 int main(void) { puts("hello"); return 0; }'
 openmp='#include <omp.h>
 int main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }'
+mpi='#include <mpi.h>
+int main(int argc, char **argv) { MPI_Init(&argc, &argv); return MPI_Finalize(); }'
 fuzz_target='#include <stddef.h>
 #include <stdint.h>
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -39,6 +41,8 @@ have() {
   libgomp1) links "$cc" -fopenmp <<<"$openmp" ;;
   libjansson-dev) command -v pkg-config >/dev/null 2>&1 && pkg-config --exists jansson ;;
   libomp-dev) links clang -fopenmp <<<"$openmp" ;;
+  libopenmpi-dev) command -v mpicc >/dev/null 2>&1 && links mpicc <<<"$mpi" ;;
+  openmpi-bin) command -v mpirun >/dev/null 2>&1 ;;
   libclang-rt-dev) links clang -fsanitize=fuzzer,address,undefined <<<"$fuzz_target" ;;
   *) command -v "$1" >/dev/null 2>&1 ||
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" ;;
@@ -52,6 +56,8 @@ what() {
   libgomp1) echo "OpenMP for $cc (-fopenmp)" ;;
   libjansson-dev) echo "jansson, found by pkg-config" ;;
   libomp-dev) echo "OpenMP for clang (-fopenmp)" ;;
+  libopenmpi-dev) echo "MPI's C compiler wrapper and headers (mpicc, mpi.h)" ;;
+  openmpi-bin) echo "MPI's launcher (mpirun)" ;;
   libclang-rt-dev) echo "clang's libFuzzer and sanitizer runtimes" ;;
   llvm) echo "llvm-symbolizer" ;;
   *) echo "$1" ;;

@@ -318,8 +318,8 @@ static void combine_phase(const moe_experts_job *job)
 {
     const size_t n_t = job->n_tokens, k_n = (size_t)job->top_k;
     const size_t h_n = (size_t)job->routed->hidden;
-    const size_t *row = job->ws.plan.row;
-    const float *y = job->ws.y_routed;
+    const size_t *row = job->y_given ? NULL : job->ws.plan.row; /* NULL: row t·K + k */
+    const float *y = job->y_given ? job->y_given : job->ws.y_routed;
     const bool add_shared = job->always != NULL;
     const size_t chunks = (h_n + COMBINE_CHUNK - 1) / COMBINE_CHUNK;
     /* Work items are (token, chunk) pairs, so a decode step's few tokens spread over every
@@ -331,11 +331,11 @@ static void combine_phase(const moe_experts_job *job)
         const float *w = job->weights + t * k_n;
         float *o = job->out + t * h_n;
         float acc[COMBINE_CHUNK];
-        const float *y0 = y + row[t * k_n] * h_n + c;
+        const float *y0 = y + (row ? row[t * k_n] : t * k_n) * h_n + c;
         for (size_t i = 0; i < n; i++)
             acc[i] = w[0] * y0[i];
         for (size_t k = 1; k < k_n; k++) {
-            const float *yk = y + row[t * k_n + k] * h_n + c;
+            const float *yk = y + (row ? row[t * k_n + k] : t * k_n + k) * h_n + c;
             const float wk = w[k];
             for (size_t i = 0; i < n; i++)
                 acc[i] += wk * yk[i];
@@ -346,6 +346,16 @@ static void combine_phase(const moe_experts_job *job)
         else
             memcpy(o + c, acc, n * sizeof(float));
     }
+}
+
+/* rows_out: token t's one routed row (top_k 1), unweighted, to out[t]: an exact copy. */
+static void rows_out_phase(const moe_experts_job *job)
+{
+    const size_t h_n = (size_t)job->routed->hidden;
+    const size_t *row = job->ws.plan.row;
+#pragma omp for schedule(static)
+    for (size_t t = 0; t < job->n_tokens; t++)
+        memcpy(job->out + t * h_n, job->ws.y_routed + row[t] * h_n, h_n * sizeof(float));
 }
 
 /* Marks a GEMM step: weights of the spans that ran plus the activation rows in and out. */
@@ -408,7 +418,7 @@ void moe_experts_run_team(moe_experts_job *job)
 {
     if (job->n_tokens == 0) return;
     const size_t n_t = job->n_tokens;
-    if (job->routed) {
+    if (job->routed && !job->y_given) {
         /* The master is the calling thread, so an error message lands in its last error. */
 #pragma omp master
         plan_step(job);
@@ -436,7 +446,13 @@ void moe_experts_run_team(moe_experts_job *job)
                                .y_stride = (size_t)job->always->hidden};
         run_group(job, &run, job->always_name ? job->always_name : "always");
     }
-    if (job->routed) {
+    if (job->routed && job->rows_out) {
+        rows_out_phase(job);
+#pragma omp master
+        moe_trace_mark(job->trace, "rows_out", "each row's output as computed (memcpy)",
+                       n_t * (uint64_t)job->routed->hidden * 4,
+                       n_t * (uint64_t)job->routed->hidden * 4);
+    } else if (job->routed) {
         combine_phase(job);
 #pragma omp master
         {

@@ -78,6 +78,11 @@ typedef struct moe_expert_group {
     size_t run_bytes;         /* what a run of tiles and one chunk's input rows may fill (the
                                  engine's prefill blocking): 3/4 of the L2 */
     unsigned char *packed;    /* moe_malloc_huge'd; NULL until moe_expert_group_alloc */
+    const int32_t *slot;      /* a placed group (expert parallelism): [n_experts], the packed
+                                 expert of each expert this rank owns, -1 for the others;
+                                 NULL: expert e is packed expert e (or an alias copy) */
+    const int32_t *packed_ids; /* a placed group: [n_packed], the expert each packed expert
+                                  is (messages name it); NULL: the same index */
 } moe_expert_group;
 
 /* What a run of tiles and one chunk's input rows may fill in the engine's prefill blocking:
@@ -140,6 +145,7 @@ static inline const unsigned char *moe_expert_down(const moe_expert_group *g, in
  * read from the cache the first filled). */
 static inline int moe_expert_copy(const moe_expert_group *g, int e, size_t rank)
 {
+    if (g->slot) return g->slot[e];
     return g->n_packed < g->n_experts ? (int)(rank % (size_t)g->n_packed) : e;
 }
 
@@ -206,6 +212,12 @@ typedef struct moe_experts_job {
     float *out;                     /* [T, H] */
     moe_experts_ws ws;
     moe_trace_rec *trace; /* marks by the team's master; NULL or off: nothing recorded */
+    /* Expert parallelism. y_given: the routed rows [T·K, H] already computed (row t·K + k for
+     * token t, slot k), so the routed group does not run and the combine reads them (with the
+     * always-on MLP run first, as ever). rows_out (top_k 1): out[t] is token t's routed row
+     * itself, unweighted, instead of the combine (weights are not read). */
+    const float *y_given;
+    bool rows_out;
     moe_status status;    /* MOE_OK, or what the plan reported (then out is not written) */
 } moe_experts_job;
 

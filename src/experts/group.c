@@ -115,6 +115,12 @@ moe_status moe_expert_group_alloc(moe_expert_group *g, const char *what)
     return MOE_OK;
 }
 
+/* The expert packed expert E is, for messages. */
+static int expert_id(const moe_expert_group *g, int e)
+{
+    return g->packed_ids ? g->packed_ids[e] : e;
+}
+
 moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_src *gate,
                                  const moe_weight_src *up, const moe_weight_src *down)
 {
@@ -123,9 +129,9 @@ moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_sr
                          g->n_packed, g->packed ? "yes" : "no");
     unsigned char *dst = g->packed + (size_t)e * g->expert_stride;
     moe_status st = g->ks->pack_gateup(gate, up, dst);
-    if (st) return moe_error_context(st, "expert %d gate/up: ", e);
+    if (st) return moe_error_context(st, "expert %d gate/up: ", expert_id(g, e));
     st = g->ks->pack_down(down, dst + g->gateup_bytes);
-    if (st) return moe_error_context(st, "expert %d down: ", e);
+    if (st) return moe_error_context(st, "expert %d down: ", expert_id(g, e));
     return MOE_OK;
 }
 
@@ -211,7 +217,7 @@ moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_wei
     } else {
         st = g->ks->pack_gateup(gate, up, dst);
     }
-    if (st) return moe_error_context(st, "expert %d gate/up: ", e);
+    if (st) return moe_error_context(st, "expert %d gate/up: ", expert_id(g, e));
     dst += g->gateup_bytes;
     if (rows_in_order(g, down)) {
         const int64_t step = part_rows(g, down);
@@ -224,7 +230,7 @@ moe_status moe_expert_group_pack_parts(moe_expert_group *g, int e, const moe_wei
     } else {
         st = g->ks->pack_down(down, dst);
     }
-    if (st) return moe_error_context(st, "expert %d down: ", e);
+    if (st) return moe_error_context(st, "expert %d down: ", expert_id(g, e));
     return MOE_OK;
 }
 

@@ -46,16 +46,16 @@ static void release_part(void *ctx, const void *lo, size_t bytes)
     }
 }
 
-/* Packs expert E; PR (when not NULL) gets each packed part's pages back as it goes. */
-static moe_status pack_one(moe_layer_group_plan *g, int e, const part_release *pr)
+/* Packs checkpoint expert E as packed expert I; PR (when not NULL) gets each packed part's
+ * pages back as it goes. */
+static moe_status pack_one(moe_layer_group_plan *g, int e, int i, const part_release *pr)
 {
     moe_status st = moe_layer_check_scales(g, e);
     if (st) return st;
     moe_weight_src gate, up, down;
     moe_layer_sources(g, e, &gate, &up, &down);
-    if (!pr) return moe_expert_group_pack(&g->group, e, &gate, &up, &down);
-    return moe_expert_group_pack_parts(&g->group, e, &gate, &up, &down, release_part,
-                                       (void *)pr);
+    if (!pr) return moe_expert_group_pack(&g->group, i, &gate, &up, &down);
+    return moe_expert_group_pack_parts(&g->group, i, &gate, &up, &down, release_part, (void *)pr);
 }
 
 /* Packs every expert of a group with the layer's threads (experts are independent and write
@@ -70,16 +70,18 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
     const moe_ckpt *ckpt = moe_model_ckpt_of(l->plan.model);
     char what[96];
     snprintf(what, sizeof what, "layer %d %s", l->plan.index, moe_layer_group_label[id]);
-    moe_status st = moe_expert_group_alloc(&g->group, what);
+    /* g->n, the resident experts of an aliased group, or a placed group's own (maybe none) */
+    const int n = g->group.n_packed;
+    moe_status st = n > 0 ? moe_expert_group_alloc(&g->group, what) : MOE_OK;
     if (st) return st;
-    const int n = g->group.n_packed; /* g->n, or the resident experts of an aliased group */
     int failed = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(l->plan.threads)
-    for (int e = 0; e < n; e++) {
+    for (int i = 0; i < n; i++) {
+        const int e = moe_layer_packed_expert(&l->plan, id, i);
         const part_release pr = {ckpt, g->per_expert ? g->per_expert[e] : g->one};
-        if (pack_one(g, e, &pr) != MOE_OK) {
+        if (pack_one(g, e, i, &pr) != MOE_OK) {
 #pragma omp critical(moe_layer_pack)
-            failed = e < failed ? e : failed;
+            failed = i < failed ? i : failed;
         } else if (g->per_expert) {
             release_all(ckpt, g->per_expert[e]);
         } else {
@@ -87,7 +89,7 @@ static moe_status pack_group(moe_layer *l, moe_layer_group_id id)
         }
     }
     if (failed < n) {
-        st = pack_one(g, failed, NULL);
+        st = pack_one(g, moe_layer_packed_expert(&l->plan, id, failed), failed, NULL);
         return moe_error_context(st ? st : MOE_EVALUE, "%s: ", what);
     }
     release_all(ckpt, g->one);
@@ -172,10 +174,18 @@ moe_status moe_layer_create_tuned(const moe_model *model, int layer,
                                   const moe_layer_options *options, const moe_layer_tuning *tuning,
                                   moe_layer **out)
 {
+    return moe_layer_create_ep_tuned(model, layer, options, tuning, NULL, out);
+}
+
+moe_status moe_layer_create_ep_tuned(const moe_model *model, int layer,
+                                     const moe_layer_options *options,
+                                     const moe_layer_tuning *tuning,
+                                     const moe_ep_placement *placement, moe_layer **out)
+{
     if (!out) return moe_error(MOE_EINVAL, "moe_layer_create: argument 'out' is NULL");
     moe_layer *l = moe_calloc(1, sizeof *l);
     if (!l) return moe_error(MOE_ENOMEM, "moe_layer_create: allocating layer %d", layer);
-    moe_status st = moe_layer_plan_make(model, layer, options, tuning, &l->plan);
+    moe_status st = moe_layer_plan_make_ep(model, layer, options, tuning, placement, &l->plan);
     if (st) {
         moe_free(l);
         return st;
@@ -222,6 +232,12 @@ moe_status moe_layer_create(const moe_model *model, int layer, const moe_layer_o
                             moe_layer **out)
 {
     return moe_layer_create_tuned(model, layer, options, NULL, out);
+}
+
+moe_status moe_layer_create_ep(const moe_model *model, int layer, const moe_layer_options *options,
+                               const moe_ep_placement *placement, moe_layer **out)
+{
+    return moe_layer_create_ep_tuned(model, layer, options, NULL, placement, out);
 }
 
 void moe_layer_destroy(moe_layer *layer)
@@ -313,9 +329,24 @@ moe_status moe_layer_describe_tuned(const moe_model *model, int layer,
                                     const moe_layer_options *options,
                                     const moe_layer_tuning *tuning, char **text)
 {
+    return moe_layer_describe_ep_tuned(model, layer, options, tuning, NULL, text);
+}
+
+moe_status moe_layer_describe_ep(const moe_model *model, int layer,
+                                 const moe_layer_options *options,
+                                 const moe_ep_placement *placement, char **text)
+{
+    return moe_layer_describe_ep_tuned(model, layer, options, NULL, placement, text);
+}
+
+moe_status moe_layer_describe_ep_tuned(const moe_model *model, int layer,
+                                       const moe_layer_options *options,
+                                       const moe_layer_tuning *tuning,
+                                       const moe_ep_placement *placement, char **text)
+{
     if (!text) return moe_error(MOE_EINVAL, "moe_layer_describe: argument 'text' is NULL");
     moe_layer_plan plan;
-    moe_status st = moe_layer_plan_make(model, layer, options, tuning, &plan);
+    moe_status st = moe_layer_plan_make_ep(model, layer, options, tuning, placement, &plan);
     if (st) return st;
     if (plan.moe) st = router_explain(&plan, NULL);
     if (!st) st = moe_layer_plan_render(&plan, text);

@@ -3,6 +3,7 @@
 #define MOE_LAYER_LAYER_DESCRIBE_H
 
 #include "moe.h"
+#include "moe_ep.h"
 
 /*
  * The text moe_layer_explain would return for moe_layer_create(model, layer, options) made
@@ -25,5 +26,15 @@ struct moe_layer_tuning;
 moe_status moe_layer_describe_tuned(const moe_model *model, int layer,
                                     const moe_layer_options *options,
                                     const struct moe_layer_tuning *tuning, char **text);
+
+/* The same for rank PLACEMENT->rank of PLACEMENT->n_ranks (moe_layer_create_ep): the text
+ * lists the placement and every rank's packed bytes. */
+moe_status moe_layer_describe_ep(const moe_model *model, int layer,
+                                 const moe_layer_options *options,
+                                 const moe_ep_placement *placement, char **text);
+moe_status moe_layer_describe_ep_tuned(const moe_model *model, int layer,
+                                       const moe_layer_options *options,
+                                       const struct moe_layer_tuning *tuning,
+                                       const moe_ep_placement *placement, char **text);
 
 #endif

@@ -99,7 +99,7 @@ static void put_group(text *t, const moe_layer_group_plan *g, const char *label)
         "%zu in all\n",
         g->group.expert_stride, g->group.gateup_bytes, (long long)g->group.gateup_tiles,
         g->group.down_bytes, (long long)g->group.down_tiles, g->group.packed_bytes);
-    if (g->group.n_packed < g->group.n_experts)
+    if (g->group.n_packed < g->group.n_experts && !g->group.slot) /* placed: a rank's own */
         put(t,
             "    resident: experts 0 .. %d packed; the batch's i-th expert runs on copy i mod %d "
             "(a benchmark's layer: outputs are not the model's)\n",
@@ -188,6 +188,10 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
     }
     put(&t, "  packed total: %zu bytes (gate and experts; created once, read by every forward)\n",
         total);
+    char *placement = NULL;
+    if (moe_layer_placement_render(p, &placement)) t.oom = true;
+    if (placement) put(&t, "%s", placement);
+    moe_free(placement);
     put(&t, "  workspace: %zu bytes for 1 token, %zu for 512 (moe_layer_workspace_size)\n",
         moe_layer_plan_workspace(p, 1), moe_layer_plan_workspace(p, 512));
     if (t.oom) {

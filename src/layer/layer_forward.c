@@ -116,6 +116,7 @@ typedef struct fwd {
     moe_trace_rec trace;
     moe_experts_job job;
     bool experts_only; /* moe_layer_forward_experts: the caller's ids and weights, no gate or route */
+    moe_layer_part part; /* all of it, or one step of expert parallelism's */
     bool watch;        /* sum the threads' run-queue waits (moe_team_watching) */
     atomic_llong waited;
     _Atomic int route_status;
@@ -237,13 +238,17 @@ static void steps(fwd *f)
      * first step's time is its own. */
 #pragma omp master
     moe_trace_mark(&f->trace, "threads", "OpenMP team start", 0, 0);
-    activations_step(f);
-    if (f->l->plan.moe && !f->experts_only) {
+    /* The route reads the input rows as they are; a combine converts them only for the
+     * shared experts. */
+    if (f->part != MOE_PART_ROUTE && (f->part != MOE_PART_COMBINE || f->job.always))
+        activations_step(f);
+    if (f->l->plan.moe && !f->experts_only &&
+        (f->part == MOE_PART_FULL || f->part == MOE_PART_ROUTE)) {
         gate_step(f);
         route_step(f);
         if (f->route_status != MOE_OK) return; /* read after the route loop's barrier */
     }
-    moe_experts_run_team(&f->job);
+    if (f->part != MOE_PART_ROUTE) moe_experts_run_team(&f->job);
 }
 
 /* Each thread's part, adding up how long it waited on a run queue (layer_team.h). */
@@ -276,7 +281,7 @@ static void bind(fwd *f)
     const moe_layer *l = f->l;
     const moe_forward_args *a = f->a;
     moe_carve c = {a->workspace, 0, false};
-    moe_layer_carve(&l->plan, &c, a->n_tokens, &f->b);
+    moe_layer_carve_part(&l->plan, &c, a->n_tokens, f->part, &f->b);
     f->h = (size_t)l->plan.desc->hidden;
     const bool in_bf16 = a->hidden_dtype == MOE_DTYPE_BF16;
     f->act[MOE_RECIPE_F32] = in_bf16 ? (const void *)f->b.act_f32 : a->hidden;
@@ -332,10 +337,26 @@ static void use_callers_routing(fwd *f, const moe_experts_args *x)
     if (!x->shared) f->job.always = NULL;
 }
 
-/* Both forwards once their arguments are checked: X the caller's routing (experts only), or
- * NULL (the full forward). */
-static moe_status forward_checked(const moe_layer *layer, const moe_forward_args *args,
-                                  const moe_experts_args *x)
+/* One step of expert parallelism's (moe_layer_forward_part): the job's routing and outputs. */
+static void use_part(fwd *f, const int32_t *ids, const float *weights, const float *y)
+{
+    moe_experts_job *j = &f->job;
+    if (f->part == MOE_PART_ROWS) {
+        j->ids = ids;
+        j->top_k = 1;
+        j->always = NULL;
+        j->rows_out = true;
+    } else if (f->part == MOE_PART_COMBINE) {
+        j->weights = weights;
+        j->y_given = y;
+    }
+}
+
+/* Every forward once its arguments are checked: PART (all, or one step of expert
+ * parallelism's, with its IDS, WEIGHTS or Y), X the caller's routing (experts only) or NULL. */
+static moe_status forward_run(const moe_layer *layer, const moe_forward_args *args,
+                              moe_layer_part part, const moe_experts_args *x, const int32_t *ids,
+                              const float *weights, const float *y)
 {
     atomic_fetch_or(layer->state, MOE_LAYER_USED);
     if (args->n_tokens == 0) {
@@ -347,14 +368,38 @@ static moe_status forward_checked(const moe_layer *layer, const moe_forward_args
     f.l = layer;
     f.a = args;
     f.experts_only = x != NULL;
+    f.part = part;
     moe_trace_start(&f.trace, args->trace);
     bind(&f);
     if (x) use_callers_routing(&f, x);
+    use_part(&f, ids, weights, y);
     run(&f);
     if (f.route_status != MOE_OK)
         return moe_error(f.route_status, FWD ": layer %d: the router failed after validation",
                          layer->plan.index);
     return f.job.status;
+}
+
+/* Both forwards once their arguments are checked: X the caller's routing (experts only), or
+ * NULL (the full forward). A placed layer without all the experts runs only in steps. */
+static moe_status forward_checked(const moe_layer *layer, const moe_forward_args *args,
+                                  const moe_experts_args *x)
+{
+    const moe_layer_placement *ep = &layer->plan.ep;
+    if (ep->slot && ep->n_owned < layer->plan.ld->routing.n_experts)
+        return moe_error(MOE_ESTATE,
+                         "%s: layer %d is placed on rank %d of %d, which packs %d of its %d "
+                         "routed experts: run its forward in steps (moe_ep.h, moe_mpi_forward)",
+                         x ? "moe_layer_forward_experts" : FWD, layer->plan.index, ep->rank,
+                         ep->n_ranks, ep->n_owned, layer->plan.ld->routing.n_experts);
+    return forward_run(layer, args, MOE_PART_FULL, x, NULL, NULL, NULL);
+}
+
+moe_status moe_layer_forward_part(const moe_layer *layer, const moe_forward_args *args,
+                                  moe_layer_part part, const int32_t *ids, const float *weights,
+                                  const float *y)
+{
+    return forward_run(layer, args, part, NULL, ids, weights, y);
 }
 
 moe_status moe_layer_forward(const moe_layer *layer, const moe_forward_args *args)

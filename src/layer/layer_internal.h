@@ -13,7 +13,19 @@
 #include "layer/layer_team.h"
 #include "model/model.h"
 #include "moe.h"
+#include "moe_ep.h"
 #include "select/select.h"
+
+/* Expert parallelism: this rank of n, and which routed experts each rank packs. One rank
+ * (n 1) owns every expert; the tables are then NULL. */
+typedef struct moe_layer_placement {
+    int rank, n_ranks;
+    bool table;           /* the caller's expert -> rank table, not the contiguous default */
+    int32_t *expert_rank; /* [E] (owned), NULL for one rank */
+    int32_t *slot;        /* [E] (owned): this rank's packed expert of each expert, or -1 */
+    int32_t *owned;       /* [n_owned] (owned): the experts this rank packs, ascending */
+    int n_owned;
+} moe_layer_placement;
 
 /* The MLP groups a layer may have. */
 typedef enum moe_layer_group_id {
@@ -78,6 +90,7 @@ typedef struct moe_layer_plan {
     bool recipe_used[MOE_EXPERTS_RECIPES];
     moe_kernel_choice cvt_bf16;
     moe_layer_group_plan groups[MOE_LG_COUNT_];
+    moe_layer_placement ep; /* where the routed experts live (layer_placement.c) */
 } moe_layer_plan;
 
 /* What the public API does not choose: the ISA caps and the resident experts. */
@@ -98,7 +111,38 @@ typedef struct moe_layer_tuning {
  * moe_layer_plan_free. */
 moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_layer_options *options,
                                const moe_layer_tuning *tuning, moe_layer_plan *plan);
+
+/* moe_layer_plan_make for rank PLACEMENT->rank of PLACEMENT->n_ranks (NULL: one rank). */
+moe_status moe_layer_plan_make_ep(const moe_model *model, int layer,
+                                  const moe_layer_options *options, const moe_layer_tuning *tuning,
+                                  const moe_ep_placement *placement, moe_layer_plan *plan);
 void moe_layer_plan_free(moe_layer_plan *plan);
+
+/* Resolves PLACEMENT (NULL: one rank) for the planned layer P (its groups laid out): checks
+ * rank, n and every table entry, and builds P->ep's tables (layer_placement.c). */
+moe_status moe_layer_placement_make(moe_layer_plan *p, const moe_ep_placement *placement);
+void moe_layer_placement_free(moe_layer_placement *ep);
+
+/* The checkpoint expert that packed expert I of group G is (placed routed groups pack only
+ * the rank's experts). */
+int moe_layer_packed_expert(const moe_layer_plan *p, moe_layer_group_id id, int i);
+
+/* Packed bytes rank R holds (the gate, its routed experts, shared, dense). */
+size_t moe_layer_rank_bytes(const moe_layer_plan *p, int r);
+
+/* The placement's lines of the explain text (moe_malloc'd into *text; "" for one rank). */
+moe_status moe_layer_placement_render(const moe_layer_plan *p, char **text);
+
+/* A hash of what every rank of a placed layer must agree on (moe_ep_info.fingerprint). */
+uint64_t moe_layer_fingerprint(const moe_layer_plan *p);
+
+/* Which part of a forward to run (expert parallelism's steps, or all of it). */
+typedef enum moe_layer_part {
+    MOE_PART_FULL = 0, /* moe_layer_forward and moe_layer_forward_experts */
+    MOE_PART_ROUTE,    /* gate and router only */
+    MOE_PART_ROWS,     /* routed rows (top_k 1), each row's unweighted output */
+    MOE_PART_COMBINE,  /* the always-on MLP and the combine of given routed rows */
+} moe_layer_part;
 
 /* Expert E of group G as kernel weight sources over the checkpoint tensors the plan found
  * (strides read gpt-oss's stacked, interleaved tensors in place). */
@@ -138,6 +182,20 @@ static inline bool moe_layer_uses_bf16_rows(const moe_layer_plan *p)
 /* Takes a forward's arrays for n_tokens from C (counting only when c->base is NULL). */
 void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe_layer_bufs *b);
 
+/* The arrays of one PART of a forward of n_tokens (rows, for MOE_PART_ROWS). */
+void moe_layer_carve_part(const moe_layer_plan *p, moe_carve *c, size_t n_tokens,
+                          moe_layer_part part, moe_layer_bufs *b);
+
+/* The bytes PART of a forward of n_tokens needs (0 for none, and on overflow). */
+size_t moe_layer_part_workspace(const moe_layer_plan *plan, size_t n_tokens, moe_layer_part part);
+
+/* Runs PART of a forward whose arguments the caller checked: ARGS' rows, workspace and
+ * outputs; ROUTE writes ids_out and weights_out; ROWS reads ids (the rows' experts, top_k 1)
+ * and writes out; COMBINE reads weights and y (rows t·K + k) and writes out. */
+moe_status moe_layer_forward_part(const moe_layer *layer, const moe_forward_args *args,
+                                  moe_layer_part part, const int32_t *ids, const float *weights,
+                                  const float *y);
+
 /* The bytes a forward of n_tokens needs (0 for no tokens, and on overflow). */
 size_t moe_layer_plan_workspace(const moe_layer_plan *plan, size_t n_tokens);
 
@@ -168,5 +226,11 @@ struct moe_layer {
 moe_status moe_layer_create_tuned(const moe_model *model, int layer,
                                   const moe_layer_options *options, const moe_layer_tuning *tuning,
                                   moe_layer **out);
+
+/* moe_layer_create_tuned placed on a rank (moe_layer_create_ep; NULL PLACEMENT: one rank). */
+moe_status moe_layer_create_ep_tuned(const moe_model *model, int layer,
+                                     const moe_layer_options *options,
+                                     const moe_layer_tuning *tuning,
+                                     const moe_ep_placement *placement, moe_layer **out);
 
 #endif

@@ -254,7 +254,14 @@ static moe_status plan_group(moe_layer_plan *p, moe_layer_group_id id)
     st = moe_expert_group_plan(&g->group, g->ks, g->n, g->mlp.hidden, g->mlp.intermediate, &act,
                                what);
     if (st) return st;
-    if (id == MOE_LG_ROUTED) moe_expert_group_alias(&g->group, p->resident_experts);
+    if (id == MOE_LG_ROUTED && p->ep.slot) { /* placed: only this rank's experts */
+        g->group.n_packed = p->ep.n_owned;
+        g->group.packed_bytes = (size_t)p->ep.n_owned * g->group.expert_stride;
+        g->group.slot = p->ep.slot;
+        g->group.packed_ids = p->ep.owned;
+    } else if (id == MOE_LG_ROUTED) {
+        moe_expert_group_alias(&g->group, p->resident_experts);
+    }
     p->recipe_used[g->recipe] = true;
     return MOE_OK;
 }
@@ -360,6 +367,13 @@ static moe_status resolve_tuning(const moe_layer_tuning *t, int layer, moe_layer
 moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_layer_options *options,
                                const moe_layer_tuning *tuning, moe_layer_plan *plan)
 {
+    return moe_layer_plan_make_ep(model, layer, options, tuning, NULL, plan);
+}
+
+moe_status moe_layer_plan_make_ep(const moe_model *model, int layer,
+                                  const moe_layer_options *options, const moe_layer_tuning *tuning,
+                                  const moe_ep_placement *placement, moe_layer_plan *plan)
+{
     memset(plan, 0, sizeof *plan);
     if (!model) return moe_error(MOE_EINVAL, "moe_layer_create: argument 'model' is NULL");
     const moe_model_desc *d = moe_model_desc_of(model);
@@ -374,6 +388,7 @@ moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_laye
     moe_status st = resolve_tuning(tuning, layer, plan);
     if (!st) st = resolve_options(options, layer, plan);
     if (!st) st = layout_groups(plan);
+    if (!st) st = moe_layer_placement_make(plan, placement);
     if (!st) st = find_tensors(plan);
     /* Before plan_group, which reads MXFP4 scale bytes when the tile recipe is asked. */
     if (!st) st = check_files(plan);
@@ -395,6 +410,7 @@ void moe_layer_plan_free(moe_layer_plan *plan)
     }
     moe_free(plan->router_explain);
     plan->router_explain = NULL;
+    moe_layer_placement_free(&plan->ep);
 }
 
 /* ---- Workspace -------------------------------------------------------------------------- */
@@ -410,6 +426,21 @@ const moe_expert_group *moe_layer_q8_group(const moe_layer_plan *p)
 /* The layer's own arrays, then the engine's, in the order forward binds them. */
 void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe_layer_bufs *b)
 {
+    moe_layer_carve_part(p, c, n_tokens, MOE_PART_FULL, b);
+}
+
+/* ROUTE: the logits only (the gate reads the input rows in place). ROWS: the activations and
+ * the routed group's arrays at top_k 1. COMBINE: the activations and the always-on MLP's. */
+void moe_layer_carve_part(const moe_layer_plan *p, moe_carve *c, size_t n_tokens,
+                          moe_layer_part part, moe_layer_bufs *b)
+{
+    if (part == MOE_PART_ROUTE) {
+        memset(b, 0, sizeof *b);
+        size_t te;
+        if (moe_mul_overflow_size(n_tokens, (size_t)p->ld->routing.n_experts, &te)) te = SIZE_MAX;
+        b->logits = moe_carve_take(c, te, sizeof(float));
+        return;
+    }
     const size_t h = (size_t)p->desc->hidden;
     size_t th;
     memset(b, 0, sizeof *b);
@@ -427,15 +458,28 @@ void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe
         size_t te, tk;
         if (moe_mul_overflow_size(n_tokens, e, &te)) te = SIZE_MAX;
         if (moe_mul_overflow_size(n_tokens, (size_t)k, &tk)) tk = SIZE_MAX;
-        b->logits = moe_carve_take(c, te, sizeof(float));
-        b->ids = moe_carve_take(c, tk, sizeof(int32_t));
-        b->weights = moe_carve_take(c, tk, sizeof(float));
-        routed = &p->groups[MOE_LG_ROUTED].group;
-        if (p->groups[MOE_LG_SHARED].present) always = &p->groups[MOE_LG_SHARED].group;
+        if (part == MOE_PART_FULL) {
+            b->logits = moe_carve_take(c, te, sizeof(float));
+            b->ids = moe_carve_take(c, tk, sizeof(int32_t));
+            b->weights = moe_carve_take(c, tk, sizeof(float));
+        }
+        if (part != MOE_PART_COMBINE) routed = &p->groups[MOE_LG_ROUTED].group;
+        if (part != MOE_PART_ROWS && p->groups[MOE_LG_SHARED].present)
+            always = &p->groups[MOE_LG_SHARED].group;
+        if (part == MOE_PART_ROWS) k = 1;
     } else {
         always = &p->groups[MOE_LG_DENSE].group;
     }
     moe_experts_ws_carve(c, &b->ws, routed, k, always, n_tokens);
+}
+
+size_t moe_layer_part_workspace(const moe_layer_plan *plan, size_t n_tokens, moe_layer_part part)
+{
+    if (n_tokens == 0) return 0;
+    moe_carve c = {NULL, 0, false};
+    moe_layer_bufs b;
+    moe_layer_carve_part(plan, &c, n_tokens, part, &b);
+    return c.overflow ? 0 : c.used;
 }
 
 size_t moe_layer_plan_workspace(const moe_layer_plan *plan, size_t n_tokens)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_exports.sh — libmoe.so exports exactly the functions include/moe.h declares: no internal symbol, none missing.
+# test_exports.sh — libmoe.so exports exactly the functions include/moe.h and moe_ep.h declare: no internal symbol, none missing.
 set -uo pipefail
 # shellcheck source=tests/install/install_lib.sh
 source "$(dirname "$0")/install_lib.sh"
@@ -9,9 +9,9 @@ nm_tool=${MOE_NM:-nm}
 # The header's functions, read from its text with Python (comments, preprocessor lines and
 # brace bodies removed; each remaining declaration that is not a typedef names a function
 # before its first parenthesis).
-python3 - "$src/include/moe.h" >"$tmp/declared" <<'PY' || { echo "FAIL: parsing moe.h" >&2; exit 1; }
+python3 - "$src/include/moe.h" "$src/include/moe_ep.h" >"$tmp/declared" <<'PY' || { echo "FAIL: parsing moe.h" >&2; exit 1; }
 import re, sys
-text = open(sys.argv[1]).read()
+text = "".join(open(f).read() for f in sys.argv[1:])
 text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
 text = re.sub(r"//[^\n]*", " ", text)
 text = re.sub(r"^\s*#.*$", " ", text, flags=re.M)

@@ -12,6 +12,7 @@
 #include "fwd_io.h"
 #include "core/error.h"
 #include "io/npy.h"
+#include "moe_ep.h"
 
 extern char **environ;
 
@@ -779,6 +780,112 @@ static int create_size(void)
     return create_layer(C.v3m, 1, &o);
 }
 
+/* ---- Expert parallelism (moe_ep.h) ---- */
+
+static int32_t ep_table[16]; /* experts 0-7 on rank 0, 8-15 on rank 1 */
+
+static int create_ep(int rank, int n, size_t size, size_t entries, int bad_entry)
+{
+    for (int e = 0; e < 16; e++)
+        ep_table[e] = e < 8 ? 0 : 1;
+    if (bad_entry >= 0) ep_table[bad_entry] = 2;
+    const moe_ep_placement pl = {size, rank, n, ep_table, entries};
+    moe_layer *l = SENTINEL;
+    const moe_status st = moe_layer_create_ep(C.v3m, 1, NULL, &pl, &l);
+    if (l != SENTINEL) {
+        C.untouched = false;
+        if (st == MOE_OK) moe_layer_destroy(l);
+    }
+    return st;
+}
+
+static int ep_entry(void) { return create_ep(0, 2, sizeof(moe_ep_placement), 16, 5); }
+static int ep_entries(void) { return create_ep(0, 2, sizeof(moe_ep_placement), 15, -1); }
+static int ep_rank(void) { return create_ep(2, 2, sizeof(moe_ep_placement), 16, -1); }
+static int ep_size(void) { return create_ep(0, 2, 8, 16, -1); }
+
+/* Rank 0 of 2 (contiguous): experts 0-7. */
+static moe_layer *ep_layer(void)
+{
+    const moe_ep_placement pl = {sizeof pl, 0, 2, NULL, 0};
+    moe_layer *l = NULL;
+    REQUIRE(moe_layer_create_ep(C.v3m, 1, NULL, &pl, &l) == MOE_OK);
+    return l;
+}
+
+static int ep_whole_forward(void)
+{
+    moe_layer *l = ep_layer();
+    moe_forward_args a = args_of(&C.moe_b);
+    const moe_status st = forward(l, &C.moe_b, &a);
+    moe_layer_destroy(l);
+    return st;
+}
+
+static int ep_other_rank(void)
+{
+    moe_layer *l = ep_layer();
+    fwd_io *b = &C.moe_b;
+    const size_t wsb = moe_ep_workspace_size(l, 0, 3);
+    void *ws = aligned_alloc(64, (wsb + 63) / 64 * 64);
+    REQUIRE(ws);
+    const int32_t ex[3] = {1, 9, 2};
+    poison(b);
+    const moe_ep_rows_args a = {.size = sizeof a,
+                                .n_rows = 3,
+                                .hidden_size = b->h,
+                                .rows = b->x,
+                                .rows_dtype = MOE_DTYPE_F32,
+                                .experts = ex,
+                                .y = b->out,
+                                .workspace = ws,
+                                .workspace_size = wsb};
+    const moe_status st = moe_ep_experts(l, &a);
+    if (!io_untouched(b)) C.untouched = false;
+    free(ws);
+    moe_layer_destroy(l);
+    return st;
+}
+
+static int ep_dense_route(void)
+{
+    moe_forward_args a = args_of(&C.moe_b);
+    poison(&C.moe_b);
+    const moe_status st = moe_ep_route(C.dense_l, &a);
+    if (!io_untouched(&C.moe_b)) C.untouched = false;
+    return st;
+}
+
+static int ep_nan_weight(void)
+{
+    moe_layer *l = ep_layer();
+    fwd_io *b = &C.moe_b;
+    const size_t t = 2, wsb = moe_ep_workspace_size(l, t, 0);
+    void *ws = aligned_alloc(64, (wsb + 63) / 64 * 64);
+    float *y = calloc(t * b->k * b->h, sizeof(float)), w[2 * 16];
+    REQUIRE(ws && y && b->k <= 16);
+    for (size_t i = 0; i < t * b->k; i++)
+        w[i] = 0.25f;
+    w[b->k + 1] = NAN;
+    poison(b);
+    const moe_ep_combine_args a = {.size = sizeof a,
+                                   .n_tokens = t,
+                                   .hidden_size = b->h,
+                                   .hidden = b->x,
+                                   .hidden_dtype = MOE_DTYPE_F32,
+                                   .weights = w,
+                                   .y = y,
+                                   .out = b->out,
+                                   .workspace = ws,
+                                   .workspace_size = wsb};
+    const moe_status st = moe_ep_combine(l, &a);
+    if (!io_untouched(b)) C.untouched = false;
+    free(ws);
+    free(y);
+    moe_layer_destroy(l);
+    return st;
+}
+
 /* ---- moe_layer_forward ---- */
 
 static int fw_null_layer(void)
@@ -1523,6 +1630,37 @@ static const matrix_case cases[] = {
      "layer 1: options->size = 4 is smaller than the * bytes this version reads (set it to "
      "sizeof(moe_layer_options))",
      create_size},
+    /* expert parallelism */
+    {"moe_layer_create_ep", "placement->expert_rank[5] = 2 of 2 ranks",
+     "moe_layer_create_ep(m, 1, NULL, &p, &l)", false, MOE_ERANGE,
+     "layer 1: placement->expert_rank[5] = 2 is outside [0, 2) (n_ranks)", ep_entry},
+    {"moe_layer_create_ep", "a table of 15 entries for 16 experts",
+     "moe_layer_create_ep(m, 1, NULL, &p, &l)", false, MOE_EINVAL,
+     "layer 1: placement->n_entries = 15, but the layer has 16 routed experts (one rank per "
+     "expert)",
+     ep_entries},
+    {"moe_layer_create_ep", "rank 2 of 2", "moe_layer_create_ep(m, 1, NULL, &p, &l)", false,
+     MOE_EINVAL,
+     "layer 1: placement rank 2 of n_ranks 2: n_ranks must be at least 1 and rank in [0, n_ranks)",
+     ep_rank},
+    {"moe_layer_create_ep", "placement->size 8", "moe_layer_create_ep(m, 1, NULL, &p, &l)", false,
+     MOE_EINVAL,
+     "layer 1: placement->size = 8 is smaller than the * bytes this version reads (set it to "
+     "sizeof(moe_ep_placement))",
+     ep_size},
+    {"moe_layer_forward", "a placed layer (rank 0 of 2) run whole", FWD, false, MOE_ESTATE,
+     "moe_layer_forward: layer 1 is placed on rank 0 of 2, which packs 8 of its 16 routed "
+     "experts: run its forward in steps (moe_ep.h, moe_mpi_forward)",
+     ep_whole_forward},
+    {"moe_ep_experts", "a row for expert 9 on rank 0 (experts 0-7)", "moe_ep_experts(l, &args)",
+     false, MOE_ERANGE, "moe_ep_experts: layer 1: experts[1] = 9 is not one of rank 0",
+     ep_other_rank},
+    {"moe_ep_route", "a dense layer", "moe_ep_route(l, &args)", false, MOE_EINVAL,
+     "moe_ep_route: layer 0 is a dense layer: every rank runs its own tokens with "
+     "moe_layer_forward",
+     ep_dense_route},
+    {"moe_ep_combine", "weights[1][1] NaN", "moe_ep_combine(l, &args)", false, MOE_EVALUE,
+     "moe_ep_combine: layer 1: weights[1][1] = nan is not finite", ep_nan_weight},
     /* forward */
     {"moe_layer_forward", "layer NULL", "moe_layer_forward(NULL, &args)", false, MOE_EINVAL,
      "moe_layer_forward: argument 'layer' is NULL", fw_null_layer},

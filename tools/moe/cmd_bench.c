@@ -35,6 +35,7 @@ static void help(void)
     printf("usage: moe bench --preset NAME [--format F] [options]\n"
            "       moe bench --model DIR [--layer N] [options]\n"
            "       moe bench --list\n"
+           "       mpirun -np N moe bench --ep --model DIR [...]  (moe bench --ep --help)\n"
            "\n"
            "Measures one MoE layer (router gate, routing, routed and shared experts, combine)\n"
            "on this machine, and each result against the machine's own floor, measured in the\n"
@@ -901,6 +902,8 @@ static void print_side_by_side(const bench_args *o, const results *res)
 
 int moe_cmd_bench(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--ep")) return moe_cmd_bench_ep(argc, argv);
     bench_args o;
     int rc = parse_args(&o, argc, argv);
     if (rc) return rc < 0 ? 0 : rc; /* -1: --help was printed */

@@ -28,7 +28,8 @@
 
 static void help(void)
 {
-    printf("usage: moe inspect [--tensors] [--pack [--threads N]] [--recipe R] [--no-mmap] DIR\n"
+    printf("usage: moe inspect [--tensors] [--pack [--threads N]] [--recipe R] [--ranks N]\n"
+           "                   [--no-mmap] DIR\n"
            "       moe inspect [--no-mmap] FILE.safetensors\n"
            "\n"
            "DIR is a Hugging Face model folder: config.json and model.safetensors, or shards\n"
@@ -52,6 +53,9 @@ static void help(void)
            "  --recipe R  f32, bf16 or tile: the layers as created with options->experts_recipe\n"
            "              R (how bf16 and FP8 experts, and with tile MXFP4 ones, meet the\n"
            "              activations; default f32)\n"
+           "  --ranks N   the layers as placed over N ranks (moe_layer_create_ep, contiguous\n"
+           "              ranges: docs/parallel.md), shown as rank 0 creates its part: each\n"
+           "              rank's experts and packed bytes\n"
            "  --no-mmap   read the files instead of mapping them\n"
            "  --help      this text\n"
            "\n"
@@ -68,6 +72,7 @@ typedef struct inspect_args {
     bool no_mmap;
     int64_t threads;           /* --pack's options->threads; 0: the library's default */
     moe_experts_recipe recipe; /* options->experts_recipe; DEFAULT when not given */
+    int64_t ranks;             /* --ranks: placed over this many ranks; 0: not placed */
 } inspect_args;
 
 /* Returns 0 to go on, 2 on a usage error, -1 after --help. */
@@ -76,11 +81,13 @@ static int parse_args(inspect_args *o, int argc, char **argv)
     cli_args a;
     cli_args_init(&a, PROG, argc, argv);
     memset(o, 0, sizeof *o);
-    const char *threads = NULL, *recipe = NULL;
+    const char *threads = NULL, *recipe = NULL, *ranks = NULL;
     for (const char *arg; (arg = cli_peek(&a));) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) return -1;
         if (cli_option(&a, "--threads", &threads)) {
             if (!threads) return 2;
+        } else if (cli_option(&a, "--ranks", &ranks)) {
+            if (!ranks || !cli_int(&a, "--ranks", ranks, 1, 65536, &o->ranks)) return 2;
         } else if (cli_option(&a, "--recipe", &recipe)) {
             if (!recipe || !cli_recipe(&a, recipe, &o->recipe)) return 2;
         } else if (cli_flag(&a, "--tensors")) {
@@ -738,11 +745,13 @@ static const char *without_layer(const char *msg, int layer)
 /* One layer's description without its "layer N (...)" head line, indented under the fold
  * head, so identical consecutive layers compare equal. */
 static char *render_created(const moe_model *model, const moe_model_desc *d, int layer,
-                            const moe_layer_options *lo)
+                            const moe_layer_options *lo, int ranks)
 {
     char *desc = NULL, *buf = NULL;
     size_t len = 0;
-    const moe_status st = moe_layer_describe(model, layer, lo, &desc);
+    const moe_ep_placement pl = {sizeof pl, 0, ranks, NULL, 0};
+    const moe_status st = ranks > 0 ? moe_layer_describe_ep(model, layer, lo, &pl, &desc)
+                                    : moe_layer_describe(model, layer, lo, &desc);
     FILE *f = open_memstream(&buf, &len);
     if (!f) {
         moe_free(desc);
@@ -798,7 +807,7 @@ static int print_created(const inspect_args *o, const moe_model_desc *d, size_t 
     folder fo = {0};
     const moe_layer_options lo = {.size = sizeof lo, .experts_recipe = o->recipe};
     for (int i = 0; i < d->n_layers; i++) {
-        char *t = render_created(model, d, i, &lo);
+        char *t = render_created(model, d, i, &lo, (int)o->ranks);
         if (!t) {
             fold_flush(&fo);
             moe_model_close(model);
@@ -969,6 +978,7 @@ int moe_cmd_inspect(int argc, char **argv)
         /* A file has no config, layers or packing: what only a folder has is a usage error. */
         const char *folder_only = o.tensors ? "--tensors" : o.pack ? "--pack" : NULL;
         if (!folder_only && o.recipe != MOE_EXPERTS_RECIPE_DEFAULT) folder_only = "--recipe";
+        if (!folder_only && o.ranks) folder_only = "--ranks";
         if (folder_only)
             return cli_fail(PROG, 2,
                             "%s applies to a model folder; %s is a file (a file's tensors are "

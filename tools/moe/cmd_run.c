@@ -28,6 +28,8 @@ static void help(void)
            "               [--ids IDS.npy --weights W.npy [--no-shared]]\n"
            "               [--threads N] [--logits-dtype f32|bf16] [--recipe f32|bf16|tile]\n"
            "               [--trace] [--explain] [--repeat N] [--no-mmap]\n"
+           "       mpirun -np N moe run --ep --model DIR [--layer N] --hidden X.npy\n"
+           "               [--input-ids I.npy] --out Y.npy [--ids-out ..] [--weights-out ..]\n"
            "\n"
            "Runs one layer's MoE block (router gate, routing, routed experts, shared experts,\n"
            "combine) or dense MLP on the hidden states entering it, the way libmoe runs it in a\n"
@@ -70,6 +72,12 @@ static void help(void)
            "  --repeat N           run the forward N times (1..%d) and report the median time;\n"
            "                       --trace shows the median run (default 1)\n"
            "  --no-mmap            read the checkpoint instead of mapping it\n"
+           "  --ep                 expert parallelism over the ranks mpirun starts: each rank\n"
+           "                       packs its share of the routed experts; rank 0 reads the\n"
+           "                       inputs, spreads the rows, gathers and writes the outputs,\n"
+           "                       the same files as without --ep (docs/parallel.md); takes\n"
+           "                       --out, --ids-out, --weights-out, --threads (per rank),\n"
+           "                       --recipe, --logits-dtype, --explain, --no-mmap\n"
            "  --help               this text\n"
            "\n"
            "Outputs are written only after the forward succeeded, each atomically; if one\n"
@@ -91,6 +99,7 @@ typedef struct run_args {
     moe_dtype logits_dtype;    /* INVALID: not given, the library resolves it (to f32) */
     moe_experts_recipe recipe; /* DEFAULT: not given */
     bool trace, explain, no_mmap, no_shared;
+    bool ep; /* --ep: over MPI ranks */
 } run_args;
 
 /* ---- Arguments ----------------------------------------------------------------------- */
@@ -145,6 +154,19 @@ static int check_required(cli_args *a, const run_args *o)
     if (!o->ids != !o->weights)
         return cli_usage_error(a, "%s needs %s: the caller's routing is ids and their weights",
                                o->ids ? "--ids" : "--weights", o->ids ? "--weights" : "--ids");
+    if (o->ep) {
+        const struct {
+            const char *name;
+            bool given;
+        } not_ep[] = {{"--ids", o->ids != NULL},
+                      {"--logits-out", o->logits_out != NULL},
+                      {"--trace", o->trace},
+                      {"--repeat", o->repeat != 1}};
+        for (size_t i = 0; i < sizeof not_ep / sizeof not_ep[0]; i++)
+            if (not_ep[i].given)
+                return cli_usage_error(a, "%s is not taken with --ep (moe run --help)",
+                                       not_ep[i].name);
+    }
     if (o->no_shared && !o->ids)
         return cli_usage_error(a, "--no-shared needs --ids and --weights (the routed forward "
                                   "always adds the shared experts)");
@@ -205,7 +227,8 @@ static int parse_args(run_args *o, int argc, char **argv)
     const cli_flag_option flags[] = {{"--trace", &o->trace},
                                      {"--explain", &o->explain},
                                      {"--no-mmap", &o->no_mmap},
-                                     {"--no-shared", &o->no_shared}};
+                                     {"--no-shared", &o->no_shared},
+                                     {"--ep", &o->ep}};
     int rc = cli_take_options(&a, flags, sizeof flags / sizeof flags[0], values,
                               sizeof values / sizeof values[0]);
     if (rc) return rc;
@@ -624,6 +647,144 @@ done:
     return rc;
 }
 
+#ifdef MOE_HAVE_MPI
+/* ---- --ep: the layer over MPI ranks (moe_mpi.h) --------------------------------------- */
+
+#include <limits.h>
+
+#include "moe_mpi.h"
+
+/* One outcome on every rank: FAILED on this rank (its message MSG, or NULL when already
+ * printed here) makes every rank fail; the others print which rank failed and why. */
+static int ep_agree(int failed, const char *msg)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int mine = failed ? rank : INT_MAX, first = INT_MAX;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == INT_MAX) return 0;
+    char text[1024] = "";
+    if (rank == first) snprintf(text, sizeof text, "%s", msg ? msg : "see its message above");
+    MPI_Bcast(text, (int)sizeof text, MPI_CHAR, first, MPI_COMM_WORLD);
+    if (rank != first || msg) fprintf(stderr, PROG ": rank %d: %s\n", first, text);
+    return 1;
+}
+
+/* A library call's status, agreed; the message (moe_mpi's already names the rank) once per
+ * rank. */
+static int ep_status(moe_status st, const char *what)
+{
+    if (st == MOE_OK) return 0;
+    fprintf(stderr, PROG ": %s: %s\n", what, moe_last_error());
+    return 1;
+}
+
+static int ep_layer(const run_args *o, const moe_model *model, int index, int rank)
+{
+    const moe_model_desc *d = moe_model_desc_of(model);
+    const moe_layer_desc *l = &d->layers[index];
+    moe_layer_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.size = sizeof opt;
+    opt.threads = (int)o->threads;
+    opt.logits_dtype = o->logits_dtype;
+    opt.experts_recipe = o->recipe;
+    moe_layer *layer = NULL;
+    char what[600];
+    snprintf(what, sizeof what, "--model %s", o->model);
+    if (ep_status(moe_mpi_layer_create(MPI_COMM_WORLD, model, MOE_OK, index, &opt, NULL, 0, &layer),
+                  what))
+        return 1;
+    if (o->explain && rank == 0) printf("%s\n", moe_layer_explain(layer));
+    /* Rank 0 reads the inputs and checks that it can write the outputs. */
+    run_inputs in;
+    run_outputs r;
+    memset(&in, 0, sizeof in);
+    memset(&r, 0, sizeof r);
+    int rc = 0;
+    size_t t = 0;
+    const size_t h = (size_t)d->hidden;
+    const size_t k = l->kind == MOE_LAYER_DENSE ? 0 : (size_t)l->routing.top_k;
+    bool have_inputs = false;
+    if (rank == 0) {
+        rc = check_writable(o);
+        if (!rc) rc = read_inputs(o, d, index, &in);
+        have_inputs = rc == 0;
+        if (!rc) {
+            t = (size_t)in.hidden.shape[0];
+            r.out = alloc_array(t, h * sizeof *r.out);
+            if (o->ids_out) r.ids = alloc_array(t, k * sizeof *r.ids);
+            if (o->weights_out) r.weights = alloc_array(t, k * sizeof *r.weights);
+            if (!r.out || (o->ids_out && !r.ids) || (o->weights_out && !r.weights))
+                rc = cli_fail(PROG, 1, "out of memory for the outputs of %zu tokens", t);
+        }
+    }
+    rc = ep_agree(rc, NULL);
+    moe_mpi_stats stats;
+    memset(&stats, 0, sizeof stats);
+    const double t0 = now_ns();
+    if (!rc) {
+        moe_mpi_forward_args a;
+        memset(&a, 0, sizeof a);
+        a.size = sizeof a;
+        a.n_tokens = t;
+        a.hidden_size = h;
+        a.hidden = in.hidden.data;
+        a.hidden_dtype = MOE_DTYPE_F32;
+        a.token_ids = in.has_ids ? in.ids.data : NULL;
+        a.token_id_dtype = in.has_ids ? in.ids.dtype : MOE_DTYPE_INVALID;
+        a.out = r.out;
+        a.ids_out = r.ids;
+        a.weights_out = r.weights;
+        snprintf(what, sizeof what, "layer %d", index);
+        rc = ep_status(
+            moe_mpi_forward_root(MPI_COMM_WORLD, 0, layer, rank == 0 ? &a : NULL, &stats), what);
+    }
+    const double ns = now_ns() - t0;
+    if (!rc) rc = ep_agree(rank == 0 && write_outputs(o, l, t, h, &r), NULL);
+    if (!rc && rank == 0) {
+        int n = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &n);
+        printf("over %d rank%s: ", n, n == 1 ? "" : "s");
+        print_summary(o, d, index, t, ns);
+    }
+    if (have_inputs) inputs_free(&in);
+    outputs_free(&r);
+    moe_layer_destroy(layer);
+    return rc;
+}
+
+/* `moe run --ep`: every rank opens the model and creates its part of the layer; rank 0 reads
+ * the inputs, moe_mpi_forward_root spreads, runs and gathers, rank 0 writes. Every step is
+ * agreed on, so an error on one rank ends every rank with a message, never a hang. */
+static int run_ep(const run_args *o)
+{
+    int rank = 0;
+    MPI_Init(NULL, NULL);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    moe_open_options open_opt = {.size = sizeof open_opt, .no_mmap = o->no_mmap};
+    moe_model *model = NULL;
+    char msg[1024] = "";
+    const moe_status st = moe_model_open(o->model, &open_opt, &model);
+    if (st) snprintf(msg, sizeof msg, "--model %s: %s", o->model, moe_last_error());
+    int rc = ep_agree(st != MOE_OK, msg);
+    int layer = -1;
+    if (!rc) {
+        const moe_model_desc *d = moe_model_desc_of(model);
+        int local = pick_layer(o, d, &layer);
+        if (!local) local = check_options(o, d, layer);
+        rc = ep_agree(local, NULL);
+    }
+    if (!rc) rc = ep_layer(o, model, layer, rank);
+    moe_model_close(model);
+    /* Every rank has printed its message: only now may one exit (mpirun ends the others as
+     * soon as one exits with a failure). */
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return rc;
+}
+#endif
+
 int moe_cmd_run(int argc, char **argv)
 {
     run_args o;
@@ -633,6 +794,14 @@ int moe_cmd_run(int argc, char **argv)
         return 0;
     }
     if (rc) return rc;
+#ifdef MOE_HAVE_MPI
+    if (o.ep) return run_ep(&o);
+#else
+    if (o.ep)
+        return cli_fail(PROG, 1,
+                        "--ep: this moe was built without MPI (CMake found none; install "
+                        "libopenmpi-dev and openmpi-bin, then build again)");
+#endif
     rc = check_writable(&o);
     if (rc) return rc;
     moe_open_options open_opt = {.size = sizeof open_opt, .no_mmap = o.no_mmap};

@@ -11,5 +11,7 @@ int moe_cmd_gen(int argc, char **argv);
 int moe_cmd_route(int argc, char **argv);
 int moe_cmd_run(int argc, char **argv);
 int moe_cmd_bench(int argc, char **argv);
+/* `moe bench --ep` (cmd_bench_ep.c): moe_cmd_bench hands it every call with --ep. */
+int moe_cmd_bench_ep(int argc, char **argv);
 
 #endif
