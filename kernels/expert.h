@@ -42,6 +42,9 @@ enum {
     MOE_EXPERT_FMT_F32 = 3,       /* f32 [out, in] */
     MOE_EXPERT_FMT_F16 = 4,       /* f16 [out, in]: widened exactly, it packs into the f32
                                      sets' tiles, so those sets (format F32) serve it */
+    MOE_EXPERT_FMT_INT4_GROUP = 5, /* int4 nibbles [out, in/2] (compressed-tensors' int32 words
+                                      as little-endian bytes, element 2i low, stored value + 8)
+                                      + one bf16 / f16 / f32 scale per row and G along K */
 };
 
 /* Rows of every tile (gate/up: per projection; down: output rows). It divides the FP8 scale
@@ -324,6 +327,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_mxfp4_q8.inc"
 #include "kernels/expert_bf16_tile.inc"
 #include "kernels/expert_fp8_tile.inc"
+#include "kernels/expert_int4_q8.inc"
 #undef MOE_KERNEL
 
 #endif

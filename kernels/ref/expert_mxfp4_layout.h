@@ -98,6 +98,10 @@ moe_status moe_mx_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                 const moe_weight_dst *up);
 moe_status moe_mx_unpack_down(const void *packed, const moe_weight_dst *down);
 
+/* One unit: rows r0..r0+15 of block b of S's codes in the unit layout above (rows past S's
+ * edge: bytes 0); S is checked by the caller. */
+void moe_mx_pack_unit(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *unit);
+
 /* The Q8 rows (kernels/expert.h): bytes of a row of k values, and the portable preparation
  * every set of the recipe uses (kernels/ref/expert_mxfp4_pack.c). */
 size_t moe_q8_row_bytes(int64_t k);

@@ -46,7 +46,8 @@ const char *moe_weight_format_name(moe_weight_format format)
                                         [MOE_WFMT_FP8_BLOCK] = "fp8_block",
                                         [MOE_WFMT_MXFP4] = "mxfp4",
                                         [MOE_WFMT_F32] = "f32",
-                                        [MOE_WFMT_F16] = "f16"};
+                                        [MOE_WFMT_F16] = "f16",
+                                        [MOE_WFMT_INT4_GROUP] = "int4_group"};
     return NAME_AT(names, format);
 }
 

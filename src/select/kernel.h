@@ -47,6 +47,8 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_EXPERT_BF16_TILE = 22,
     /* Expert MLP kernel sets for FP8 block weights, tile recipe. */
     MOE_KERNEL_FAMILY_EXPERT_FP8_TILE = 23,
+    /* Expert MLP kernel sets for INT4 group weights (compressed-tensors), Q8 recipe. */
+    MOE_KERNEL_FAMILY_EXPERT_INT4_Q8 = 24,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 
