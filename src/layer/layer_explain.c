@@ -168,7 +168,7 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         p->recipe_default
             ? "default: f32 keeps the activations exact; tile is faster at prefill with AMX"
             : "options->experts_recipe",
-        moe_layer_q8_group(p) ? "; mxfp4 groups: q8, their one recipe" : "");
+        moe_layer_q8_group(p) ? "; mxfp4 and int4 groups: q8, their one recipe" : "");
     if (p->moe) {
         put(&t, "  logits dtype: %s (%s)\n", moe_dtype_name(p->logits_dtype), logits_origin(p));
         put_gate(&t, p);

@@ -200,7 +200,9 @@ static moe_status select_group(const moe_layer_plan *p, moe_layer_group_plan *g,
     prob.intermediate = g->mlp.intermediate;
     prob.activation = (int)g->mlp.activation;
     prob.has_bias = g->mlp.has_bias;
-    prob.recipe = g->mlp.format == MOE_WFMT_MXFP4 ? MOE_RECIPE_Q8 : p->recipe;
+    prob.recipe = g->mlp.format == MOE_WFMT_MXFP4 || g->mlp.format == MOE_WFMT_INT4_GROUP
+                      ? MOE_RECIPE_Q8
+                      : p->recipe;
     moe_expert_choice c;
     moe_status st = moe_select_experts(&p->allowed, &prob, &c);
     if (st) return moe_error_context(st, "layer %d %s: ", p->index, moe_layer_group_label[id]);

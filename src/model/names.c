@@ -85,6 +85,9 @@ const char *moe_tensor_role_name(moe_tensor_role role)
         [MOE_ROLE_GATE_UP_SCALE] = "gate_up_scale",
         [MOE_ROLE_GATE_UP_BIAS] = "gate_up_bias",
         [MOE_ROLE_DOWN_BIAS] = "down_bias",
+        [MOE_ROLE_GATE_SHAPE] = "gate_shape",
+        [MOE_ROLE_UP_SHAPE] = "up_shape",
+        [MOE_ROLE_DOWN_SHAPE] = "down_shape",
     };
     return NAME_AT(names, role);
 }
