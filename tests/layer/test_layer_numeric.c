@@ -429,13 +429,14 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         const double rel = sqrt(s.err2 / s.norm2);
         const moe_expert_group *g0 = l->routed ? l->routed : l->always;
         const char *rname = fx_recipe_name(g0->ks->recipe);
-        /* MXFP4 groups run their one recipe, Q8, whatever is asked, and f32 / f16 groups
+        /* MXFP4 and INT4 groups run their one recipe, Q8, whatever is asked, and f32 / f16 groups
          * theirs, F32; the others the asked one. */
         bool all_f32 = true;
         for (const moe_expert_group *g = g0; g; g = g == l->always ? NULL : l->always) {
             const int f = g->ks->format;
             all_f32 = all_f32 && f == MOE_EXPERT_FMT_F32;
-            CHECKF(g->ks->recipe == (f == MOE_EXPERT_FMT_MXFP4 ? MOE_RECIPE_Q8
+            const bool q8_format = f == MOE_EXPERT_FMT_MXFP4 || f == MOE_EXPERT_FMT_INT4_GROUP;
+            CHECKF(g->ks->recipe == (q8_format                 ? MOE_RECIPE_Q8
                                      : f == MOE_EXPERT_FMT_F32 ? MOE_RECIPE_F32
                                                                : (moe_expert_recipe)recipe),
                    "%s: kernel set %s", what, g->ks->name);
@@ -446,7 +447,7 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
             CHECKF(rel <= 1e-5, "%s (%s input): f32-weight block error %.3g", what,
                    bf16 ? "bf16" : "f32", rel);
         /* docs/design.md: 1e-2 for bf16 (or f32) activations, 2e-2 where they are quantised per
-         * 32-block to int8 (the Q8 recipe of MXFP4 groups). */
+         * 32-block to int8 (the Q8 recipe of MXFP4 and INT4 groups). */
         const bool q8 = moe_layer_q8_group(&l->plan) != NULL;
         CHECKF(rel <= (q8 ? 2e-2 : 1e-2),
                "%s (%s input): block output relative Frobenius error %.3g", what,
@@ -559,7 +560,7 @@ int main(void)
         const char *name = fam_cases[i].name;
         run_case(&fam_cases[i], dir, 1000 + i,
                  !strcmp(name, "deepseek_v3_fp8") || !strcmp(name, "gpt_oss") ||
-                     strstr(name, "mxfp4"),
+                     strstr(name, "mxfp4") || strstr(name, "int4"),
                  0);
         /* Unquantised checkpoints saved in f32 and f16 (dense, shared and routed groups; gpt-oss
          * with its stacked, transposed tensors and biases), at every level. */
