@@ -48,6 +48,8 @@ MODELS = [
     ("mixtral_bf16", TINY + ["--family", "mixtral", "--dtype", "bf16", "--layers", "1"]),
     ("gpt_oss_bf16", TINY + ["--family", "gpt_oss", "--dtype", "bf16", "--layers", "1"]),
     ("gpt_oss_mxfp4", TINY32 + ["--family", "gpt_oss", "--dtype", "mxfp4", "--layers", "1"]),
+    ("kimi_k2_int4", TINY32 + ["--family", "kimi_k2", "--dtype", "int4", "--first-dense", "1",
+                               "--dense-intermediate", "32"]),
 ]
 
 
