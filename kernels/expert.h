@@ -160,6 +160,13 @@ static inline bool moe_recipe_bf16_rows(moe_expert_recipe r)
  *   out    = acc + bias (f32), then gate/up's activation, as for the other recipes.
  * (float)isum is exact (|isum| ≤ 32·12·127 < 2^24) and no flush to zero is involved, so the
  * result depends only on these IEEE operations in this order.
+ *
+ * INT4 group weights (format INT4_GROUP) run the same recipe with w_j = u_j - 8 (u the stored
+ * nibble; the SIMD operand u + 4 = w + 12 against the same corrections) and
+ *   S_b    = xs_b · ws_b                           (one f32 multiply, rounded to nearest even;
+ *                                                   ws_b the row's group scale of block b as
+ *                                                   an f32, converted once at packing)
+ * (|isum| ≤ 32·8·127); the rest as above.
  */
 #define MOE_Q8_WOFFSET 12
 
