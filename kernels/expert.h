@@ -42,9 +42,9 @@ enum {
     MOE_EXPERT_FMT_F32 = 3,       /* f32 [out, in] */
     MOE_EXPERT_FMT_F16 = 4,       /* f16 [out, in]: widened exactly, it packs into the f32
                                      sets' tiles, so those sets (format F32) serve it */
-    MOE_EXPERT_FMT_INT4_GROUP = 5, /* int4 nibbles [out, in/2] (compressed-tensors' int32 words
-                                      as little-endian bytes, element 2i low, stored value + 8)
-                                      + one bf16 / f16 / f32 scale per row and G along K */
+    /* int4 nibbles [out, in/2] (compressed-tensors' int32 words as little-endian bytes,
+     * element 2i low, stored value + 8) + one bf16 / f16 / f32 scale per row and G along K */
+    MOE_EXPERT_FMT_INT4_GROUP = 5,
 };
 
 /* Rows of every tile (gate/up: per projection; down: output rows). It divides the FP8 scale

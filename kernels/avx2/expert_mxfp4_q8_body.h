@@ -71,10 +71,7 @@ INLINE void prefetch(const unsigned char *p, const unsigned char *end, size_t sk
     _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
 }
 
-INLINE __m256i lut_w2u(void)
-{
-    return _mm256_broadcastsi128_si256(_mm_setr_epi8(Q8W_WU_VALUES));
-}
+INLINE __m256i lut_w2u(void) { return _mm256_broadcastsi128_si256(_mm_setr_epi8(Q8W_WU_VALUES)); }
 
 /* The two quads (c, c + 4) of one 32-byte chunk half as unsigned operands. */
 INLINE void decode(const unsigned char *half, __m256i lut, __m256i *lo, __m256i *hi)
@@ -310,7 +307,8 @@ INLINE void accumulate(const int np, const bool direct, size_t m, size_t k,
         for (size_t i = 0; i < len; i++, b++)
             for (size_t j = 0; j < nt; j++) {
                 const unsigned char *units = tile + j * tb + at + i * (size_t)np * UNIT;
-                const unsigned char *scales = tile + j * tb + line + 16 * Q8W_SCALE_BYTES * i * (size_t)np;
+                const unsigned char *scales =
+                    tile + j * tb + line + 16 * Q8W_SCALE_BYTES * i * (size_t)np;
                 for (size_t c = 0; c < 4 * (size_t)np; c++)
                     prefetch(units + 64 * c, tile + (j + 1) * tb, skip);
                 if (direct) {

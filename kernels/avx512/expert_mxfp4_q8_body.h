@@ -76,10 +76,7 @@ MX_INLINE void mx_prefetch_side(const unsigned char *p, const unsigned char *end
     _mm_prefetch((const char *)p + MX_PF_L1, _MM_HINT_T0);
 }
 
-MX_INLINE __m512i mx_lut(void)
-{
-    return _mm512_broadcast_i32x4(_mm_setr_epi8(Q8W_WU_VALUES));
-}
+MX_INLINE __m512i mx_lut(void) { return _mm512_broadcast_i32x4(_mm_setr_epi8(Q8W_WU_VALUES)); }
 
 /* The two quads (c, c + 4) of one chunk as unsigned operands. */
 MX_INLINE void mx_decode(const unsigned char *chunk, __m512i lut, __m512i *lo, __m512i *hi)
@@ -514,7 +511,8 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
                 mx_decode_unit(base + i * MOE_MX_UNIT, lut, d, 2);
                 if (late.buf)
                     mx_down_block(&tk, m, k, late.b, late.j == 0, late.buf, late.w[0], tot[late.j]);
-                const mx_unit next = {d, {mx_weight_scales(line + 16 * Q8W_SCALE_BYTES * i)}, b0 + i, j};
+                const mx_unit next = {
+                    d, {mx_weight_scales(line + 16 * Q8W_SCALE_BYTES * i)}, b0 + i, j};
                 late = next;
             }
         }

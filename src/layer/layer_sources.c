@@ -239,8 +239,7 @@ static moe_status check_finite_scales(const moe_tensor *t, int e)
         } else {
             uint16_t u;
             memcpy(&u, p + 2 * i, 2);
-            bad = t->dtype == MOE_DTYPE_BF16 ? (u & 0x7F80u) == 0x7F80u
-                                             : (u & 0x7C00u) == 0x7C00u;
+            bad = t->dtype == MOE_DTYPE_BF16 ? (u & 0x7F80u) == 0x7F80u : (u & 0x7C00u) == 0x7C00u;
         }
         if (bad) {
             const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
@@ -258,10 +257,8 @@ static moe_status check_int4(const moe_layer_group_plan *g, int e)
 {
     const moe_tensor *const *t = g->per_expert ? g->per_expert[e] : g->one;
     const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
-    const moe_tensor_role shapes[3] = {MOE_ROLE_GATE_SHAPE, MOE_ROLE_UP_SHAPE,
-                                       MOE_ROLE_DOWN_SHAPE};
-    const moe_tensor_role scales[3] = {MOE_ROLE_GATE_SCALE, MOE_ROLE_UP_SCALE,
-                                       MOE_ROLE_DOWN_SCALE};
+    const moe_tensor_role shapes[3] = {MOE_ROLE_GATE_SHAPE, MOE_ROLE_UP_SHAPE, MOE_ROLE_DOWN_SHAPE};
+    const moe_tensor_role scales[3] = {MOE_ROLE_GATE_SCALE, MOE_ROLE_UP_SCALE, MOE_ROLE_DOWN_SCALE};
     for (int p = 0; p < 3; p++) {
         moe_status st = check_shape_values(t[shapes[p]], e, p < 2 ? i : h, p < 2 ? h : i);
         if (!st) st = check_finite_scales(t[scales[p]], e);

@@ -68,7 +68,8 @@ typedef enum moe_cfg_quant {
     MOE_QUANT_NONE = 0,
     MOE_QUANT_FP8_BLOCK, /* fp8, e4m3, weight_block_size [128, 128] */
     MOE_QUANT_MXFP4,     /* gpt-oss */
-    MOE_QUANT_INT4_GROUP, /* compressed-tensors pack-quantized, symmetric int4 (config_int4.c) */
+    /* compressed-tensors pack-quantized, symmetric int4 (config_int4.c) */
+    MOE_QUANT_INT4_GROUP,
 } moe_cfg_quant;
 
 typedef struct moe_cfg_quant_info {

@@ -66,15 +66,15 @@ static moe_status add_int4_proj(moe_spec_list *l, const char *prefix, const char
                                    : wrole == MOE_ROLE_UP ? MOE_ROLE_UP_SHAPE
                                                           : MOE_ROLE_DOWN_SHAPE;
     const int64_t shape[2] = {out, in / 8}, sshape[2] = {out, in / m->block_in}, two = 2;
-    moe_status st = moe_spec_add(l, layer, expert, group, wrole, MOE_DTYPE_I32,
-                                 MOE_DTBIT(MOE_DTYPE_I32), 2, shape, "%s.%s.weight_packed", prefix,
-                                 proj);
+    moe_status st =
+        moe_spec_add(l, layer, expert, group, wrole, MOE_DTYPE_I32, MOE_DTBIT(MOE_DTYPE_I32), 2,
+                     shape, "%s.%s.weight_packed", prefix, proj);
     if (st) return st;
     st = moe_spec_add(l, layer, expert, group, srole, MOE_DTYPE_BF16, MOE_MASK_FLOAT, 2, sshape,
                       "%s.%s.weight_scale", prefix, proj);
     if (st) return st;
-    return moe_spec_add(l, layer, expert, group, shrole, MOE_DTYPE_I64, MOE_DTBIT(MOE_DTYPE_I32),
-                        1, &two, "%s.%s.weight_shape", prefix, proj);
+    return moe_spec_add(l, layer, expert, group, shrole, MOE_DTYPE_I64, MOE_DTBIT(MOE_DTYPE_I32), 1,
+                        &two, "%s.%s.weight_shape", prefix, proj);
 }
 
 /* One projection [out, in] of MLP M, and its scale when the format has one. */

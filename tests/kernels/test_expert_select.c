@@ -588,7 +588,8 @@ static void test_errors(void)
     expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
     p = good;
     p.recipe = MOE_RECIPE_Q8;
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "the q8 recipe is for MXFP4 and INT4 weights, not FP8");
+    expect_error(&caps, &p, MOE_EUNSUPPORTED,
+                 "the q8 recipe is for MXFP4 and INT4 weights, not FP8");
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_Q8);
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "not bf16");
     /* The tile recipe takes bf16 and FP8 weights: MXFP4 is named. */

@@ -393,9 +393,9 @@ static inline void fx_write_model_full(const char *dir, const char *config, uint
             if (t->dtype == MOE_DTYPE_F8_E4M3 && i + 1 < n) t->scale_dtype = v[i + 1].dtype;
             const bool weight =
                 role == MOE_ROLE_GATE || role == MOE_ROLE_UP || role == MOE_ROLE_DOWN;
-            t->codes = ((t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8) &&
-                        !fx_is_scale(t->role)) ||
-                       (t->dtype == MOE_DTYPE_I32 && weight);
+            t->codes =
+                ((t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8) && !fx_is_scale(t->role)) ||
+                (t->dtype == MOE_DTYPE_I32 && weight);
             if (fx_is_scale(t->role) && plan.n > 0) { /* INT4's bf16 scales: as FP8's */
                 t->weight_id = plan.v[plan.n - 1].id;
                 t->mx_scale = plan.v[plan.n - 1].codes && plan.v[plan.n - 1].dtype != MOE_DTYPE_I32;

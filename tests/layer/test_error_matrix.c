@@ -692,8 +692,8 @@ static int i4_shape(void)
     const char *at = strstr(base, from);
     REQUIRE(at);
     char text[2048], d[128], p[256], src[256];
-    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base,
-             "\"moe_intermediate_size\":192", at + strlen(from));
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, "\"moe_intermediate_size\":192",
+             at + strlen(from));
     fresh_dir(d, sizeof d);
     path_in(p, sizeof p, d, "config.json");
     write_text(p, text);
@@ -1761,45 +1761,68 @@ static const matrix_case cases[] = {
      "not an expert id in [0, 16)",
      cli_route_table},
     /* INT4 (compressed-tensors pack-quantized) */
-    {"INT4 (compressed-tensors)", "num_bits 8", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.config_groups.group_0.weights.num_bits': 8 "
-     "is not supported (only 4)", i4_bits},
-    {"INT4 (compressed-tensors)", "symmetric false", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.config_groups.group_0.weights.symmetric': f"
-     "alse is not supported (only symmetric int4: no zero points)", i4_asym},
-    {"INT4 (compressed-tensors)", "strategy channel", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.config_groups.group_0.weights.strategy': 'c"
-     "hannel' is not supported (only group)",
+    {"INT4 (compressed-tensors)", "num_bits 8", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.num_bits': 8 is "
+     "not supported (only 4)",
+     i4_bits},
+    {"INT4 (compressed-tensors)", "symmetric false", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.symmetric': "
+     "false is not supported (only symmetric int4: no zero points)",
+     i4_asym},
+    {"INT4 (compressed-tensors)", "strategy channel", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.strategy': "
+     "'channel' is not supported (only group)",
      i4_channel},
-    {"INT4 (compressed-tensors)", "actorder group", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.config_groups.group_0.weights.actorder': mu"
-     "st be null or absent (activation reordering needs g_idx, not supported)",
+    {"INT4 (compressed-tensors)", "actorder group", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.actorder': must "
+     "be null or absent (activation reordering needs g_idx, not supported)",
      i4_actorder},
-    {"INT4 (compressed-tensors)", "dynamic true", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.config_groups.group_0.weights.dynamic': tru"
-     "e is not supported (the weight scales are stored)", i4_dynamic},
+    {"INT4 (compressed-tensors)", "dynamic true", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.dynamic': true "
+     "is not supported (the weight scales are stored)",
+     i4_dynamic},
     {"INT4 (compressed-tensors)", "input_activations int8 (W4A8)", OPEN, false, MOE_EUNSUPPORTED,
-     "*config.json: field 'quantization_config.config_groups.group_0.input_activations': m"
-     "ust be null or absent (W4A16: activations are not quantised)", i4_w4a8},
-    {"INT4 (compressed-tensors)", "group_size 48", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.config_groups.group_0.weights.group_size': "
-     "48 is not supported (a multiple of 32: the activations' block)",
+     "*config.json: field 'quantization_config.config_groups.group_0.input_activations': "
+     "must be null or absent (W4A16: activations are not quantised)",
+     i4_w4a8},
+    {"INT4 (compressed-tensors)", "group_size 48", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.group_size': 48 "
+     "is not supported (a multiple of 32: the activations' block)",
      i4_group48},
     {"INT4 (compressed-tensors)", "group_size 64 does not divide 160", OPEN, false, MOE_ECONFIG,
-     "*config.json: field 'quantization_config.config_groups': group_size 64 does not divi"
-     "de the width 160 of 'model.layers.1.mlp.experts.0.down_proj.weight_scale'", i4_group64},
-    {"INT4 (compressed-tensors)", "format marlin-24", OPEN, false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.format': 'marlin-24' is not supported (only"
-     " pack-quantized)",
+     "*config.json: field 'quantization_config.config_groups': group_size 64 does not divide "
+     "the width 160 of 'model.layers.1.mlp.experts.0.down_proj.weight_scale'",
+     i4_group64},
+    {"INT4 (compressed-tensors)", "format marlin-24", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.format': 'marlin-24' is not supported (only "
+     "pack-quantized)",
      i4_format},
-    {"INT4 (compressed-tensors)", "ignore names one projection of the routed experts", OPEN,
-     false, MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.ignore': ignores 'model.layers.1.mlp.expert"
-     "s.3.up_proj' but not 'model.layers.1.mlp.experts.0.gate_proj': one MLP group must be"
-     " all INT4 or all unquantised", i4_partial},
+    {"INT4 (compressed-tensors)", "ignore names one projection of the routed experts", OPEN, false,
+     MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.ignore': ignores "
+     "'model.layers.1.mlp.experts.3.up_proj' but not "
+     "'model.layers.1.mlp.experts.0.gate_proj': one MLP group must be all INT4 or all "
+     "unquantised",
+     i4_partial},
     {"INT4 (compressed-tensors)", "ignore pattern 're:(' does not compile", OPEN, false,
-     MOE_EUNSUPPORTED, "*config.json: field 'quantization_config.ignore': entry 1 're:(' is not a POSIX exte"
-     "nded regular expression", i4_bad_regex},
+     MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.ignore': entry 1 're:(' is not a POSIX "
+     "extended regular expression",
+     i4_bad_regex},
     {"INT4 (compressed-tensors)", "weight_packed shape disagrees with moe_intermediate_size", OPEN,
-     false, MOE_ESHAPE, "*: layer 1: tensor 'model.layers.1.mlp.experts.0.gate_proj.weight_packed' (*/model.s"
-     "afetensors) has shape [160, 32]; expected [192, 32]", i4_shape},
-    {"INT4 (compressed-tensors)", "weight_shape value disagrees", CREATE, false, MOE_ESHAPE, "layer 1 routed experts: expert 6: tensor 'model.layers.1.mlp.experts.6.down_proj.wei"
-     "ght_shape' says [256, 128]; the config and weight_packed say [256, 160]",
+     false, MOE_ESHAPE,
+     "*: layer 1: tensor 'model.layers.1.mlp.experts.0.gate_proj.weight_packed' "
+     "(*/model.safetensors) has shape [160, 32]; expected [192, 32]",
+     i4_shape},
+    {"INT4 (compressed-tensors)", "weight_shape value disagrees", CREATE, false, MOE_ESHAPE,
+     "layer 1 routed experts: expert 6: tensor "
+     "'model.layers.1.mlp.experts.6.down_proj.weight_shape' says [256, 128]; the config and "
+     "weight_packed say [256, 160]",
      i4_shape_value},
-    {"INT4 (compressed-tensors)", "NaN bf16 group scale", CREATE, false, MOE_EVALUE, "layer 1 routed experts: expert 4: tensor 'model.layers.1.mlp.experts.4.gate_proj.wei"
-     "ght_scale' holds a NaN or infinite group scale at [2, 3]; INT4 scales must be finite",
+    {"INT4 (compressed-tensors)", "NaN bf16 group scale", CREATE, false, MOE_EVALUE,
+     "layer 1 routed experts: expert 4: tensor "
+     "'model.layers.1.mlp.experts.4.gate_proj.weight_scale' holds a NaN or infinite group "
+     "scale at [2, 3]; INT4 scales must be finite",
      i4_scale_nan},
 };
 

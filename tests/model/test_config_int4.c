@@ -10,28 +10,28 @@
 /* Kimi-K2's shape (61 layers, the first dense, 384 experts, one shared), with QUANT as its
  * quantization_config. */
 #define KIMI(quant)                                                                                \
-    "{\"model_type\":\"kimi_k2\",\"hidden_size\":7168,\"num_hidden_layers\":61,"                  \
-    "\"intermediate_size\":18432,\"moe_intermediate_size\":2048,\"n_routed_experts\":384,"        \
-    "\"num_experts_per_tok\":8,\"n_group\":1,\"topk_group\":1,\"n_shared_experts\":1,"            \
-    "\"first_k_dense_replace\":1,\"norm_topk_prob\":true,\"routed_scaling_factor\":2.827,"        \
+    "{\"model_type\":\"kimi_k2\",\"hidden_size\":7168,\"num_hidden_layers\":61,"                   \
+    "\"intermediate_size\":18432,\"moe_intermediate_size\":2048,\"n_routed_experts\":384,"         \
+    "\"num_experts_per_tok\":8,\"n_group\":1,\"topk_group\":1,\"n_shared_experts\":1,"             \
+    "\"first_k_dense_replace\":1,\"norm_topk_prob\":true,\"routed_scaling_factor\":2.827,"         \
     "\"vocab_size\":163840,\"quantization_config\":" quant "}"
 
 #define WEIGHTS(extra)                                                                             \
-    "{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,\"strategy\":\"group\","                 \
+    "{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,\"strategy\":\"group\","                  \
     "\"group_size\":32,\"dynamic\":false,\"actorder\":null,\"observer\":\"minmax\"" extra "}"
 
-#define QUANT(group_extra, weights, ignore, extra)                                                \
-    "{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","                     \
-    "\"quantization_status\":\"compressed\",\"kv_cache_scheme\":null,\"sparsity_config\":{},"     \
-    "\"config_groups\":{\"group_0\":{\"targets\":[\"Linear\"],\"input_activations\":null,"        \
-    "\"output_activations\":null" group_extra ",\"weights\":" weights "}},"                       \
+#define QUANT(group_extra, weights, ignore, extra)                                                 \
+    "{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","                      \
+    "\"quantization_status\":\"compressed\",\"kv_cache_scheme\":null,\"sparsity_config\":{},"      \
+    "\"config_groups\":{\"group_0\":{\"targets\":[\"Linear\"],\"input_activations\":null,"         \
+    "\"output_activations\":null" group_extra ",\"weights\":" weights "}},"                        \
     "\"ignore\":" ignore extra "}"
 
 /* As Kimi-K2-Thinking's release: attention, the head, the shared experts and the dense MLP
  * stay bf16; here by patterns and exact names both. */
 #define KIMI_IGNORE                                                                                \
-    "[\"lm_head\",\"re:.*self_attn.*\",\"re:.*shared_experts.*\","                               \
-    "\"model.layers.0.mlp.gate_proj\",\"model.layers.0.mlp.up_proj\","                            \
+    "[\"lm_head\",\"re:.*self_attn.*\",\"re:.*shared_experts.*\","                                 \
+    "\"model.layers.0.mlp.gate_proj\",\"model.layers.0.mlp.up_proj\","                             \
     "\"model.layers.0.mlp.down_proj\"]"
 
 static moe_status parse(const char *json, moe_model_desc *d)
@@ -64,8 +64,9 @@ static void test_kimi_thinking(void)
     }
     moe_model_desc_free(&d);
     /* No ignore list: every MLP is INT4, dense and shared included; group size 128. */
-    CHECK_STATUS(parse(KIMI(QUANT("", "{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,"
-                                      "\"strategy\":\"group\",\"group_size\":128}",
+    CHECK_STATUS(parse(KIMI(QUANT("",
+                                  "{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,"
+                                  "\"strategy\":\"group\",\"group_size\":128}",
                                   "[]", "")),
                        &d),
                  MOE_OK);
@@ -79,7 +80,9 @@ static void test_kimi_thinking(void)
         for (int p = 0; p < 3; p++)
             n += (size_t)snprintf(ignore + n, sizeof ignore - n,
                                   ",\"model.layers.%d.mlp.shared_experts.%s_proj\"", i,
-                                  p == 0 ? "gate" : p == 1 ? "up" : "down");
+                                  p == 0   ? "gate"
+                                  : p == 1 ? "up"
+                                           : "down");
     REQUIRE(n + 2 < sizeof ignore);
     snprintf(ignore + n, sizeof ignore - n, "]");
     snprintf(json, sizeof json, KIMI(QUANT("", WEIGHTS(""), "%s", "")), ignore);
@@ -117,16 +120,18 @@ static void test_refused(void)
                 "'quantization_config.format'");
     expect_fail(KIMI("{\"quant_method\":\"awq\"}"), MOE_EUNSUPPORTED,
                 "'awq' is not supported for this model_type (supported: fp8, compressed-tensors)");
-    expect_fail(KIMI(QUANT("", "{\"num_bits\":4,\"type\":\"float\",\"symmetric\":true,"
-                               "\"strategy\":\"group\",\"group_size\":32}",
+    expect_fail(KIMI(QUANT("",
+                           "{\"num_bits\":4,\"type\":\"float\",\"symmetric\":true,"
+                           "\"strategy\":\"group\",\"group_size\":32}",
                            "[]", "")),
                 MOE_EUNSUPPORTED, "weights.type': 'float' is not supported");
     expect_fail(KIMI(QUANT("", WEIGHTS(",\"block_structure\":\"2:4\""), "[]", "")),
                 MOE_EUNSUPPORTED, "weights.block_structure'");
-    expect_fail(KIMI("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","
-                     "\"config_groups\":{\"g\":{\"targets\":[\"re:.*experts.*\"],\"weights\":"
-                     WEIGHTS("") "}}}"),
-                MOE_EUNSUPPORTED, "'quantization_config.config_groups.g.targets'");
+    expect_fail(
+        KIMI("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","
+             "\"config_groups\":{\"g\":{\"targets\":[\"re:.*experts.*\"],\"weights\":" WEIGHTS(
+                 "") "}}}"),
+        MOE_EUNSUPPORTED, "'quantization_config.config_groups.g.targets'");
     expect_fail(KIMI("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\","
                      "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"]}}}"),
                 MOE_EMISSING, "'quantization_config.config_groups.g.weights'");

@@ -41,7 +41,8 @@ uint64_t bench_expert_bytes(const bench_preset *p, const char *format)
         return w + 4 * 3 * hb * ib; /* E4M3 codes + f32 128x128 block scales */
     }
     if (!strcmp(format, "mxfp4")) return w / 2 + w / 32 + 2 * (2 * i + h); /* + bf16 biases */
-    if (!strcmp(format, "int4")) return w / 2 + 2 * (w / 32) + 3 * 16; /* bf16 scales per 32 */
+    /* int4: the nibbles, a bf16 scale per 32, weight_shape */
+    if (!strcmp(format, "int4")) return w / 2 + 2 * (w / 32) + 3 * 16;
     return 2 * w;
 }
 

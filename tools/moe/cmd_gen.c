@@ -339,8 +339,8 @@ static int resolve_shape(gen_request *r)
     if (o->hash_layers > o->layers)
         return usage("--hash-layers %lld exceeds --layers %lld", (long long)o->hash_layers,
                      (long long)o->layers);
-    if (o->dtype == GEN_DTYPE_INT4 && (o->hidden % 32 || o->intermediate % 32 ||
-                                        o->dense_intermediate % 32))
+    if (o->dtype == GEN_DTYPE_INT4 &&
+        (o->hidden % 32 || o->intermediate % 32 || o->dense_intermediate % 32))
         return usage("--hidden, --intermediate and the dense intermediate must be multiples of "
                      "32 (the group size) for int4 experts");
     if (o->dtype == GEN_DTYPE_MXFP4) {

@@ -177,8 +177,7 @@ static bool init_int4(gen_tensor *t, const moe_mlp_desc *mlp, const moe_tensor_s
         return spec->dtype == MOE_DTYPE_I64;
     }
     t->content = is_scale_role(spec->role) ? GEN_INT4_SCALE : GEN_INT4_WORDS;
-    return is_scale_role(spec->role) ? spec->dtype == MOE_DTYPE_BF16
-                                     : spec->dtype == MOE_DTYPE_I32;
+    return is_scale_role(spec->role) ? spec->dtype == MOE_DTYPE_BF16 : spec->dtype == MOE_DTYPE_I32;
 }
 
 static moe_status init_mlp(gen_tensor *t, const moe_mlp_desc *mlp, const moe_tensor_spec *spec)
