@@ -45,7 +45,9 @@
  * multiply-adds per instruction) or ymm (AVX-VNNI: 32), or for the sets without VNNI
  * vpmaddubsw (ymm: 32, zmm: 64). The tile recipe's MXFP4 sets run beside them on bf16 x and
  * h rows (rounded once, outside the timing, as the layer rounds x once per forward), against
- * tdpbf16ps's peak (AMX-BF16) or the FMA's.
+ * tdpbf16ps's peak (AMX-BF16) or the FMA's. The INT4 sets (the q8 recipe's units, f32
+ * group scales) join this part at Kimi-K2's expert shape (H = 7168, I = 2048), group 32, bf16
+ * scales; their decode counts their packed bytes (5 bits per weight).
  *
  * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
  * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
@@ -403,6 +405,7 @@ typedef struct mx_shape {
 
 static const mx_shape mx_shapes[] = {{"gpt-oss-20b", 2880, 2880},
                                      {"DeepSeek-V4-Flash", 4096, 2048}};
+static const mx_shape int4_shapes[] = {{"Kimi-K2", 7168, 2048}};
 
 /* n copies of one random expert of shape sh (codes uniform, scales 2^-7..2^-4, biases). */
 static int mx_pack_experts(const moe_expert_kernels *ks, const mx_shape *sh, int n, packed *out)
@@ -424,11 +427,24 @@ static int mx_pack_experts(const moe_expert_kernels *ks, const mx_shape *sh, int
         ok = ok && w[j] && sc[j];
     }
     if (!ok) return -1;
+    /* INT4: bf16 group scales (two bytes each, group 32) instead of E8M0 bytes. */
+    const bool int4 = ks->format == MOE_EXPERT_FMT_INT4_GROUP;
+    for (int j = 0; j < 3 && int4; j++) {
+        free(sc[j]);
+        sc[j] = malloc(nw / 16);
+        if (!sc[j]) return -1;
+    }
     for (int j = 0; j < 3; j++) {
         for (size_t i = 0; i < nw / 2; i++)
             w[j][i] = (unsigned char)bench_rand(&rng);
-        for (size_t i = 0; i < nw / 32; i++)
-            sc[j][i] = (unsigned char)(120 + bench_rand(&rng) % 4);
+        for (size_t i = 0; i < nw / 32; i++) {
+            if (!int4) {
+                sc[j][i] = (unsigned char)(120 + bench_rand(&rng) % 4);
+                continue;
+            }
+            const uint16_t s = (uint16_t)(0x3B80 + bench_rand(&rng) % 128); /* bf16 ~ 0.004-0.008 */
+            memcpy(sc[j] + 2 * i, &s, 2);
+        }
     }
     for (int i = 0; i < (NH > NI ? NH : NI); i++)
         bias[i] = (float)(0.1 * bench_gauss(&rng));
@@ -446,6 +462,10 @@ static int mx_pack_experts(const moe_expert_kernels *ks, const mx_shape *sh, int
                         .bias = bias,
                         .bias_dtype = MOE_DTYPE_F32,
                         .bias_stride = 1};
+    if (int4) {
+        g.dtype = MOE_DTYPE_I32;
+        g.scale_dtype = MOE_DTYPE_BF16;
+    }
     moe_weight_src u = g, d = g;
     u.data = w[1];
     u.scale = sc[1];
@@ -697,7 +717,7 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
-    printf("# MXFP4, Q8 and tile recipes, %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm "
+    printf("# MXFP4 (Q8 and tile recipes) and INT4 (Q8), %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm "
            "%.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f, tdpbf16ps %.1f, "
            "fma zmm %.1f GOP/s\n",
            threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
@@ -710,15 +730,19 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
            "T=16", "T=128", "T=512", "peak of");
     for (size_t r = 0; r < count; r++) {
         const moe_kernel *k = &reg[r];
+        const bool int4 = k->family == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8;
         if (k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 &&
-            k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE)
+            k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE && !int4)
             continue;
         const moe_expert_kernels *ks = k->fn.expert_set;
         if ((ks->isa & ~allowed) != 0) continue;
         if (ks->isa == MOE_REQ_SCALAR && !with_ref) continue;
         if (only_set && !strstr(ks->name, only_set)) continue;
-        for (size_t sh = 0; sh < sizeof mx_shapes / sizeof mx_shapes[0]; sh++)
-            if (mx_bench_set(ks, &mx_shapes[sh], buf, llc, threads, quick)) return -1;
+        const mx_shape *shapes = int4 ? int4_shapes : mx_shapes;
+        const size_t ns = int4 ? sizeof int4_shapes / sizeof int4_shapes[0]
+                               : sizeof mx_shapes / sizeof mx_shapes[0];
+        for (size_t sh = 0; sh < ns; sh++)
+            if (mx_bench_set(ks, &shapes[sh], buf, llc, threads, quick)) return -1;
     }
     return 0;
 }

@@ -266,10 +266,13 @@ typedef enum moe_weight_format {
     MOE_WFMT_MXFP4 = 2,     /* E2M1 codes, two per byte, + an E8M0 scale per 32 along K */
     MOE_WFMT_F32 = 3,       /* plain f32 [out, in] (an unquantised checkpoint saved in f32) */
     MOE_WFMT_F16 = 4,       /* plain f16 [out, in] (an unquantised checkpoint saved in f16) */
+    /* symmetric int4, 8 per int32 word (compressed-tensors pack-quantized), + a bf16 scale
+     * per G along K */
+    MOE_WFMT_INT4_GROUP = 5,
 } moe_weight_format;
 
-/* "dense", "moe", "hash"; "bf16", "fp8_block", "mxfp4", "f32", "f16"; "unknown" outside the
- * enums. */
+/* "dense", "moe", "hash"; "bf16", "fp8_block", "mxfp4", "f32", "f16", "int4_group"; "unknown"
+ * outside the enums. */
 MOE_API const char *moe_layer_kind_name(moe_layer_kind kind);
 MOE_API const char *moe_weight_format_name(moe_weight_format format);
 

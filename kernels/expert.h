@@ -42,6 +42,9 @@ enum {
     MOE_EXPERT_FMT_F32 = 3,       /* f32 [out, in] */
     MOE_EXPERT_FMT_F16 = 4,       /* f16 [out, in]: widened exactly, it packs into the f32
                                      sets' tiles, so those sets (format F32) serve it */
+    /* int4 nibbles [out, in/2] (compressed-tensors' int32 words as little-endian bytes,
+     * element 2i low, stored value + 8) + one bf16 / f16 / f32 scale per row and G along K */
+    MOE_EXPERT_FMT_INT4_GROUP = 5,
 };
 
 /* Rows of every tile (gate/up: per projection; down: output rows). It divides the FP8 scale
@@ -184,6 +187,13 @@ static inline bool moe_recipe_bf16_rows(moe_expert_recipe r)
  *   out    = acc + bias (f32), then gate/up's activation, as for the other recipes.
  * (float)isum is exact (|isum| ≤ 32·12·127 < 2^24) and no flush to zero is involved, so the
  * result depends only on these IEEE operations in this order.
+ *
+ * INT4 group weights (format INT4_GROUP) run the same recipe with w_j = u_j - 8 (u the stored
+ * nibble; the SIMD operand u + 4 = w + 12 against the same corrections) and
+ *   S_b    = xs_b · ws_b                           (one f32 multiply, rounded to nearest even;
+ *                                                   ws_b the row's group scale of block b as
+ *                                                   an f32, converted once at packing)
+ * (|isum| ≤ 32·8·127); the rest as above.
  */
 #define MOE_Q8_WOFFSET 12
 
@@ -352,6 +362,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_bf16_tile.inc"
 #include "kernels/expert_fp8_tile.inc"
 #include "kernels/expert_mxfp4_tile.inc"
+#include "kernels/expert_int4_q8.inc"
 #undef MOE_KERNEL
 
 #endif

@@ -59,6 +59,8 @@ MODELS = [
     ("minimax_m2_fp8", TINY + ["--family", "minimax_m2", "--dtype", "fp8", "--layers", "1"]),
     ("kimi_k25_bf16", TINY + ["--family", "kimi_k25", "--dtype", "bf16",
                               "--dense-intermediate", "16"]),
+    ("kimi_k2_int4", TINY32 + ["--family", "kimi_k2", "--dtype", "int4", "--first-dense", "1",
+                               "--dense-intermediate", "32"]),
 ]
 
 

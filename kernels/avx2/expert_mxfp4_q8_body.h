@@ -10,10 +10,14 @@
 #include "kernels/avx2/q8_prepare.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
+#include "kernels/ref/expert_q8_weights.h"
 #include "kernels/inline.h"
 #include "select/kernel.h"
 
 /*
+ * The INT4 sets include it too, with MOE_Q8_INT4 1: their table and f32 scales
+ * (kernels/ref/expert_q8_weights.h); everything else below is the same for both formats.
+ *
  * Included by exactly one file per set, after defining MOE_MX_AVXVNNI (1: vpdpbusd on ymm,
  * AVX-VNNI; 0: vpmaddubsw + vpmaddwd); everything here is static.
  *
@@ -67,11 +71,7 @@ INLINE void prefetch(const unsigned char *p, const unsigned char *end, size_t sk
     _mm_prefetch((const char *)p + PF_L1_BYTES, _MM_HINT_T0);
 }
 
-INLINE __m256i lut_w2u(void)
-{
-    return _mm256_broadcastsi128_si256(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-}
+INLINE __m256i lut_w2u(void) { return _mm256_broadcastsi128_si256(_mm_setr_epi8(Q8W_WU_VALUES)); }
 
 /* The two quads (c, c + 4) of one 32-byte chunk half as unsigned operands. */
 INLINE void decode(const unsigned char *half, __m256i lut, __m256i *lo, __m256i *hi)
@@ -97,6 +97,13 @@ INLINE __m256 half_scales(const unsigned char *p)
     const __m256i w = _mm256_max_epu32(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(1 << 22));
     return _mm256_mul_ps(_mm256_castsi256_ps(w), _mm256_set1_ps(0.5f));
 }
+
+#if MOE_Q8_INT4
+/* INT4: the 8 rows' f32 scales at p, as packing wrote them. */
+INLINE __m256 weight_scales(const unsigned char *p) { return _mm256_loadu_ps((const float *)p); }
+#else
+#define weight_scales half_scales
+#endif
 
 /* Stores rows [8h, 8h + 8) ∩ [0, n_valid) of a result half. */
 INLINE void store_half(float *out, size_t h, __m256 v, size_t n_valid)
@@ -201,7 +208,7 @@ INLINE void sums_init(const size_t G, const qrow *r, size_t b, __m256i *isum)
 INLINE void f32_step(const size_t G, const __m256i *isum, const unsigned char *scales, size_t v,
                      const qrow *r, size_t b, totals *tot)
 {
-    const __m256 wsh = half_scales(scales + 8 * v);
+    const __m256 wsh = weight_scales(scales + 8 * Q8W_SCALE_BYTES * v);
     UNROLL
     for (size_t t = 0; t < G; t++) {
         float *acc = tot[t][v];
@@ -294,13 +301,14 @@ INLINE void accumulate(const int np, const bool direct, size_t m, size_t k,
     const size_t nb = k / BLK, skip = nt == 2 ? tb : 0;
     for (size_t s = 0, b = 0; b < nb; s++) {
         const size_t len = moe_mx_step_len(np, nb, s);
-        const size_t at = moe_mx_step_at(np, s), line = at + len * (size_t)np * UNIT;
+        const size_t at = q8w_step_at(np, s), line = at + len * (size_t)np * UNIT;
         for (size_t j = 0; j < nt; j++)
             prefetch(tile + j * tb + line, tile + (j + 1) * tb, skip);
         for (size_t i = 0; i < len; i++, b++)
             for (size_t j = 0; j < nt; j++) {
                 const unsigned char *units = tile + j * tb + at + i * (size_t)np * UNIT;
-                const unsigned char *scales = tile + j * tb + line + 16 * i * (size_t)np;
+                const unsigned char *scales =
+                    tile + j * tb + line + 16 * Q8W_SCALE_BYTES * i * (size_t)np;
                 for (size_t c = 0; c < 4 * (size_t)np; c++)
                     prefetch(units + 64 * c, tile + (j + 1) * tb, skip);
                 if (direct) {
@@ -361,7 +369,7 @@ INLINE void run_tiles(const int np, size_t m, size_t k, const void *const *x,
                       size_t os, size_t n_valid)
 {
     totals tot[2][MR] __attribute__((aligned(32)));
-    const size_t tb = np == 2 ? moe_mx_gateup_bytes((int64_t)k) : moe_mx_down_bytes((int64_t)k);
+    const size_t tb = np == 2 ? q8w_gateup_bytes((int64_t)k) : q8w_down_bytes((int64_t)k);
     const size_t pair = m <= GROUP ? 2 : 1;
     for (size_t j = 0, nt; j < n; j += nt) {
         nt = n - j < pair ? n - j : pair;
@@ -405,7 +413,7 @@ static void down(size_t m, size_t k, const void *const *h, const void *tile, flo
 #define MX_YMM_SET(NAME, ISA)                                                                      \
     const moe_expert_kernels NAME = {                                                              \
         .name = #NAME,                                                                             \
-        MOE_MX_SET_LAYOUT,                                                                         \
+        Q8W_SET_LAYOUT,                                                                            \
         .isa = ISA,                                                                                \
         .mr = MR,                                                                                  \
         .nr = NR,                                                                                  \

@@ -10,8 +10,12 @@
 #include "kernels/avx512/q8_prepare.h"
 #include "kernels/ref/expert_layout.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
+#include "kernels/ref/expert_q8_weights.h"
 
 /*
+ * The INT4 sets include it too, with MOE_Q8_INT4 1 (and MOE_MX_AMX 0): their table and f32
+ * scales (kernels/ref/expert_q8_weights.h); everything else below is the same for both formats.
+ *
  * Included by exactly one file per set, after defining MOE_MX_VNNI (1: vpdpbusd; 0:
  * vpmaddubsw + vpmaddwd) and MOE_MX_AMX (1: the buffered path's sums as tdpbssd on tiles,
  * kernels/avx512amx/expert_mxfp4_q8_tiles.h; with MOE_MX_VNNI 1); everything here is static.
@@ -72,11 +76,7 @@ MX_INLINE void mx_prefetch_side(const unsigned char *p, const unsigned char *end
     _mm_prefetch((const char *)p + MX_PF_L1, _MM_HINT_T0);
 }
 
-MX_INLINE __m512i mx_lut(void)
-{
-    return _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-}
+MX_INLINE __m512i mx_lut(void) { return _mm512_broadcast_i32x4(_mm_setr_epi8(Q8W_WU_VALUES)); }
 
 /* The two quads (c, c + 4) of one chunk as unsigned operands. */
 MX_INLINE void mx_decode(const unsigned char *chunk, __m512i lut, __m512i *lo, __m512i *hi)
@@ -105,6 +105,13 @@ MX_INLINE __m512 mx_half_scales(const unsigned char *p)
     const __m512 ex = _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128)));
     return _mm512_scalef_ps(_mm512_set1_ps(1.0f), ex);
 }
+
+#if MOE_Q8_INT4
+/* INT4: the 16 rows' f32 scales at p, as packing wrote them. */
+MX_INLINE __m512 mx_weight_scales(const unsigned char *p) { return _mm512_loadu_ps(p); }
+#else
+#define mx_weight_scales mx_half_scales
+#endif
 
 MX_INLINE __m512i mx_bcast(const unsigned char *p)
 {
@@ -157,7 +164,7 @@ MX_INLINE void mx_gateup_direct(const size_t M, const size_t NT, size_t k, const
     const size_t nb = k / MX_BLK, skip = NT == 2 ? tb : 0;
     for (size_t s = 0, b = 0; b < nb; s++) {
         const size_t len = moe_mx_step_len(2, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(2, s);
+        const unsigned char *base = tile + q8w_step_at(2, s);
         const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
         MX_UNROLL
         for (size_t j = 0; j < NT; j++)
@@ -193,8 +200,9 @@ MX_INLINE void mx_gateup_direct(const size_t M, const size_t NT, size_t k, const
             }
             MX_UNROLL
             for (size_t j = 0; j < NT; j++) {
-                const __m512 wg = mx_half_scales(line + j * tb + 32 * i),
-                             wu = mx_half_scales(line + j * tb + 32 * i + 16);
+                const __m512 wg = mx_weight_scales(line + j * tb + 32 * Q8W_SCALE_BYTES * i),
+                             wu = mx_weight_scales(line + j * tb + 32 * Q8W_SCALE_BYTES * i +
+                                                   16 * Q8W_SCALE_BYTES);
                 MX_UNROLL
                 for (size_t t = 0; t < M; t++) {
                     ag[j][t] = mx_scale_add(ig[j][t], wg, &r[t], b, ag[j][t]);
@@ -233,7 +241,7 @@ MX_INLINE void mx_down_direct(const size_t M, const size_t NT, size_t k, const v
     const size_t nb = k / MX_BLK, skip = NT == 2 ? tb : 0;
     for (size_t s = 0, b = 0; b < nb; s++) {
         const size_t len = moe_mx_step_len(1, nb, s);
-        const unsigned char *base = tile + moe_mx_step_at(1, s);
+        const unsigned char *base = tile + q8w_step_at(1, s);
         const unsigned char *line = base + len * MOE_MX_UNIT;
         MX_UNROLL
         for (size_t j = 0; j < NT; j++)
@@ -264,7 +272,7 @@ MX_INLINE void mx_down_direct(const size_t M, const size_t NT, size_t k, const v
             }
             MX_UNROLL
             for (size_t j = 0; j < NT; j++) {
-                const __m512 w = mx_half_scales(line + j * tb + 16 * i);
+                const __m512 w = mx_weight_scales(line + j * tb + 16 * Q8W_SCALE_BYTES * i);
                 MX_UNROLL
                 for (size_t t = 0; t < M; t++)
                     acc[j][t] = mx_scale_add(is[j][t], w, &r[t], b, acc[j][t]);
@@ -443,7 +451,7 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
         const size_t len = moe_mx_step_len(2, nb, s);
         for (size_t i = 0; i < len; i++) {
             for (size_t j = 0; j < n; j++) {
-                const unsigned char *base = tile + j * tb + moe_mx_step_at(2, s);
+                const unsigned char *base = tile + j * tb + q8w_step_at(2, s);
                 const unsigned char *line = base + len * 2 * MOE_MX_UNIT;
                 if (i == 0) mx_prefetch_ahead(line);
                 const unsigned char *ug = base + i * 2 * MOE_MX_UNIT;
@@ -455,7 +463,8 @@ static void mx_gateup_buffered(size_t m, size_t k, const void *const *xv,
                                     tot[late.j]);
                 const mx_unit next = {
                     d,
-                    {mx_half_scales(line + 32 * i), mx_half_scales(line + 32 * i + 16)},
+                    {mx_weight_scales(line + 32 * Q8W_SCALE_BYTES * i),
+                     mx_weight_scales(line + 32 * Q8W_SCALE_BYTES * i + 16 * Q8W_SCALE_BYTES)},
                     b0 + i,
                     j};
                 late = next;
@@ -495,14 +504,15 @@ static void mx_down_buffered(size_t m, size_t k, const void *const *hv, const un
         const size_t len = moe_mx_step_len(1, nb, s);
         for (size_t i = 0; i < len; i++) {
             for (size_t j = 0; j < n; j++) {
-                const unsigned char *base = tile + j * tb + moe_mx_step_at(1, s);
+                const unsigned char *base = tile + j * tb + q8w_step_at(1, s);
                 const unsigned char *line = base + len * MOE_MX_UNIT;
                 if (i == 0) mx_prefetch_ahead(line);
                 __m512i *d = buf[units++ % 2];
                 mx_decode_unit(base + i * MOE_MX_UNIT, lut, d, 2);
                 if (late.buf)
                     mx_down_block(&tk, m, k, late.b, late.j == 0, late.buf, late.w[0], tot[late.j]);
-                const mx_unit next = {d, {mx_half_scales(line + 16 * i)}, b0 + i, j};
+                const mx_unit next = {
+                    d, {mx_weight_scales(line + 16 * Q8W_SCALE_BYTES * i)}, b0 + i, j};
                 late = next;
             }
         }
@@ -590,7 +600,7 @@ static void mx_gateup_tiles(size_t m, size_t k, const void *const *x, const void
                             size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
                             size_t n_valid)
 {
-    const size_t tb = moe_mx_gateup_bytes((int64_t)k);
+    const size_t tb = q8w_gateup_bytes((int64_t)k);
     for (size_t i = 0; i < n_tiles; i += MX_TILES) {
         const size_t n = n_tiles - i < MX_TILES ? n_tiles - i : MX_TILES;
         const size_t nv = i + n == n_tiles ? n_valid : MX_NR;
@@ -606,7 +616,7 @@ static void mx_gateup_tiles(size_t m, size_t k, const void *const *x, const void
 static void mx_down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
                           size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
 {
-    const size_t tb = moe_mx_down_bytes((int64_t)k);
+    const size_t tb = q8w_down_bytes((int64_t)k);
     for (size_t i = 0; i < n_tiles; i += MX_TILES) {
         const size_t n = n_tiles - i < MX_TILES ? n_tiles - i : MX_TILES;
         const size_t nv = i + n == n_tiles ? n_valid : MX_NR;
@@ -624,7 +634,7 @@ static void mx_down_tiles(size_t m, size_t k, const void *const *h, const void *
 #define MX_ZMM_SET(NAME, ISA)                                                                      \
     const moe_expert_kernels NAME = {                                                              \
         .name = #NAME,                                                                             \
-        MOE_MX_SET_LAYOUT,                                                                         \
+        Q8W_SET_LAYOUT,                                                                            \
         .isa = ISA,                                                                                \
         .mr = MX_MR,                                                                               \
         .nr = MX_NR,                                                                               \

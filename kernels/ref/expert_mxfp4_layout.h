@@ -106,6 +106,9 @@ moe_status moe_mx_check_sources(const moe_weight_src *const *src, int np);
 moe_status moe_mx_check_dst(const moe_weight_dst *d, const char *what);
 float moe_mx_bias_at(const moe_weight_src *s, int64_t r);
 void moe_mx_store_bias(const moe_weight_dst *d, int64_t r, float v);
+/* One unit: rows r0..r0+15 of block b of S's codes in the unit layout above (rows past S's
+ * edge: bytes 0); S is checked by the caller. */
+void moe_mx_pack_unit(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *unit);
 
 /* The Q8 rows (kernels/expert.h): bytes of a row of k values, and the portable preparation
  * every set of the recipe uses (kernels/ref/expert_mxfp4_pack.c). */

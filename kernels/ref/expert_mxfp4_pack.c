@@ -245,6 +245,12 @@ static void pack_unit(const moe_weight_src *s, int64_t r0, int64_t b, unsigned c
     }
 }
 
+/* The INT4 sets' code units are MXFP4's byte for byte (kernels/ref/expert_int4_layout.h). */
+void moe_mx_pack_unit(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *unit)
+{
+    pack_unit(s, r0, b, unit);
+}
+
 static void pack_scales(const moe_weight_src *s, int64_t r0, int64_t b, unsigned char *line)
 {
     for (int n = 0; n < NR; n++)

@@ -137,16 +137,22 @@ moe_status moe_expert_group_pack(moe_expert_group *g, int e, const moe_weight_sr
 
 /* ---- Packing in parts ------------------------------------------------------------------ */
 
-/* Bytes of one element step along a row of S's data (MXFP4 strides count bytes). */
-static size_t data_elem_bytes(const moe_expert_group *g, const moe_weight_src *s)
+/* The 4-bit formats, whose row strides count bytes of two codes each. */
+static bool nibbles(const moe_expert_group *g)
 {
-    return g->ks->format == MOE_EXPERT_FMT_MXFP4 ? 1 : moe_dtype_bits(s->dtype) / 8;
+    return g->ks->format == MOE_EXPERT_FMT_MXFP4 || g->ks->format == MOE_EXPERT_FMT_INT4_GROUP;
 }
 
-/* Elements (MXFP4: bytes) of one row of S's data. */
+/* Bytes of one element step along a row of S's data (MXFP4 and INT4 strides count bytes). */
+static size_t data_elem_bytes(const moe_expert_group *g, const moe_weight_src *s)
+{
+    return nibbles(g) ? 1 : moe_dtype_bits(s->dtype) / 8;
+}
+
+/* Elements (MXFP4, INT4: bytes) of one row of S's data. */
 static int64_t row_elems(const moe_expert_group *g, const moe_weight_src *s)
 {
-    return g->ks->format == MOE_EXPERT_FMT_MXFP4 ? s->cols / 2 : s->cols;
+    return nibbles(g) ? s->cols / 2 : s->cols;
 }
 
 /* Whether S's rows lie one after another in memory, so a run of rows is one byte span. */
@@ -165,6 +171,9 @@ static moe_weight_src rows_of(const moe_expert_group *g, const moe_weight_src *s
     v.data = (const unsigned char *)s->data + (size_t)(r0 * s->row_stride) * data_elem_bytes(g, s);
     if (s->scale && g->ks->format == MOE_EXPERT_FMT_MXFP4) {
         v.scale = (const unsigned char *)s->scale + (size_t)(r0 * s->scale_stride);
+    } else if (s->scale && g->ks->format == MOE_EXPERT_FMT_INT4_GROUP) { /* stride: elements */
+        v.scale = (const unsigned char *)s->scale +
+                  (size_t)(r0 * s->scale_stride) * (moe_dtype_bits(s->scale_dtype) / 8);
     } else if (s->scale) { /* row-major [ceil(rows / block_rows), ceil(cols / 128)] */
         const int64_t ncols = (s->cols + MOE_EXPERT_KBLOCK - 1) / MOE_EXPERT_KBLOCK;
         v.scale = (const unsigned char *)s->scale +

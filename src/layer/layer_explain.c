@@ -40,6 +40,28 @@ static void put(text *t, const char *fmt, ...)
     }
 }
 
+/* What the recipe line adds for the groups that run q8: INT4 groups (their one recipe so far)
+ * and MXFP4 ones (tile when asked, unless a block scale has no bf16). */
+static const char *q8_groups_note(const moe_layer_plan *p)
+{
+    bool int4 = false, mx = false;
+    for (int id = 0; id < MOE_LG_COUNT_; id++) {
+        const moe_layer_group_plan *g = &p->groups[id];
+        if (!g->present || g->recipe != MOE_RECIPE_Q8) continue;
+        if (g->mlp.format == MOE_WFMT_INT4_GROUP)
+            int4 = true;
+        else
+            mx = true;
+    }
+    if (!mx) return int4 ? "; int4 groups: q8, their one recipe" : "";
+    if (p->recipe == MOE_RECIPE_TILE)
+        return int4 ? "; int4 groups: q8, their one recipe; mxfp4 groups with a block scale bf16 "
+                      "cannot hold: q8"
+                    : "; mxfp4 groups with a block scale bf16 cannot hold: q8";
+    return int4 ? "; int4 groups: q8, their one recipe; mxfp4 groups: q8 (tile when asked)"
+                : "; mxfp4 groups: q8 (tile when asked)";
+}
+
 static const char *logits_origin(const moe_layer_plan *p)
 {
     switch (p->logits_origin) {
@@ -169,9 +191,7 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         p->recipe_default
             ? "default: f32 keeps the activations exact; tile is faster at prefill with AMX"
             : "options->experts_recipe",
-        !moe_layer_q8_group(p)         ? ""
-        : p->recipe == MOE_RECIPE_TILE ? "; mxfp4 groups with a block scale bf16 cannot hold: q8"
-                                       : "; mxfp4 groups: q8 (tile when asked)");
+        q8_groups_note(p));
     if (p->moe) {
         put(&t, "  logits dtype: %s (%s)\n", moe_dtype_name(p->logits_dtype), logits_origin(p));
         put_gate(&t, p);

@@ -38,7 +38,7 @@ typedef enum moe_layer_group_id {
 /* "routed experts", "shared experts", "dense mlp": for messages and explain. */
 extern const char *const moe_layer_group_label[MOE_LG_COUNT_];
 
-#define MOE_LAYER_ROLES (MOE_ROLE_DOWN_BIAS + 1)
+#define MOE_LAYER_ROLES (MOE_ROLE_DOWN_SHAPE + 1)
 
 /* What creation decided for one group, before (describe) or while (create) packing. */
 typedef struct moe_layer_group_plan {

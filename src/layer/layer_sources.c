@@ -117,6 +117,27 @@ static void stacked_mxfp4(const moe_layer_group_plan *g, int e, moe_weight_src *
                    (const unsigned char *)dns->data + (size_t)(e * h * is), h, i);
 }
 
+/* INT4 (compressed-tensors) [out, in]: weight_packed's int32 words as bytes, in/2 a row, and
+ * the group scales [out, in/G] (scale_stride in elements). */
+static moe_weight_src int4_src(const moe_tensor *w, const moe_tensor *s, const moe_mlp_desc *m,
+                               int64_t rows, int64_t cols)
+{
+    moe_weight_src r;
+    memset(&r, 0, sizeof r);
+    r.data = w->data;
+    r.dtype = w->dtype;
+    r.rows = rows;
+    r.cols = cols;
+    r.row_stride = cols / 2;
+    r.col_stride = 1;
+    r.scale = s->data;
+    r.scale_dtype = s->dtype;
+    r.block_rows = 1;
+    r.block_cols = m->block_in;
+    r.scale_stride = cols / m->block_in;
+    return r;
+}
+
 void moe_layer_sources(const moe_layer_group_plan *g, int e, moe_weight_src *gate,
                        moe_weight_src *up, moe_weight_src *down)
 {
@@ -131,6 +152,12 @@ void moe_layer_sources(const moe_layer_group_plan *g, int e, moe_weight_src *gat
     }
     const moe_tensor *const *t = g->per_expert ? g->per_expert[e] : g->one;
     const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
+    if (g->mlp.format == MOE_WFMT_INT4_GROUP) {
+        *gate = int4_src(t[MOE_ROLE_GATE], t[MOE_ROLE_GATE_SCALE], &g->mlp, i, h);
+        *up = int4_src(t[MOE_ROLE_UP], t[MOE_ROLE_UP_SCALE], &g->mlp, i, h);
+        *down = int4_src(t[MOE_ROLE_DOWN], t[MOE_ROLE_DOWN_SCALE], &g->mlp, h, i);
+        return;
+    }
     if (mx) { /* DeepSeek-V4: w1/w3 [I, H/2] + .scale [I, H/32], w2 [H, I/2] + [H, I/32] */
         const moe_tensor *gs = t[MOE_ROLE_GATE_SCALE], *us = t[MOE_ROLE_UP_SCALE];
         const moe_tensor *ds = t[MOE_ROLE_DOWN_SCALE];
@@ -174,8 +201,75 @@ static moe_status scan(const moe_tensor *t, int e, uint64_t first, uint64_t coun
                      e, t->name, at);
 }
 
+/* ---- INT4: weight_shape values and finite scales ------------------------------------------ */
+
+/* T's weight_shape [2] must say [ROWS, COLS]: the packed and scale shapes were checked
+ * against the config at open, this is the third statement of the same shape. */
+static moe_status check_shape_values(const moe_tensor *t, int e, int64_t rows, int64_t cols)
+{
+    int64_t v[2];
+    for (int i = 0; i < 2; i++) {
+        if (t->dtype == MOE_DTYPE_I64) {
+            memcpy(&v[i], (const unsigned char *)t->data + 8 * i, 8);
+        } else {
+            int32_t w;
+            memcpy(&w, (const unsigned char *)t->data + 4 * i, 4);
+            v[i] = w;
+        }
+    }
+    if (v[0] == rows && v[1] == cols) return MOE_OK;
+    return moe_error(MOE_ESHAPE,
+                     "expert %d: tensor '%s' says [%lld, %lld]; the config and weight_packed say "
+                     "[%lld, %lld]",
+                     e, t->name, (long long)v[0], (long long)v[1], (long long)rows,
+                     (long long)cols);
+}
+
+/* The first NaN or infinite group scale of T (bf16, f16 or f32): MOE_EVALUE naming T and the
+ * element. */
+static moe_status check_finite_scales(const moe_tensor *t, int e)
+{
+    const unsigned char *p = t->data;
+    for (uint64_t i = 0; i < t->count; i++) {
+        bool bad;
+        if (t->dtype == MOE_DTYPE_F32) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            bad = (u & 0x7F800000u) == 0x7F800000u;
+        } else {
+            uint16_t u;
+            memcpy(&u, p + 2 * i, 2);
+            bad = t->dtype == MOE_DTYPE_BF16 ? (u & 0x7F80u) == 0x7F80u : (u & 0x7C00u) == 0x7C00u;
+        }
+        if (bad) {
+            const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+            return moe_error(MOE_EVALUE,
+                             "expert %d: tensor '%s' holds a %s group scale at [%lld, %lld]; "
+                             "INT4 scales must be finite",
+                             e, t->name, "NaN or infinite", (long long)((int64_t)i / cols),
+                             (long long)((int64_t)i % cols));
+        }
+    }
+    return MOE_OK;
+}
+
+static moe_status check_int4(const moe_layer_group_plan *g, int e)
+{
+    const moe_tensor *const *t = g->per_expert ? g->per_expert[e] : g->one;
+    const int64_t h = g->mlp.hidden, i = g->mlp.intermediate;
+    const moe_tensor_role shapes[3] = {MOE_ROLE_GATE_SHAPE, MOE_ROLE_UP_SHAPE, MOE_ROLE_DOWN_SHAPE};
+    const moe_tensor_role scales[3] = {MOE_ROLE_GATE_SCALE, MOE_ROLE_UP_SCALE, MOE_ROLE_DOWN_SCALE};
+    for (int p = 0; p < 3; p++) {
+        moe_status st = check_shape_values(t[shapes[p]], e, p < 2 ? i : h, p < 2 ? h : i);
+        if (!st) st = check_finite_scales(t[scales[p]], e);
+        if (st) return st;
+    }
+    return MOE_OK;
+}
+
 moe_status moe_layer_check_scales(const moe_layer_group_plan *g, int e)
 {
+    if (g->mlp.format == MOE_WFMT_INT4_GROUP) return check_int4(g, e);
     if (g->mlp.format != MOE_WFMT_MXFP4) return MOE_OK;
     static const moe_tensor_role roles[] = {MOE_ROLE_GATE_SCALE, MOE_ROLE_UP_SCALE,
                                             MOE_ROLE_GATE_UP_SCALE, MOE_ROLE_DOWN_SCALE};

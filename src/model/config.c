@@ -245,7 +245,7 @@ static moe_status quant_fp8(const moe_cfg *q, moe_cfg_quant_info *out)
 
 moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_info *out)
 {
-    moe_cfg_quant_info info = {MOE_QUANT_NONE, false, NULL};
+    moe_cfg_quant_info info = {MOE_QUANT_NONE, false, NULL, 0, NULL};
     const json_t *v = cfg_get(c, "quantization_config");
     if (!v) {
         *out = info;
@@ -298,6 +298,10 @@ moe_mlp_desc moe_cfg_mlp(int64_t hidden, int64_t intermediate, moe_weight_format
         m.block_in = 128;
     } else if (format == MOE_WFMT_MXFP4) {
         m.scale_dtype = MOE_DTYPE_F8_E8M0;
+        m.block_out = 1;
+        m.block_in = 32;
+    } else if (format == MOE_WFMT_INT4_GROUP) { /* block_in: the caller sets the group size */
+        m.scale_dtype = MOE_DTYPE_BF16;
         m.block_out = 1;
         m.block_in = 32;
     }

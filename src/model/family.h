@@ -68,17 +68,48 @@ typedef enum moe_cfg_quant {
     MOE_QUANT_NONE = 0,
     MOE_QUANT_FP8_BLOCK, /* fp8, e4m3, weight_block_size [128, 128] */
     MOE_QUANT_MXFP4,     /* gpt-oss */
+    /* compressed-tensors pack-quantized, symmetric int4 (config_int4.c) */
+    MOE_QUANT_INT4_GROUP,
 } moe_cfg_quant;
 
 typedef struct moe_cfg_quant_info {
     moe_cfg_quant kind;
     bool scale_ue8m0;         /* scale_fmt "ue8m0" (absent or "float": f32 scales) */
     const char *expert_dtype; /* fp8: "fp8", "fp4" or NULL when absent (points into the JSON) */
+    int group_size;           /* INT4_GROUP: weights.group_size (a multiple of 32) */
+    const json_t *ignore;     /* INT4_GROUP: the ignore list (strings), or NULL */
 } moe_cfg_quant_info;
 
 /* Reads quantization_config. ALLOW_MXFP4 is true for gpt-oss only. Any other quant_method,
  * fmt, scale_fmt, expert_dtype or block size is MOE_EUNSUPPORTED naming it. */
 moe_status moe_cfg_quant_read(const moe_cfg *c, bool allow_mxfp4, moe_cfg_quant_info *out);
+
+/* moe_cfg_quant_read (no MXFP4) that also reads quant_method "compressed-tensors"
+ * (moe_cfg_int4_read): for the families whose checkpoints ship INT4 experts (DeepSeek-V3 /
+ * Kimi-K2). C is the object holding quantization_config (the top level, or text_config). */
+moe_status moe_cfg_quant_read_int4(const moe_cfg *c, moe_cfg_quant_info *out);
+
+/* compressed-tensors' quantization_config Q (config_int4.c; docs/formats.md): format
+ * "pack-quantized", quantization_status "compressed", one config group with targets
+ * ["Linear"], weights {num_bits 4, type int, symmetric, strategy group, group_size a
+ * multiple of 32, not dynamic, no actorder}, no input / output activations, no sparsity or
+ * transform; the ignore list's "re:" entries compile as POSIX EREs. Anything else is
+ * MOE_EUNSUPPORTED (MOE_EJSON, MOE_EMISSING) naming the field. Sets kind INT4_GROUP. */
+moe_status moe_cfg_int4_read(const moe_cfg *q, moe_cfg_quant_info *out);
+
+/* The ignore list compiled (exact names sorted, "re:" entries as regexes matched from the
+ * start, as Python's re.match). */
+typedef struct moe_int4_ignore moe_int4_ignore;
+moe_status moe_int4_ignore_make(const moe_cfg_quant_info *q, moe_int4_ignore **out);
+void moe_int4_ignore_free(moe_int4_ignore *m);
+
+/* Whether the MLP group at PREFIX is INT4 (no module of it ignored: *out INT4_GROUP) or
+ * unquantised (all of them: BF16): its modules are PREFIX.experts.E.<proj> for E <
+ * N_EXPERTS, or PREFIX.<proj> when N_EXPERTS is 0, with PROJ the three projection names. A
+ * group partly ignored is MOE_EUNSUPPORTED naming one module of each kind (C for the
+ * message). */
+moe_status moe_int4_mlp_format(const moe_int4_ignore *m, const moe_cfg *c, const char *prefix,
+                               const char *const proj[3], int n_experts, moe_weight_format *out);
 
 /* The expert format of a non-V4 family from its quantization: FP8_BLOCK or BF16; an
  * expert_dtype "fp4" is MOE_EUNSUPPORTED (only deepseek_v4 has fp4 experts). */

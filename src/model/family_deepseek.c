@@ -116,6 +116,53 @@ static moe_status fill_layers(const moe_cfg *c, const ds_fields *f, const moe_ro
     return MOE_OK;
 }
 
+/* One MLP group of an INT4 checkpoint (PREFIX, N_EXPERTS as moe_int4_mlp_format): INT4 with
+ * the config's group size, which must divide both widths, or bf16 as the ignore list says. */
+static moe_status int4_group(const moe_cfg *c, const moe_cfg_quant_info *q,
+                             const moe_int4_ignore *ig, const char *prefix, int n_experts,
+                             moe_mlp_desc *m)
+{
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    moe_weight_format fmt;
+    moe_status st = moe_int4_mlp_format(ig, c, prefix, proj, n_experts, &fmt);
+    if (st || fmt != MOE_WFMT_INT4_GROUP) return st;
+    const int64_t g = q->group_size;
+    if (m->hidden % g != 0 || m->intermediate % g != 0)
+        return moe_cfg_fail(c, MOE_ECONFIG, "quantization_config.config_groups",
+                            "group_size %lld does not divide the width %lld of '%s%s.%s'",
+                            (long long)g, (long long)(m->hidden % g ? m->hidden : m->intermediate),
+                            prefix, n_experts > 0 ? ".experts.0" : "",
+                            m->hidden % g ? "gate_proj.weight_scale" : "down_proj.weight_scale");
+    *m = moe_cfg_mlp(m->hidden, m->intermediate, MOE_WFMT_INT4_GROUP, MOE_DTYPE_BF16);
+    m->block_in = (int)g;
+    return MOE_OK;
+}
+
+/* The formats of every MLP group of an INT4 (compressed-tensors) checkpoint. */
+static moe_status int4_formats(const moe_cfg *c, const moe_cfg_quant_info *q, moe_model_desc *d)
+{
+    moe_int4_ignore *ig;
+    moe_status st = moe_int4_ignore_make(q, &ig);
+    if (st) return st;
+    for (int i = 0; i < d->n_layers && !st; i++) {
+        moe_layer_desc *l = &d->layers[i];
+        char p[96], s[128];
+        /* The names the ignore list matches: Kimi-K2.5's text model lives under
+         * language_model (family_kimi_k25.c). */
+        snprintf(p, sizeof p, "%smodel.layers.%d.mlp",
+                 d->family == MOE_FAMILY_KIMI_K25 ? "language_model." : "", i);
+        if (l->kind == MOE_LAYER_DENSE) {
+            st = int4_group(c, q, ig, p, 0, &l->dense);
+            continue;
+        }
+        st = int4_group(c, q, ig, p, l->routing.n_experts, &l->experts);
+        snprintf(s, sizeof s, "%s.shared_experts", p);
+        if (!st && l->n_shared > 0) st = int4_group(c, q, ig, s, 0, &l->shared);
+    }
+    moe_int4_ignore_free(ig);
+    return st;
+}
+
 moe_status moe_family_deepseek_parse(const moe_cfg *c, moe_family family, moe_model_desc *d)
 {
     ds_fields f;
@@ -147,8 +194,12 @@ moe_status moe_family_deepseek_parse(const moe_cfg *c, moe_family family, moe_mo
         return st;
     moe_cfg_quant_info q;
     moe_weight_format fmt;
-    if ((st = moe_cfg_quant_read(c, false, &q)) || (st = moe_cfg_plain_format(c, &q, &fmt)))
-        return st;
+    if ((st = moe_cfg_quant_read_int4(c, &q))) return st;
+    if (q.kind == MOE_QUANT_INT4_GROUP) {
+        if ((st = fill_layers(c, &f, &r, MOE_WFMT_BF16, d))) return st;
+        return int4_formats(c, &q, d);
+    }
+    if ((st = moe_cfg_plain_format(c, &q, &fmt))) return st;
     return fill_layers(c, &f, &r, fmt, d);
 }
 

@@ -135,6 +135,9 @@ typedef enum moe_tensor_role {
     MOE_ROLE_GATE_UP_SCALE,
     MOE_ROLE_GATE_UP_BIAS,
     MOE_ROLE_DOWN_BIAS,
+    MOE_ROLE_GATE_SHAPE, /* INT4 (compressed-tensors): weight_shape [2] = [out, in] */
+    MOE_ROLE_UP_SHAPE,
+    MOE_ROLE_DOWN_SHAPE,
 } moe_tensor_role;
 
 const char *moe_tensor_group_name(moe_tensor_group group); /* "router", "routed", ... */

@@ -52,7 +52,8 @@ const char *moe_weight_format_name(moe_weight_format format)
                                         [MOE_WFMT_FP8_BLOCK] = "fp8_block",
                                         [MOE_WFMT_MXFP4] = "mxfp4",
                                         [MOE_WFMT_F32] = "f32",
-                                        [MOE_WFMT_F16] = "f16"};
+                                        [MOE_WFMT_F16] = "f16",
+                                        [MOE_WFMT_INT4_GROUP] = "int4_group"};
     return NAME_AT(names, format);
 }
 
@@ -90,6 +91,9 @@ const char *moe_tensor_role_name(moe_tensor_role role)
         [MOE_ROLE_GATE_UP_SCALE] = "gate_up_scale",
         [MOE_ROLE_GATE_UP_BIAS] = "gate_up_bias",
         [MOE_ROLE_DOWN_BIAS] = "down_bias",
+        [MOE_ROLE_GATE_SHAPE] = "gate_shape",
+        [MOE_ROLE_UP_SHAPE] = "up_shape",
+        [MOE_ROLE_DOWN_SHAPE] = "down_shape",
     };
     return NAME_AT(names, role);
 }

@@ -54,6 +54,29 @@ static uint32_t scale_mask(moe_dtype scale)
     return MOE_DTBIT(MOE_DTYPE_F32) | MOE_DTBIT(MOE_DTYPE_BF16);
 }
 
+/* compressed-tensors pack-quantized: weight_packed int32 [out, in/8], weight_scale [out,
+ * in/G] (bf16 as Kimi ships it; f16 or f32 from a model saved in those), weight_shape [2]
+ * (int64 as torch.tensor(shape) writes it; int32 accepted), whose values the layer checks. */
+static moe_status add_int4_proj(moe_spec_list *l, const char *prefix, const char *proj,
+                                const moe_mlp_desc *m, moe_tensor_group group, int layer,
+                                int expert, moe_tensor_role wrole, moe_tensor_role srole,
+                                int64_t out, int64_t in)
+{
+    const moe_tensor_role shrole = wrole == MOE_ROLE_GATE ? MOE_ROLE_GATE_SHAPE
+                                   : wrole == MOE_ROLE_UP ? MOE_ROLE_UP_SHAPE
+                                                          : MOE_ROLE_DOWN_SHAPE;
+    const int64_t shape[2] = {out, in / 8}, sshape[2] = {out, in / m->block_in}, two = 2;
+    moe_status st =
+        moe_spec_add(l, layer, expert, group, wrole, MOE_DTYPE_I32, MOE_DTBIT(MOE_DTYPE_I32), 2,
+                     shape, "%s.%s.weight_packed", prefix, proj);
+    if (st) return st;
+    st = moe_spec_add(l, layer, expert, group, srole, MOE_DTYPE_BF16, MOE_MASK_FLOAT, 2, sshape,
+                      "%s.%s.weight_scale", prefix, proj);
+    if (st) return st;
+    return moe_spec_add(l, layer, expert, group, shrole, MOE_DTYPE_I64, MOE_DTBIT(MOE_DTYPE_I32), 1,
+                        &two, "%s.%s.weight_shape", prefix, proj);
+}
+
 /* One projection [out, in] of MLP M, and its scale when the format has one. */
 static moe_status add_proj(moe_spec_list *l, const char *prefix, const char *proj,
                            const moe_mlp_names *names, const moe_mlp_desc *m,
@@ -83,6 +106,8 @@ static moe_status add_proj(moe_spec_list *l, const char *prefix, const char *pro
                             scale_mask(m->scale_dtype), 2, sshape, "%s.%s.%s", prefix, proj,
                             names->scale);
     }
+    if (m->format == MOE_WFMT_INT4_GROUP) /* the format's own names, whatever the family's */
+        return add_int4_proj(l, prefix, proj, m, group, layer, expert, wrole, srole, out, in);
     /* MXFP4 as separate tensors: two E2M1 codes per byte along K, one E8M0 per 32 of K. */
     const int64_t shape[2] = {out, in / 2};
     const int64_t sshape[2] = {out, in / 32};

@@ -136,6 +136,7 @@ static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
     if (format == MOE_EXPERT_FMT_MXFP4)
         return recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE
                                          : MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
+    if (format == MOE_EXPERT_FMT_INT4_GROUP) return MOE_KERNEL_FAMILY_EXPERT_INT4_Q8;
     /* f16 widens exactly to f32, so both pack to the f32 sets' tiles; their one recipe is f32. */
     if (format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16)
         return MOE_KERNEL_FAMILY_EXPERT_F32_F32;
@@ -181,6 +182,42 @@ static moe_status check_mxfp4_problem(const moe_expert_problem *p)
     return MOE_OK;
 }
 
+/* INT4 group weights: packed nibbles (i32 words as checkpoints store them, or u8 / i8), bf16,
+ * f16 or f32 group scales, K multiples of 32, and the Q8 recipe as MXFP4 (F32 stands for "no
+ * preference"; BF16 and TILE refused: the tile recipe for INT4 is not written yet). */
+static moe_status check_int4_problem(const moe_expert_problem *p)
+{
+    if (p->weight_dtype != MOE_DTYPE_I32 && p->weight_dtype != MOE_DTYPE_U8 &&
+        p->weight_dtype != MOE_DTYPE_I8)
+        return moe_error(MOE_EDTYPE,
+                         "moe_select_experts: INT4 expert weights of dtype %s, not i32 (or u8 / "
+                         "i8 packed nibbles)",
+                         moe_dtype_name(p->weight_dtype));
+    if (p->scale_dtype != MOE_DTYPE_BF16 && p->scale_dtype != MOE_DTYPE_F16 &&
+        p->scale_dtype != MOE_DTYPE_F32)
+        return moe_error(MOE_EDTYPE,
+                         "moe_select_experts: INT4 group scales of dtype %s, not bf16, f16 or f32",
+                         moe_dtype_name(p->scale_dtype));
+    if (p->recipe == MOE_RECIPE_BF16 || p->recipe == MOE_RECIPE_TILE)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "moe_select_experts: INT4 expert weights have no %s recipe (their "
+                         "recipe is q8)",
+                         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "tile");
+    if (p->hidden >= 1 && p->intermediate >= 1 &&
+        (p->hidden % MOE_EXPERT_MXBLOCK != 0 || p->intermediate % MOE_EXPERT_MXBLOCK != 0))
+        return moe_error(MOE_ESHAPE,
+                         "moe_select_experts: INT4 hidden %lld and intermediate %lld must be "
+                         "multiples of 32 (the activation block along K)",
+                         (long long)p->hidden, (long long)p->intermediate);
+    return MOE_OK;
+}
+
+/* The formats whose one recipe is Q8. */
+static bool is_q8_format(int format)
+{
+    return format == MOE_EXPERT_FMT_MXFP4 || format == MOE_EXPERT_FMT_INT4_GROUP;
+}
+
 static bool is_plain_float(int format)
 {
     return format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16;
@@ -199,14 +236,14 @@ static const char *format_text(int format)
 static moe_status check_expert_problem(const moe_expert_problem *p)
 {
     if (p->format != MOE_EXPERT_FMT_BF16 && p->format != MOE_EXPERT_FMT_FP8_BLOCK &&
-        p->format != MOE_EXPERT_FMT_MXFP4 && !is_plain_float(p->format))
+        !is_q8_format(p->format) && !is_plain_float(p->format))
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown weight format %d", p->format);
     if (p->recipe != MOE_RECIPE_F32 && p->recipe != MOE_RECIPE_BF16 && p->recipe != MOE_RECIPE_Q8 &&
         p->recipe != MOE_RECIPE_TILE)
         return moe_error(MOE_EINVAL, "moe_select_experts: unknown recipe %d", (int)p->recipe);
-    if (p->format != MOE_EXPERT_FMT_MXFP4 && p->recipe == MOE_RECIPE_Q8)
+    if (!is_q8_format(p->format) && p->recipe == MOE_RECIPE_Q8)
         return moe_error(MOE_EUNSUPPORTED,
-                         "moe_select_experts: the q8 recipe is for MXFP4 weights, not %s",
+                         "moe_select_experts: the q8 recipe is for MXFP4 and INT4 weights, not %s",
                          format_text(p->format));
     if (p->format == MOE_EXPERT_FMT_BF16 && p->weight_dtype != MOE_DTYPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
@@ -230,6 +267,10 @@ static moe_status check_expert_problem(const moe_expert_problem *p)
                          moe_dtype_name(p->scale_dtype));
     if (p->format == MOE_EXPERT_FMT_MXFP4) {
         moe_status st = check_mxfp4_problem(p);
+        if (st) return st;
+    }
+    if (p->format == MOE_EXPERT_FMT_INT4_GROUP) {
+        moe_status st = check_int4_problem(p);
         if (st) return st;
     }
     if (p->hidden < 1 || p->intermediate < 1)
@@ -282,7 +323,8 @@ static const char *recipe_reason(const moe_expert_kernels *set, const moe_expert
     if (p->recipe == MOE_RECIPE_TILE)
         return "recipe q8 (int8 activations per 32-block): tile requested, but a block scale is "
                "outside 2^-125..2^125 (no bf16)";
-    /* Q8, MXFP4's recipe unless tile is asked for: say which integer dot product runs it. */
+    /* Q8, INT4's recipe and MXFP4's unless tile is asked for: say which integer dot product
+     * runs it. */
     switch (set->isa) {
     case MOE_REQ_AVX512AMX: return Q8_RECIPE "tdpbssd tiles from 16 tokens, amx_int8 allowed";
     case MOE_REQ_AVX512VNNI: return Q8_RECIPE "vpdpbusd, avx512_vnni allowed";

@@ -91,7 +91,8 @@ moe_status moe_select_isa_ladder(moe_kernel_family family, const moe_cpu_caps *a
 /* An expert MLP group's problem: what moe_select_experts looks at. */
 typedef struct moe_expert_problem {
     int format;             /* moe_weight_format: MOE_EXPERT_FMT_BF16, _FP8_BLOCK, _MXFP4, _F32
-                               or _F16 */
+                               or _F16, or _INT4_GROUP (I32 / U8 / I8 nibbles, BF16, F16 or
+                               F32 group scales, H and I multiples of 32, recipe Q8 as MXFP4) */
     moe_dtype weight_dtype; /* BF16 (format BF16), F8_E4M3 (FP8_BLOCK), F4_E2M1 (MXFP4; the
                                U8 / I8 labels of packed codes are accepted), F32 (F32), F16
                                (F16) */

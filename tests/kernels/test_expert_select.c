@@ -14,6 +14,7 @@ _Static_assert(MOE_EXPERT_FMT_FP8_BLOCK == (int)MOE_WFMT_FP8_BLOCK, "format valu
 _Static_assert(MOE_EXPERT_FMT_MXFP4 == (int)MOE_WFMT_MXFP4, "format values");
 _Static_assert(MOE_EXPERT_FMT_F32 == (int)MOE_WFMT_F32, "format values");
 _Static_assert(MOE_EXPERT_FMT_F16 == (int)MOE_WFMT_F16, "format values");
+_Static_assert(MOE_EXPERT_FMT_INT4_GROUP == (int)MOE_WFMT_INT4_GROUP, "format values");
 _Static_assert(MOE_ACT_SILU_GLU == 0 && MOE_ACT_SILU_GLU_CLAMP == 1 && MOE_ACT_GPTOSS_GLU == 2,
                "activation kinds");
 
@@ -123,6 +124,44 @@ static const char *expected_mxfp4(const moe_cpu_caps *c, const char **insn)
     return "moe_expert_mxfp4_q8_8x16__ref";
 }
 
+/* INT4 group weights: Kimi-K2's expert shape, bf16 scales, the words as I32. */
+static moe_expert_problem int4_problem(moe_expert_recipe recipe)
+{
+    moe_expert_problem p = {
+        .format = MOE_EXPERT_FMT_INT4_GROUP,
+        .weight_dtype = MOE_DTYPE_I32,
+        .scale_dtype = MOE_DTYPE_BF16,
+        .hidden = 7168,
+        .intermediate = 2048,
+        .recipe = recipe,
+    };
+    return p;
+}
+
+/* The INT4 ladder is MXFP4's without the AMX-INT8 set (the tile recipe for INT4 is a later
+ * step): the same names with int4, the same instructions in the reason. */
+static void test_int4_ladder(const moe_cpu_caps *caps, size_t ncaps)
+{
+    for (size_t c = 0; c < ncaps; c++) {
+        moe_cpu_caps norm = moe_cpu_caps_normalize(caps[c]);
+        norm.amx_int8 = false;
+        const char *insn = NULL;
+        char want[96];
+        snprintf(want, sizeof want, "moe_expert_int4_%s",
+                 expected_mxfp4(&norm, &insn) + strlen("moe_expert_mxfp4_"));
+        for (int r = 0; r < 2; r++) {
+            moe_expert_problem p = int4_problem(r ? MOE_RECIPE_Q8 : MOE_RECIPE_F32);
+            moe_expert_choice ch;
+            CHECK_STATUS(moe_select_experts(&caps[c], &p, &ch), MOE_OK);
+            CHECKF(!strcmp(ch.set->name, want), "caps %zu int4: %s, want %s", c, ch.set->name,
+                   want);
+            CHECK(ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8);
+            CHECK(ch.recipe == MOE_RECIPE_Q8 && ch.set->format == MOE_EXPERT_FMT_INT4_GROUP);
+            CHECKF(strstr(ch.reason, insn) != NULL, "reason '%s' lacks '%s'", ch.reason, insn);
+        }
+    }
+}
+
 /* MXFP4 runs the Q8 recipe on every machine; the ISA ladder picks the set, the reason names
  * the recipe and its instruction; activation, bias, the code and scale labels and an F32
  * (default) or Q8 request change nothing. */
@@ -221,7 +260,7 @@ static void test_plain_ladder(const moe_cpu_caps *caps, size_t ncaps)
     p.weight_dtype = MOE_DTYPE_F16;
     p.recipe = MOE_RECIPE_Q8;
     CHECK_STATUS(moe_select_experts(&all, &p, &out), MOE_EUNSUPPORTED);
-    CHECK(strstr(moe_last_error(), "the q8 recipe is for MXFP4 weights, not f16") != NULL);
+    CHECK(strstr(moe_last_error(), "the q8 recipe is for MXFP4 and INT4 weights, not f16") != NULL);
     CHECK(!memcmp(&out, &keep, sizeof out));
     /* bf16-format weights stored as f32 point at their own format. */
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_F32);
@@ -406,6 +445,7 @@ static void test_ladder(void)
                 }
             }
     test_mxfp4_ladder(caps, sizeof caps / sizeof caps[0]);
+    test_int4_ladder(caps, sizeof caps / sizeof caps[0]);
     test_plain_ladder(caps, sizeof caps / sizeof caps[0]);
     test_tile_ladder();
 }
@@ -538,6 +578,21 @@ static void test_errors(void)
     p.hidden = (int64_t)1 << 41;
     expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
 
+    /* INT4: words, scales, the 32-block, and the recipe (no bf16 or tile recipe yet). */
+    p = int4_problem(MOE_RECIPE_Q8);
+    p.weight_dtype = MOE_DTYPE_BF16;
+    expect_error(&caps, &p, MOE_EDTYPE, "INT4 expert weights of dtype bf16");
+    p = int4_problem(MOE_RECIPE_Q8);
+    p.scale_dtype = MOE_DTYPE_F8_E8M0;
+    expect_error(&caps, &p, MOE_EDTYPE, "INT4 group scales of dtype f8_e8m0");
+    p = int4_problem(MOE_RECIPE_TILE);
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "INT4 expert weights have no tile recipe");
+    p = int4_problem(MOE_RECIPE_BF16);
+    expect_error(&caps, &p, MOE_EUNSUPPORTED, "INT4 expert weights have no bf16 recipe");
+    p = int4_problem(MOE_RECIPE_Q8);
+    p.intermediate = 2048 + 8;
+    expect_error(&caps, &p, MOE_ESHAPE, "INT4 hidden 7168 and intermediate 2056");
+
     /* MXFP4: codes, scales, the 32-block, and the recipe. */
     p = mxfp4_problem(MOE_RECIPE_Q8);
     p.weight_dtype = MOE_DTYPE_BF16;
@@ -561,7 +616,8 @@ static void test_errors(void)
     expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
     p = good;
     p.recipe = MOE_RECIPE_Q8;
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "the q8 recipe is for MXFP4 weights, not FP8");
+    expect_error(&caps, &p, MOE_EUNSUPPORTED,
+                 "the q8 recipe is for MXFP4 and INT4 weights, not FP8");
     p = problem(MOE_EXPERT_FMT_BF16, MOE_RECIPE_Q8);
     expect_error(&caps, &p, MOE_EUNSUPPORTED, "not bf16");
 

@@ -170,6 +170,35 @@ static const fam_case fam_cases[] = {
      "\"n_group\":1,\"topk_group\":1,\"norm_topk_prob\":true,"
      "\"routed_scaling_factor\":2.827,\"n_shared_experts\":1,\"first_k_dense_replace\":1}}",
      1, 0},
+    /* Kimi-K2-Thinking's compressed-tensors INT4: routed experts int4 per group of 32, the
+     * shared expert (by pattern) and the dense layer (by name) left bf16 by the ignore list. */
+    {"kimi_k2_int4",
+     "{\"model_type\":\"kimi_k2\",\"hidden_size\":256,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":160,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"n_group\":1,\"topk_group\":1,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":2.827,\"n_shared_experts\":1,\"first_k_dense_replace\":1,"
+     "\"vocab_size\":1000,\"quantization_config\":{\"quant_method\":\"compressed-tensors\","
+     "\"format\":\"pack-quantized\",\"quantization_status\":\"compressed\","
+     "\"config_groups\":{\"group_0\":{\"targets\":[\"Linear\"],\"input_activations\":null,"
+     "\"output_activations\":null,\"weights\":{\"num_bits\":4,\"type\":\"int\","
+     "\"symmetric\":true,\"strategy\":\"group\",\"group_size\":32,\"dynamic\":false,"
+     "\"actorder\":null}}},\"ignore\":[\"lm_head\",\"re:.*self_attn.*\","
+     "\"re:.*shared_experts.*\",\"model.layers.0.mlp.gate_proj\",\"model.layers.0.mlp.up_proj\","
+     "\"model.layers.0.mlp.down_proj\"]}}",
+     1, 0},
+    /* DeepSeek-V3 with INT4 per group of 64 on its shared expert too (only the dense MLP
+     * ignored, by pattern). */
+    {"deepseek_v3_int4",
+     "{\"model_type\":\"deepseek_v3\",\"hidden_size\":320,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":192,\"n_routed_experts\":16,"
+     "\"num_experts_per_tok\":4,\"n_group\":4,\"topk_group\":2,\"norm_topk_prob\":true,"
+     "\"routed_scaling_factor\":2.5,\"n_shared_experts\":1,\"first_k_dense_replace\":1,"
+     "\"vocab_size\":1000,\"quantization_config\":{\"quant_method\":\"compressed-tensors\","
+     "\"format\":\"pack-quantized\",\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],"
+     "\"weights\":{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,"
+     "\"strategy\":\"group\",\"group_size\":64}}},"
+     "\"ignore\":[\"re:model\\\\.layers\\\\.0\\\\.mlp\\\\.\"]}}",
+     1, 0},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
@@ -245,6 +274,7 @@ typedef struct fx_tensor {
     bool nan_first;        /* element 0 is NaN (damage) */
     bool codes;            /* packed E2M1 codes (MXFP4 weights): random bytes */
     bool mx_scale;         /* the E8M0 scales of packed codes */
+    int64_t proj[2];       /* INT4 weight_shape tensors: the projection's [out, in] */
 } fx_tensor;
 
 /* Deliberate damage: a tensor left out, a tensor whose element 0 is NaN (an E8M0 scale:
@@ -298,6 +328,11 @@ static inline bool fx_is_scale(moe_tensor_role r)
            r == MOE_ROLE_GATE_UP_SCALE;
 }
 
+static inline bool fx_is_shape(moe_tensor_role r)
+{
+    return r == MOE_ROLE_GATE_SHAPE || r == MOE_ROLE_UP_SHAPE || r == MOE_ROLE_DOWN_SHAPE;
+}
+
 static inline void fx_store(moe_dtype dt, double v, unsigned char *dst)
 {
     if (dt == MOE_DTYPE_F32) {
@@ -330,6 +365,7 @@ static inline double fx_value(const fx_plan *p, const fx_tensor *t, uint64_t i)
         const uint64_t row = i / (uint64_t)t->top_k, col = i % (uint64_t)t->top_k;
         return (double)((row * 7 + col * 3) % (uint64_t)t->n_experts);
     }
+    if (fx_is_shape(t->role)) return (double)t->proj[i % 2];
     if (t->role == MOE_ROLE_CORRECTION_BIAS) return 0.05 * fx_gauss(id, i);
     if (fx_is_bias(t->role)) return 0.1 * fx_gauss(id, i);
     const int64_t cols = t->shape[t->ndim - 1];
@@ -350,8 +386,9 @@ static inline moe_status fx_fill(void *ctx, size_t index, uint64_t offset, void 
     unsigned char *out = buf;
     for (size_t b = 0; b + w <= len; b += w) {
         const uint64_t i = (offset + b) / w;
-        if (t->codes)
-            out[b] = (unsigned char)(fx_hash(t->id ^ p->seed, i) >> 56);
+        if (t->codes) /* every byte random (INT4 words: four of them) */
+            for (size_t k = 0; k < w; k++)
+                out[b + k] = (unsigned char)(fx_hash(t->id ^ p->seed, i * w + k) >> 56);
         else
             fx_store(t->dtype, t->nan_first && i == 0 ? NAN : fx_value(p, t, i), out + b);
     }
@@ -404,11 +441,18 @@ static inline void fx_write_model_full(const char *dir, const char *config, uint
             t->top_k = d.layers[layer].routing.top_k;
             /* The table lists each FP8 weight right before its scale. */
             if (t->dtype == MOE_DTYPE_F8_E4M3 && i + 1 < n) t->scale_dtype = v[i + 1].dtype;
+            const bool weight =
+                role == MOE_ROLE_GATE || role == MOE_ROLE_UP || role == MOE_ROLE_DOWN;
             t->codes =
-                (t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8) && !fx_is_scale(t->role);
-            if (fx_is_scale(t->role) && plan.n > 0) {
+                ((t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8) && !fx_is_scale(t->role)) ||
+                (t->dtype == MOE_DTYPE_I32 && weight);
+            if (fx_is_scale(t->role) && plan.n > 0) { /* INT4's bf16 scales: as FP8's */
                 t->weight_id = plan.v[plan.n - 1].id;
-                t->mx_scale = plan.v[plan.n - 1].codes;
+                t->mx_scale = plan.v[plan.n - 1].codes && plan.v[plan.n - 1].dtype != MOE_DTYPE_I32;
+            }
+            if (fx_is_shape(t->role) && plan.n > 1) { /* after weight_packed [out, in/8] */
+                t->proj[0] = plan.v[plan.n - 2].shape[0];
+                t->proj[1] = plan.v[plan.n - 2].shape[1] * 8;
             }
             t->nan_first = dmg && dmg->nan && !strcmp(v[i].name, dmg->nan);
             if (rs && !strcmp(v[i].name, rs->name)) {
@@ -546,11 +590,30 @@ static inline bool fx_is_codes(const moe_tensor *t)
     return t->dtype == MOE_DTYPE_U8 || t->dtype == MOE_DTYPE_I8;
 }
 
+/* INT4 (compressed-tensors pack-quantized), literally: element c of row r is bits 4(c % 8)
+ * .. 4(c % 8) + 3 of int32 word c / 8, minus 8, times the row's scale of group c / G (G = cols
+ * / the scale's columns). */
+static inline double fx_int4_at(const moe_tensor *words, const moe_tensor *scales, int64_t r,
+                                int64_t cols, int64_t c)
+{
+    int32_t word;
+    memcpy(&word, (const unsigned char *)words->data + 4 * (size_t)(r * (cols / 8) + c / 8), 4);
+    const int q = (int)(((uint32_t)word >> (4 * (c % 8))) & 15u) - 8;
+    const int64_t groups = scales->shape[1];
+    return q * fx_decode(scales, (uint64_t)(r * groups + c / (cols / groups)));
+}
+
 /* W[r][c] of a 2-D [rows, cols] projection with optional 128×128 block scale S, or packed
- * E2M1 codes [rows, cols/2] with E8M0 scales S [rows, cols/32]. */
+ * E2M1 codes [rows, cols/2] with E8M0 scales S [rows, cols/32], or INT4 words. */
 static inline void fx_dequant(const moe_tensor *w, const moe_tensor *s, int64_t rows, int64_t cols,
                               double *out)
 {
+    if (w->dtype == MOE_DTYPE_I32) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                out[r * cols + c] = fx_int4_at(w, s, r, cols, c);
+        return;
+    }
     if (fx_is_codes(w)) {
         for (int64_t r = 0; r < rows; r++)
             for (int64_t c = 0; c < cols; c++)

@@ -35,7 +35,7 @@ extern char **environ;
 
 typedef struct context {
     char root[64];
-    char v3[96], v4[96], bf16[96], mxfp4[96];
+    char v3[96], v4[96], bf16[96], mxfp4[96], int4[96];
     moe_model *v3m, *v4m;
     moe_layer *moe_l, *dense_l, *hash_l;
     fwd_io moe_b, hash_b;
@@ -652,6 +652,78 @@ static int ck_shape(void)
 }
 
 static int ck_hidden(void) { return ck_config("\"hidden_size\":320", "\"hidden_size\":256"); }
+
+/* ---- INT4 (compressed-tensors): config fields, shapes, values ---- */
+
+static const char *int4_config(void)
+{
+    for (size_t i = 0; i < N_FAM_CASES; i++)
+        if (!strcmp(fam_cases[i].name, "kimi_k2_int4")) return fam_cases[i].config;
+    REQUIRE(false);
+    return NULL;
+}
+
+static int i4_cfg(const char *from, const char *to) { return cfg_case_in(int4_config(), from, to); }
+static int i4_bits(void) { return i4_cfg("\"num_bits\":4", "\"num_bits\":8"); }
+static int i4_asym(void) { return i4_cfg("\"symmetric\":true", "\"symmetric\":false"); }
+static int i4_channel(void) { return i4_cfg("\"strategy\":\"group\"", "\"strategy\":\"channel\""); }
+static int i4_actorder(void) { return i4_cfg("\"actorder\":null", "\"actorder\":\"group\""); }
+static int i4_dynamic(void) { return i4_cfg("\"dynamic\":false", "\"dynamic\":true"); }
+static int i4_w4a8(void)
+{
+    return i4_cfg("\"input_activations\":null",
+                  "\"input_activations\":{\"num_bits\":8,\"type\":\"int\",\"dynamic\":true}");
+}
+static int i4_group48(void) { return i4_cfg("\"group_size\":32", "\"group_size\":48"); }
+static int i4_group64(void) { return i4_cfg("\"group_size\":32", "\"group_size\":64"); }
+static int i4_format(void)
+{
+    return i4_cfg("\"format\":\"pack-quantized\"", "\"format\":\"marlin-24\"");
+}
+static int i4_partial(void)
+{
+    return i4_cfg("\"lm_head\",", "\"lm_head\",\"model.layers.1.mlp.experts.3.up_proj\",");
+}
+static int i4_bad_regex(void) { return i4_cfg("\"lm_head\",", "\"lm_head\",\"re:(\","); }
+
+/* The INT4 tensors under a config that says another expert width. */
+static int i4_shape(void)
+{
+    const char *base = int4_config(), *from = "\"moe_intermediate_size\":160";
+    const char *at = strstr(base, from);
+    REQUIRE(at);
+    char text[2048], d[128], p[256], src[256];
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, "\"moe_intermediate_size\":192",
+             at + strlen(from));
+    fresh_dir(d, sizeof d);
+    path_in(p, sizeof p, d, "config.json");
+    write_text(p, text);
+    path_in(src, sizeof src, C.int4, "model.safetensors");
+    path_in(p, sizeof p, d, "model.safetensors");
+    REQUIRE(link(src, p) == 0);
+    return open_case(d);
+}
+
+/* weight_shape of expert 6's down_proj says [256, 128] (element 1 is byte 8). */
+static int i4_shape_value(void)
+{
+    const int64_t v = 128;
+    moe_model *m = fx_open(C.int4, false);
+    const int st = patched_create(C.int4, m, 1, MOE_GROUP_ROUTED, 6, MOE_ROLE_DOWN_SHAPE, 8, &v, 8);
+    moe_model_close(m);
+    return st;
+}
+
+/* A NaN bf16 group scale: expert 4's gate_proj.weight_scale [160, 8], element [2, 3]. */
+static int i4_scale_nan(void)
+{
+    const uint16_t v = 0x7FC0;
+    moe_model *m = fx_open(C.int4, false);
+    const int st =
+        patched_create(C.int4, m, 1, MOE_GROUP_ROUTED, 4, MOE_ROLE_GATE_SCALE, 2 * 19, &v, 2);
+    moe_model_close(m);
+    return st;
+}
 
 /* ---- tensor values (checked when the layer is created) ---- */
 
@@ -1827,6 +1899,70 @@ static const matrix_case cases[] = {
      "moe route: layer 0 (hash), --tid2eid */table.npy: moe_router_create: tid2eid[42][2] = 99 is "
      "not an expert id in [0, 16)",
      cli_route_table},
+    /* INT4 (compressed-tensors pack-quantized) */
+    {"INT4 (compressed-tensors)", "num_bits 8", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.num_bits': 8 is "
+     "not supported (only 4)",
+     i4_bits},
+    {"INT4 (compressed-tensors)", "symmetric false", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.symmetric': "
+     "false is not supported (only symmetric int4: no zero points)",
+     i4_asym},
+    {"INT4 (compressed-tensors)", "strategy channel", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.strategy': "
+     "'channel' is not supported (only group)",
+     i4_channel},
+    {"INT4 (compressed-tensors)", "actorder group", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.actorder': must "
+     "be null or absent (activation reordering needs g_idx, not supported)",
+     i4_actorder},
+    {"INT4 (compressed-tensors)", "dynamic true", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.dynamic': true "
+     "is not supported (the weight scales are stored)",
+     i4_dynamic},
+    {"INT4 (compressed-tensors)", "input_activations int8 (W4A8)", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.input_activations': "
+     "must be null or absent (W4A16: activations are not quantised)",
+     i4_w4a8},
+    {"INT4 (compressed-tensors)", "group_size 48", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.config_groups.group_0.weights.group_size': 48 "
+     "is not supported (a multiple of 32: the activations' block)",
+     i4_group48},
+    {"INT4 (compressed-tensors)", "group_size 64 does not divide 160", OPEN, false, MOE_ECONFIG,
+     "*config.json: field 'quantization_config.config_groups': group_size 64 does not divide "
+     "the width 160 of 'model.layers.1.mlp.experts.0.down_proj.weight_scale'",
+     i4_group64},
+    {"INT4 (compressed-tensors)", "format marlin-24", OPEN, false, MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.format': 'marlin-24' is not supported (only "
+     "pack-quantized)",
+     i4_format},
+    {"INT4 (compressed-tensors)", "ignore names one projection of the routed experts", OPEN, false,
+     MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.ignore': ignores "
+     "'model.layers.1.mlp.experts.3.up_proj' but not "
+     "'model.layers.1.mlp.experts.0.gate_proj': one MLP group must be all INT4 or all "
+     "unquantised",
+     i4_partial},
+    {"INT4 (compressed-tensors)", "ignore pattern 're:(' does not compile", OPEN, false,
+     MOE_EUNSUPPORTED,
+     "*config.json: field 'quantization_config.ignore': entry 1 're:(' is not a POSIX "
+     "extended regular expression",
+     i4_bad_regex},
+    {"INT4 (compressed-tensors)", "weight_packed shape disagrees with moe_intermediate_size", OPEN,
+     false, MOE_ESHAPE,
+     "*: layer 1: tensor 'model.layers.1.mlp.experts.0.gate_proj.weight_packed' "
+     "(*/model.safetensors) has shape [160, 32]; expected [192, 32]",
+     i4_shape},
+    {"INT4 (compressed-tensors)", "weight_shape value disagrees", CREATE, false, MOE_ESHAPE,
+     "layer 1 routed experts: expert 6: tensor "
+     "'model.layers.1.mlp.experts.6.down_proj.weight_shape' says [256, 128]; the config and "
+     "weight_packed say [256, 160]",
+     i4_shape_value},
+    {"INT4 (compressed-tensors)", "NaN bf16 group scale", CREATE, false, MOE_EVALUE,
+     "layer 1 routed experts: expert 4: tensor "
+     "'model.layers.1.mlp.experts.4.gate_proj.weight_scale' holds a NaN or infinite group "
+     "scale at [2, 3]; INT4 scales must be finite",
+     i4_scale_nan},
 };
 
 #define N_CASES (sizeof cases / sizeof cases[0])
@@ -2024,7 +2160,10 @@ static void setup(void)
     snprintf(C.v3, sizeof C.v3, "%s/v3", C.root);
     snprintf(C.v4, sizeof C.v4, "%s/v4", C.root);
     snprintf(C.mxfp4, sizeof C.mxfp4, "%s/mxfp4", C.root);
+    snprintf(C.int4, sizeof C.int4, "%s/int4", C.root);
     REQUIRE(mkdir(C.v3, 0700) == 0 && mkdir(C.v4, 0700) == 0 && mkdir(C.mxfp4, 0700) == 0);
+    REQUIRE(mkdir(C.int4, 0700) == 0);
+    fx_write_model(C.int4, int4_config(), 24);
     fx_write_model(C.v3, fam_cases[2].config, 21);
     fx_write_model(C.v4, fam_cases[7].config, 22);
     fx_write_model(C.mxfp4, cfg_mxfp4, 23);

@@ -84,10 +84,12 @@ static void check_own_routing(const moe_model *m, const moe_layer *l, fwd_io *b,
         }
     }
     /* The numeric contract (docs/design.md): 2e-2 where the activations are quantised per
-     * 32-block (MXFP4 experts); the f32 recipe's fp32 sums are far tighter than the 1e-2 a
+     * 32-block (MXFP4 and INT4 experts); the f32 recipe's fp32 sums are far tighter than the 1e-2 a
      * bf16 recipe may use. */
-    const bool q8 = ld->experts.format == MOE_WFMT_MXFP4 ||
-                    (with_shared && ld->shared.format == MOE_WFMT_MXFP4);
+    const bool q8 =
+        ld->experts.format == MOE_WFMT_MXFP4 || ld->experts.format == MOE_WFMT_INT4_GROUP ||
+        (with_shared &&
+         (ld->shared.format == MOE_WFMT_MXFP4 || ld->shared.format == MOE_WFMT_INT4_GROUP));
     const double rel = sqrt(err2 / norm2), tol = q8 ? 2e-2 : 1e-4;
     CHECKF(rel <= tol, "%s: caller's routing%s: relative error %.3g > %.3g", what,
            shared ? " + shared" : "", rel, tol);

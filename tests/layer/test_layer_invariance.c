@@ -244,7 +244,7 @@ int main(void)
         /* The machine's best level everywhere, with both recipes; the f32 recipe at the
          * levels between the reference and the best (other tiles, other MR) on one family,
          * to keep this fast (test_layer_numeric runs the reference kernels). */
-        const bool mx = strstr(fc->name, "mxfp4") != NULL;
+        const bool mx = strstr(fc->name, "mxfp4") != NULL || strstr(fc->name, "int4") != NULL;
         /* MXFP4 (the Q8 recipe) at every level: the reference and each SIMD set have their
          * own MR and paths. */
         const size_t first_level = mx ? 0 : i == 2 && n_levels > 1 ? 1 : n_levels - 1;
@@ -272,7 +272,8 @@ int main(void)
                     const bool full = f32_best && (!strcmp(fc->name, "deepseek_v3_fp8") ||
                                                    !strcmp(fc->name, "gpt_oss") ||
                                                    !strcmp(fc->name, "gpt_oss_mxfp4") ||
-                                                   !strcmp(fc->name, "deepseek_v4_mxfp4"));
+                                                   !strcmp(fc->name, "deepseek_v4_mxfp4") ||
+                                                   !strcmp(fc->name, "kimi_k2_int4"));
                     run_layer(m, layers[li], &caps[lv], recipe,
                               full       ? POOL
                               : f32_best ? 64

@@ -430,15 +430,16 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         const moe_expert_group *g0 = l->routed ? l->routed : l->always;
         const char *rname = fx_recipe_name(g0->ks->recipe);
         /* MXFP4 groups run the tile recipe when it is asked (the fixtures' scales, 2^-8 ..
-         * 2^-6, fold into bf16) and Q8 otherwise, f32 / f16 groups their one, F32; the
-         * others the asked one. */
+         * 2^-6, fold into bf16) and Q8 otherwise, INT4 groups their one, Q8, and f32 / f16
+         * groups theirs, F32; the others the asked one. */
         bool all_f32 = true;
         for (const moe_expert_group *g = g0; g; g = g == l->always ? NULL : l->always) {
             const int f = g->ks->format;
             all_f32 = all_f32 && f == MOE_EXPERT_FMT_F32;
             const bool tile = recipe == MOE_RECIPE_TILE;
-            CHECKF(g->ks->recipe == (f == MOE_EXPERT_FMT_MXFP4 && !tile ? MOE_RECIPE_Q8
-                                     : f == MOE_EXPERT_FMT_F32          ? MOE_RECIPE_F32
+            const bool q8 = (f == MOE_EXPERT_FMT_MXFP4 && !tile) || f == MOE_EXPERT_FMT_INT4_GROUP;
+            CHECKF(g->ks->recipe == (q8                        ? MOE_RECIPE_Q8
+                                     : f == MOE_EXPERT_FMT_F32 ? MOE_RECIPE_F32
                                                                : (moe_expert_recipe)recipe),
                    "%s: kernel set %s", what, g->ks->name);
         }
@@ -448,7 +449,7 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
             CHECKF(rel <= 1e-5, "%s (%s input): f32-weight block error %.3g", what,
                    bf16 ? "bf16" : "f32", rel);
         /* docs/design.md: 1e-2 for bf16 (or f32) activations, 2e-2 where they are quantised per
-         * 32-block to int8 (the Q8 recipe of MXFP4 groups). */
+         * 32-block to int8 (the Q8 recipe of MXFP4 and INT4 groups). */
         const bool q8 = moe_layer_q8_group(&l->plan) != NULL;
         CHECKF(rel <= (q8 ? 2e-2 : 1e-2),
                "%s (%s input): block output relative Frobenius error %.3g", what,
@@ -561,8 +562,8 @@ int main(void)
         const char *name = fam_cases[i].name;
         run_case(&fam_cases[i], dir, 1000 + i,
                  !strcmp(name, "deepseek_v3_fp8") || !strcmp(name, "gpt_oss") ||
-                     strstr(name, "mxfp4") || !strcmp(name, "minimax_m2_fp8") ||
-                     !strcmp(name, "kimi_k25"),
+                     strstr(name, "mxfp4") || strstr(name, "int4") ||
+                     !strcmp(name, "minimax_m2_fp8") || !strcmp(name, "kimi_k25"),
                  0);
         /* Unquantised checkpoints saved in f32 and f16 (dense, shared and routed groups; gpt-oss
          * with its stacked, transposed tensors and biases), at every level. */

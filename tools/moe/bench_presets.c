@@ -14,6 +14,8 @@ static const bench_preset presets[] = {
     {"gpt-oss-120b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 128, 4, 0, 0, 0},
     {"glm-4.5", "glm4_moe", {"bf16", "fp8"}, 5120, 1536, 160, 8, 1, 1, 1},
     {"minimax-m2", "minimax_m2", {"fp8", "bf16"}, 3072, 1536, 256, 8, 0, 0, 0},
+    /* Kimi-K2-Thinking / K2.5: Kimi-K2's shapes, routed experts compressed-tensors INT4. */
+    {"kimi-k2.5-int4", "kimi_k2", {"int4", "bf16"}, 7168, 2048, 384, 8, 1, 1, 1},
 };
 
 const bench_preset *bench_preset_at(size_t i)
@@ -41,6 +43,8 @@ uint64_t bench_expert_bytes(const bench_preset *p, const char *format)
         return w + 4 * 3 * hb * ib; /* E4M3 codes + f32 128x128 block scales */
     }
     if (!strcmp(format, "mxfp4")) return w / 2 + w / 32 + 2 * (2 * i + h); /* + bf16 biases */
+    /* int4: the nibbles, a bf16 scale per 32, weight_shape */
+    if (!strcmp(format, "int4")) return w / 2 + 2 * (w / 32) + 3 * 16;
     return 2 * w;
 }
 

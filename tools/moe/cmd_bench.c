@@ -51,7 +51,7 @@ static void help(void)
            "                     experts R is scaled down to fit memory, and printed: the\n"
            "                     router still chooses among all of the model's experts, and\n"
            "                     a forward's i-th expert runs on resident copy i mod R\n"
-           "  --format F         bf16, fp8 or mxfp4 where the preset has it (default: the\n"
+           "  --format F         bf16, fp8, mxfp4 or int4 where the preset has it (default: the\n"
            "                     format the model ships in)\n"
            "  --model DIR        a checkpoint instead of a preset\n"
            "  --layer N          with --model: the layer (default: the first MoE layer)\n"

@@ -64,13 +64,16 @@ static void help(void)
         "  --hash-layers N         num_hash_layers; deepseek_v4 only [1 if layers > 1, else 0]\n"
         "\n"
         "formats:\n"
-        "  --dtype bf16|fp8|mxfp4  expert weights. deepseek_v2, qwen3_moe, mixtral: bf16 [bf16]\n"
+        "  --dtype bf16|fp8|mxfp4|int4  expert weights. deepseek_v2, qwen3_moe, mixtral: bf16 [bf16]\n"
         "                          or fp8; deepseek_v3, kimi_k2: fp8 [fp8] or bf16; gpt_oss:\n"
         "                          mxfp4 [mxfp4] or bf16; deepseek_v4: mxfp4 (expert_dtype\n"
         "                          \"fp4\") [mxfp4] or fp8; deepseek_v32, glm_moe_dsa,\n"
         "                          minimax_m2: fp8 [fp8] or bf16; glm4_moe, glm4_moe_lite,\n"
         "                          kimi_k25: bf16 [bf16] or fp8. fp8 = E4M3 with 128x128 block\n"
         "                          scales.\n"
+        "                          deepseek_v3, kimi_k2 also int4: routed experts in\n"
+        "                          compressed-tensors pack-quantized symmetric int4, group 32,\n"
+        "                          bf16 scales; shared experts and dense layers bf16 (ignored)\n"
         "  --torch-dtype T         bfloat16, float16 or float32: the router dtype [bfloat16]\n"
         "\n"
         "output:\n"
@@ -267,6 +270,12 @@ static int resolve_dtype(gen_request *r)
         r->o.dtype = alt;
         return 0;
     }
+    /* Kimi-K2-Thinking's compressed-tensors INT4 experts: DeepSeek-V3 / Kimi-K2 configs. */
+    if ((f == MOE_FAMILY_DEEPSEEK_V3 || f == MOE_FAMILY_KIMI_K2) &&
+        !strcmp(r->dtype, gen_dtype_name(GEN_DTYPE_INT4))) {
+        r->o.dtype = GEN_DTYPE_INT4;
+        return 0;
+    }
     return usage("--dtype '%s' is not available for %s (use %s or %s)", r->dtype,
                  moe_family_name(f), gen_dtype_name(def), gen_dtype_name(alt));
 }
@@ -348,6 +357,10 @@ static int resolve_shape(gen_request *r)
     if (o->hash_layers > o->layers)
         return usage("--hash-layers %lld exceeds --layers %lld", (long long)o->hash_layers,
                      (long long)o->layers);
+    if (o->dtype == GEN_DTYPE_INT4 &&
+        (o->hidden % 32 || o->intermediate % 32 || o->dense_intermediate % 32))
+        return usage("--hidden, --intermediate and the dense intermediate must be multiples of "
+                     "32 (the group size) for int4 experts");
     if (o->dtype == GEN_DTYPE_MXFP4) {
         /* MX blocks run 32 elements along K, which is H for gate/up and I for down. */
         if (o->hidden % 32)

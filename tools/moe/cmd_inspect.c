@@ -259,6 +259,7 @@ static const char *format_detail(const moe_mlp_desc *m)
     case MOE_WFMT_MXFP4: return "e2m1 pairs, f8_e8m0 scales";
     case MOE_WFMT_F32: return "f32";
     case MOE_WFMT_F16: return "f16, widened to f32 at packing";
+    case MOE_WFMT_INT4_GROUP: return "symmetric int4 in int32 words, bf16 scales";
     }
     return "?";
 }
@@ -267,7 +268,8 @@ static void print_mlp(FILE *f, const moe_mlp_desc *m)
 {
     fprintf(f, "hidden %" PRId64 ", intermediate %" PRId64 ", %s (%s", m->hidden, m->intermediate,
             moe_weight_format_name(m->format), format_detail(m));
-    if (m->format == MOE_WFMT_FP8_BLOCK || m->format == MOE_WFMT_MXFP4)
+    if (m->format == MOE_WFMT_FP8_BLOCK || m->format == MOE_WFMT_MXFP4 ||
+        m->format == MOE_WFMT_INT4_GROUP)
         fprintf(f, " per %dx%d block", m->block_out, m->block_in);
     fprintf(f, "), %s", moe_activation_name(m->activation));
     if (m->activation == MOE_ACT_SILU_GLU_CLAMP) fprintf(f, " (limit %g)", m->swiglu_limit);
@@ -684,7 +686,9 @@ static void mlp_use(use_list use, const moe_mlp_desc *m, const char *what)
     case MOE_WFMT_FP8_BLOCK: add_use(use[MOE_KERNEL_FAMILY_CVT_E4M3_F32], 160, what); break;
     case MOE_WFMT_MXFP4: add_use(use[MOE_KERNEL_FAMILY_CVT_MXFP4_F32], 160, what); break;
     case MOE_WFMT_F32:
-    case MOE_WFMT_F16: break; /* no conversion kernel: f16 widens at packing */
+    case MOE_WFMT_F16:        /* no conversion kernel: f16 widens at packing */
+    case MOE_WFMT_INT4_GROUP: /* nor INT4: packing converts its scales, the kernels the codes */
+        break;
     }
     if (m->has_bias) add_use(use[MOE_KERNEL_FAMILY_CVT_BF16_F32], 160, "expert biases");
 }

@@ -1,6 +1,7 @@
 /* gen_config.c — the config.json `moe gen` writes for each family, with the real HF field names. */
 #include "gen_config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ const char *gen_dtype_name(gen_dtype dtype)
     case GEN_DTYPE_BF16: return "bf16";
     case GEN_DTYPE_FP8: return "fp8";
     case GEN_DTYPE_MXFP4: return "mxfp4";
+    case GEN_DTYPE_INT4: return "int4";
     }
     return "?";
 }
@@ -63,6 +65,47 @@ static json_t *block_128x128(builder *b)
         json_array_append_new(a, json_integer(128)) != 0)
         b->ok = false;
     return a;
+}
+
+/* compressed-tensors pack-quantized W4A16 as Kimi-K2-Thinking ships it: one group over every
+ * Linear, symmetric int4 per group of 32 along K, and an ignore list that keeps everything but
+ * the routed experts in bf16: the dense layers' MLPs by name, the shared experts (and
+ * attention, the head) by "re:" pattern. */
+static json_t *int4_quant(builder *b, const gen_options *o)
+{
+    json_t *q = json_object(), *groups = json_object(), *g = json_object(), *w = json_object();
+    json_t *ignore = json_array();
+    set_str(b, q, "quant_method", "compressed-tensors");
+    set_str(b, q, "format", "pack-quantized");
+    set_str(b, q, "quantization_status", "compressed");
+    set_int(b, w, "num_bits", 4);
+    set_str(b, w, "type", "int");
+    set_bool(b, w, "symmetric", true);
+    set_str(b, w, "strategy", "group");
+    set_int(b, w, "group_size", 32);
+    set_bool(b, w, "dynamic", false);
+    put(b, w, "actorder", json_null());
+    set_str(b, w, "observer", "minmax");
+    static const char *const linear = "Linear";
+    put(b, g, "targets", str_array(b, &linear, 1));
+    put(b, g, "weights", w);
+    put(b, g, "input_activations", json_null());
+    put(b, g, "output_activations", json_null());
+    set_str(b, g, "format", "pack-quantized");
+    put(b, groups, "group_0", g);
+    put(b, q, "config_groups", groups);
+    static const char *const fixed[] = {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"};
+    for (size_t i = 0; ignore && i < 3; i++)
+        if (json_array_append_new(ignore, json_string(fixed[i])) != 0) b->ok = false;
+    static const char *const proj[] = {"gate_proj", "up_proj", "down_proj"};
+    for (int64_t l = 0; ignore && l < o->first_dense && l < o->layers; l++)
+        for (int p = 0; p < 3; p++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%lld.mlp.%s", (long long)l, proj[p]);
+            if (json_array_append_new(ignore, json_string(name)) != 0) b->ok = false;
+        }
+    put(b, q, "ignore", ignore);
+    return q;
 }
 
 static void set_head(builder *b, json_t *c, const char *model_type, const char *arch)
@@ -121,6 +164,7 @@ static void build_deepseek(builder *b, json_t *c, const gen_options *o)
     set_int(b, c, "moe_layer_freq", 1);
     set_tail(b, c, o);
     if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    if (o->dtype == GEN_DTYPE_INT4) put(b, c, "quantization_config", int4_quant(b, o));
 }
 
 static void build_deepseek_v4(builder *b, json_t *c, const gen_options *o)

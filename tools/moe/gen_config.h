@@ -11,6 +11,7 @@ typedef enum gen_dtype {
     GEN_DTYPE_BF16 = 0,
     GEN_DTYPE_FP8,   /* FP8 E4M3 with 128x128 block scales */
     GEN_DTYPE_MXFP4, /* gpt-oss MXFP4, DeepSeek-V4 expert_dtype "fp4" */
+    GEN_DTYPE_INT4,  /* compressed-tensors pack-quantized int4 routed experts (Kimi-K2-Thinking) */
 } gen_dtype;
 
 /* Every value is resolved (no "unset") before the config is built. Fields a family does not
@@ -33,7 +34,7 @@ typedef struct gen_options {
     const char *torch_dtype; /* "bfloat16", "float16" or "float32": the router dtype */
 } gen_options;
 
-const char *gen_dtype_name(gen_dtype dtype); /* "bf16", "fp8", "mxfp4" */
+const char *gen_dtype_name(gen_dtype dtype); /* "bf16", "fp8", "mxfp4", "int4" */
 
 /* The config.json text (2-space indented, trailing newline), or NULL when out of memory.
  * Free with free(). */

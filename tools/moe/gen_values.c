@@ -165,8 +165,27 @@ static moe_status init_scale(gen_tensor *t, const moe_mlp_desc *mlp, const moe_t
                      spec->name, moe_dtype_name(spec->dtype));
 }
 
+/* The INT4 (compressed-tensors) tensors: words, bf16 group scales and weight_shape. */
+static bool init_int4(gen_tensor *t, const moe_mlp_desc *mlp, const moe_tensor_spec *spec)
+{
+    if (spec->role == MOE_ROLE_GATE_SHAPE || spec->role == MOE_ROLE_UP_SHAPE ||
+        spec->role == MOE_ROLE_DOWN_SHAPE) {
+        const bool down = spec->role == MOE_ROLE_DOWN_SHAPE;
+        t->content = GEN_INT4_SHAPE;
+        t->shape[0] = down ? mlp->hidden : mlp->intermediate;
+        t->shape[1] = down ? mlp->intermediate : mlp->hidden;
+        return spec->dtype == MOE_DTYPE_I64;
+    }
+    t->content = is_scale_role(spec->role) ? GEN_INT4_SCALE : GEN_INT4_WORDS;
+    return is_scale_role(spec->role) ? spec->dtype == MOE_DTYPE_BF16 : spec->dtype == MOE_DTYPE_I32;
+}
+
 static moe_status init_mlp(gen_tensor *t, const moe_mlp_desc *mlp, const moe_tensor_spec *spec)
 {
+    if (mlp->format == MOE_WFMT_INT4_GROUP) {
+        if (init_int4(t, mlp, spec)) return MOE_OK;
+        goto bad;
+    }
     if (is_scale_role(spec->role)) return init_scale(t, mlp, spec);
     if (spec->role == MOE_ROLE_GATE_UP_BIAS || spec->role == MOE_ROLE_DOWN_BIAS) {
         if (!is_float_dtype(spec->dtype)) goto bad;
@@ -291,6 +310,16 @@ static void gen_element(gen_tensor *t, uint64_t i, uint8_t *out)
         out[0] = (uint8_t)(e2m1_of_sum[lane_sum(h, 8)] | e2m1_of_sum[lane_sum(h >> 32, 8)] << 4);
         break;
     case GEN_TID2EID: gen_tid2eid(t, i, out); break;
+    case GEN_INT4_WORDS: {
+        const uint32_t w = (uint32_t)h; /* eight uniform nibbles */
+        memcpy(out, &w, 4);
+        break;
+    }
+    case GEN_INT4_SCALE:
+        /* uniform int4 values have std ≈ 4.6, so scale ≈ GEN_WEIGHT_STD / 4.6 */
+        store_float(MOE_DTYPE_BF16, GEN_WEIGHT_STD / 4.6 * (0.8 + 0.4 * uniform01(h)), out);
+        break;
+    case GEN_INT4_SHAPE: memcpy(out, &t->shape[i % 2], 8); break;
     }
 }
 

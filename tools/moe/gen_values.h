@@ -18,6 +18,11 @@ typedef enum gen_content {
     GEN_MX_SCALE,  /* E8M0 MX block scales in 2^-7 .. 2^-4, never 0xFF */
     GEN_FP4_PAIRS, /* two E2M1 codes per byte, low nibble = even element */
     GEN_TID2EID,   /* rows of top_k distinct expert ids in [0, n_experts) */
+    /* INT4 (compressed-tensors): int32 words of eight nibbles (value + 8), uniform in
+     * [-8, 7]; bf16 group scales, (u - 8) x scale ~ 0.02 std, ±20 %; weight_shape [out, in] */
+    GEN_INT4_WORDS,
+    GEN_INT4_SCALE,
+    GEN_INT4_SHAPE,
 } gen_content;
 
 typedef struct gen_tensor {
@@ -27,6 +32,7 @@ typedef struct gen_tensor {
     uint64_t key;        /* hash of (seed, name): the tensor's own random stream */
     double mean, std;    /* GEN_GAUSS */
     int64_t row_len;     /* GEN_TID2EID: top_k */
+    int64_t shape[2];    /* GEN_INT4_SHAPE */
     int64_t n_experts;   /* GEN_TID2EID */
     /* GEN_TID2EID scratch: a permutation of the experts and the last row built. */
     int32_t *perm;
