@@ -313,7 +313,8 @@ static void down_phase(const moe_experts_job *job, const group_run *run)
 }
 
 /* out[t] = Σ_k w[t,k] · y[row(t,k)] in slot order, then + out[t] when the always-on MLP has
- * already written the shared experts' output there. */
+ * already written the shared experts' output there (+ always_scale[t] · out[t], the product
+ * rounded first, when the job has a shared expert gate). */
 static void combine_phase(const moe_experts_job *job)
 {
     const size_t n_t = job->n_tokens, k_n = (size_t)job->top_k;
@@ -340,7 +341,13 @@ static void combine_phase(const moe_experts_job *job)
             for (size_t i = 0; i < n; i++)
                 acc[i] += wk * yk[i];
         }
-        if (add_shared)
+        if (add_shared && job->always_scale) {
+            const float s = job->always_scale[t];
+            for (size_t i = 0; i < n; i++) {
+                const float shared = s * o[c + i];
+                o[c + i] = acc[i] + shared;
+            }
+        } else if (add_shared)
             for (size_t i = 0; i < n; i++)
                 o[c + i] = acc[i] + o[c + i];
         else

@@ -203,6 +203,8 @@ typedef struct moe_experts_job {
     const float *weights;           /* [T, K]: routed_scaling_factor is already in them */
     const moe_expert_group *always; /* shared experts or the dense MLP; NULL if none */
     const char *always_name;        /* "shared" or "dense": the trace's step prefix */
+    const float *always_scale;      /* [T] or NULL: the shared output of token t is multiplied
+                                       by always_scale[t] in the combine (a shared expert gate) */
     float *out;                     /* [T, H] */
     moe_experts_ws ws;
     moe_trace_rec *trace; /* marks by the team's master; NULL or off: nothing recorded */

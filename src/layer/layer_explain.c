@@ -183,6 +183,12 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         put_group(&t, g, moe_layer_group_label[id]);
         total += g->group.packed_bytes;
     }
+    if (p->ld->shared_gate)
+        put(&t,
+            "  shared expert gate: weight %s [1, %lld] widened to f32 at creation; sigmoid(x . w) "
+            "per token (f32, 8 partial sums) multiplies the shared experts' output in the "
+            "combine\n",
+            moe_dtype_name(p->shared_gate_dtype), (long long)p->desc->hidden);
     put(&t, "  packed total: %zu bytes (gate and experts; created once, read by every forward)\n",
         total);
     put(&t, "  workspace: %zu bytes for 1 token, %zu for 512 (moe_layer_workspace_size)\n",

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "experts/experts.h"
 #include "layer/layer_internal.h"
+#include "layer/layer_shared_gate.h"
 #include "route/router_internal.h"
 
 #define FWD "moe_layer_forward"
@@ -231,6 +232,25 @@ static void route_step(fwd *f)
     }
 }
 
+/* sigmoid(x · w) of every token for the shared expert gate, from the input as given (bf16
+ * widened exactly): the combine multiplies the shared output by it. */
+static void shared_gate_step(fwd *f)
+{
+    const size_t n = f->a->n_tokens, h = f->h;
+    const moe_dtype dt = f->a->hidden_dtype;
+    const size_t eb = dt == MOE_DTYPE_BF16 ? 2 : 4;
+#pragma omp for schedule(static)
+    for (size_t it = 0; it < row_items(n); it++) {
+        const size_t r0 = it * ROWS_PER_ITEM, rows = item_rows(n, it);
+        for (size_t r = r0; r < r0 + rows; r++)
+            f->b.shared_scale[r] = moe_shared_gate_scale(
+                f->l->shared_gate, h, (const char *)f->a->hidden + r * h * eb, dt);
+    }
+#pragma omp master
+    moe_trace_mark(&f->trace, "shared_gate", "sigmoid(x . w), f32, 8 partial sums",
+                   (uint64_t)h * 4 + (uint64_t)n * h * eb, (uint64_t)n * 4);
+}
+
 static void steps(fwd *f)
 {
     /* The calling thread's entry into the team (a few microseconds on a decode step), so the
@@ -238,6 +258,7 @@ static void steps(fwd *f)
 #pragma omp master
     moe_trace_mark(&f->trace, "threads", "OpenMP team start", 0, 0);
     activations_step(f);
+    if (f->l->shared_gate && f->job.always) shared_gate_step(f);
     if (f->l->plan.moe && !f->experts_only) {
         gate_step(f);
         route_step(f);
@@ -296,6 +317,7 @@ static void bind(fwd *f)
     j->weights = f->weights;
     j->always = l->always;
     j->always_name = l->always_name;
+    j->always_scale = l->shared_gate ? f->b.shared_scale : NULL;
     j->out = a->out;
     j->ws = f->b.ws;
     j->trace = &f->trace;

@@ -26,7 +26,7 @@ typedef enum moe_layer_group_id {
 /* "routed experts", "shared experts", "dense mlp": for messages and explain. */
 extern const char *const moe_layer_group_label[MOE_LG_COUNT_];
 
-#define MOE_LAYER_ROLES (MOE_ROLE_DOWN_BIAS + 1)
+#define MOE_LAYER_ROLES (MOE_ROLE_SHARED_GATE + 1)
 
 /* What creation decided for one group, before (describe) or while (create) packing. */
 typedef struct moe_layer_group_plan {
@@ -78,6 +78,7 @@ typedef struct moe_layer_plan {
     bool recipe_used[MOE_EXPERTS_RECIPES];
     moe_kernel_choice cvt_bf16;
     moe_layer_group_plan groups[MOE_LG_COUNT_];
+    moe_dtype shared_gate_dtype; /* ld->shared_gate: the gate weight's dtype in the checkpoint */
 } moe_layer_plan;
 
 /* What the public API does not choose: the ISA caps and the resident experts. */
@@ -121,6 +122,7 @@ typedef struct moe_layer_bufs {
     float *logits;
     int32_t *ids;
     float *weights;
+    float *shared_scale; /* [T]: the shared expert gate's sigmoid per token (ld->shared_gate) */
     moe_experts_ws ws;
 } moe_layer_bufs;
 
@@ -149,6 +151,7 @@ struct moe_layer {
     moe_layer_plan plan;
     moe_gate *gate;     /* NULL for dense layers */
     moe_router *router; /* NULL for dense layers */
+    float *shared_gate; /* [H] f32: the shared expert gate's weight (ld->shared_gate), else NULL */
     /* The groups forward runs (point into plan.groups[...].group, or NULL). */
     const moe_expert_group *routed, *always;
     const char *always_name;

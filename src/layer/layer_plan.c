@@ -355,6 +355,8 @@ moe_status moe_layer_plan_make(const moe_model *model, int layer, const moe_laye
     for (int id = 0; id < MOE_LG_COUNT_ && !st; id++)
         if (plan->groups[id].present) st = plan_group(plan, (moe_layer_group_id)id);
     if (!st && plan->moe) st = plan_gate(plan);
+    if (!st && plan->ld->shared_gate)
+        plan->shared_gate_dtype = plan->groups[MOE_LG_SHARED].one[MOE_ROLE_SHARED_GATE]->dtype;
     if (!st) st = plan_activations(plan);
     if (!st) st = check_files(plan);
     if (st) moe_layer_plan_free(plan);
@@ -406,6 +408,7 @@ void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe
         b->logits = moe_carve_take(c, te, sizeof(float));
         b->ids = moe_carve_take(c, tk, sizeof(int32_t));
         b->weights = moe_carve_take(c, tk, sizeof(float));
+        if (p->ld->shared_gate) b->shared_scale = moe_carve_take(c, n_tokens, sizeof(float));
         routed = &p->groups[MOE_LG_ROUTED].group;
         if (p->groups[MOE_LG_SHARED].present) always = &p->groups[MOE_LG_SHARED].group;
     } else {

@@ -106,6 +106,16 @@ moe_status moe_family_deepseek_v4_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_qwen3_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_mixtral_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_qwen3_next_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_qwen3_5_moe_parse(const moe_cfg *c, moe_model_desc *d);
+
+/* Qwen3's layer plan (Qwen3-MoE, Qwen3-Next): decoder_sparse_step and mlp_only_layers mark the
+ * dense layers in DENSE (n_layers entries, zeroed); *ANY_DENSE / *ANY_MOE summarise it. */
+moe_status moe_family_qwen3_plan_layers(const moe_cfg *c, int n_layers, int64_t experts,
+                                        bool *dense, bool *any_dense, bool *any_moe);
+
+/* torch_dtype (or transformers 5's "dtype"; default bfloat16) into d->router_dtype. */
+moe_status moe_cfg_dtype(const moe_cfg *c, moe_model_desc *d);
 
 /* ---- Building a layer's tensor table ------------------------------------------------- */
 
@@ -152,5 +162,6 @@ moe_status moe_family_deepseek_v4_tensors(const moe_model_desc *d, int layer, mo
 moe_status moe_family_qwen3_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_mixtral_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_gpt_oss_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_qwen3_next_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 
 #endif

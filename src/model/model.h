@@ -16,6 +16,8 @@ typedef enum moe_family {
     MOE_FAMILY_QWEN3_MOE,       /* "qwen3_moe" */
     MOE_FAMILY_MIXTRAL,         /* "mixtral" */
     MOE_FAMILY_GPT_OSS,         /* "gpt_oss" */
+    MOE_FAMILY_QWEN3_NEXT,      /* "qwen3_next" (Qwen3-Next) */
+    MOE_FAMILY_QWEN3_5_MOE,     /* "qwen3_5_moe" (Qwen3.5-MoE; text_config nested) */
     MOE_FAMILY_COUNT_
 } moe_family;
 
@@ -65,6 +67,8 @@ typedef struct moe_layer_desc {
     int n_shared;             /* shared experts (0 if none) */
     moe_mlp_desc shared; /* n_shared > 0: ONE MLP of width intermediate (already × n_shared) */
     moe_mlp_desc dense;  /* DENSE layers */
+    bool shared_gate;    /* the shared MLP's output × sigmoid(x · w), w its one-output gate
+                            [1, H] (Qwen3-Next, Qwen3.5-MoE: shared_expert_gate) */
 } moe_layer_desc;
 
 typedef struct moe_model_desc {
@@ -129,6 +133,7 @@ typedef enum moe_tensor_role {
     MOE_ROLE_GATE_UP_SCALE,
     MOE_ROLE_GATE_UP_BIAS,
     MOE_ROLE_DOWN_BIAS,
+    MOE_ROLE_SHARED_GATE, /* [1, H]: the shared MLP's sigmoid gate (Qwen3-Next) */
 } moe_tensor_role;
 
 const char *moe_tensor_group_name(moe_tensor_group group); /* "router", "routed", ... */

@@ -8,6 +8,8 @@ static const char *const family_names[MOE_FAMILY_COUNT_] = {
     [MOE_FAMILY_KIMI_K2] = "kimi_k2",         [MOE_FAMILY_DEEPSEEK_V4] = "deepseek_v4",
     [MOE_FAMILY_QWEN3_MOE] = "qwen3_moe",     [MOE_FAMILY_MIXTRAL] = "mixtral",
     [MOE_FAMILY_GPT_OSS] = "gpt_oss",
+    [MOE_FAMILY_QWEN3_NEXT] = "qwen3_next",
+    [MOE_FAMILY_QWEN3_5_MOE] = "qwen3_5_moe",
 };
 
 /* Indexes a name table, with "unknown" for any value outside it (including negative ones). */
@@ -84,6 +86,7 @@ const char *moe_tensor_role_name(moe_tensor_role role)
         [MOE_ROLE_GATE_UP_SCALE] = "gate_up_scale",
         [MOE_ROLE_GATE_UP_BIAS] = "gate_up_bias",
         [MOE_ROLE_DOWN_BIAS] = "down_bias",
+        [MOE_ROLE_SHARED_GATE] = "shared_gate",
     };
     return NAME_AT(names, role);
 }

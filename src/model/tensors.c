@@ -144,6 +144,8 @@ static family_tensors_fn tensors_of(moe_family f)
     case MOE_FAMILY_QWEN3_MOE: return moe_family_qwen3_tensors;
     case MOE_FAMILY_MIXTRAL: return moe_family_mixtral_tensors;
     case MOE_FAMILY_GPT_OSS: return moe_family_gpt_oss_tensors;
+    case MOE_FAMILY_QWEN3_NEXT:
+    case MOE_FAMILY_QWEN3_5_MOE: return moe_family_qwen3_next_tensors;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;

@@ -673,7 +673,8 @@ static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
     const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v4",
-                           "qwen3_moe",   "mixtral",     "gpt_oss"};
+                           "qwen3_moe",   "mixtral",     "gpt_oss",
+                           "qwen3_next",  "qwen3_5_moe"};
     for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
         CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
         CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));
@@ -688,6 +689,7 @@ static void test_names(void)
     CHECK(!strcmp(moe_activation_name(MOE_ACT_GPTOSS_GLU), "gptoss_glu"));
     CHECK(!strcmp(moe_tensor_group_name(MOE_GROUP_SHARED), "shared"));
     CHECK(!strcmp(moe_tensor_role_name(MOE_ROLE_DOWN_BIAS), "down_bias"));
+    CHECK(!strcmp(moe_tensor_role_name(MOE_ROLE_SHARED_GATE), "shared_gate"));
 }
 
 int main(void)

@@ -12,6 +12,8 @@ static const bench_preset presets[] = {
     {"mixtral-8x7b", "mixtral", {"bf16", "fp8"}, 4096, 14336, 8, 2, 0, 0, 0},
     {"gpt-oss-20b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 32, 4, 0, 0, 0},
     {"gpt-oss-120b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 128, 4, 0, 0, 0},
+    /* Qwen3-Next-80B-A3B and Qwen3.5-MoE share this block: one shared expert of width 512. */
+    {"qwen3.5-moe", "qwen3_5_moe", {"bf16", "fp8"}, 2048, 512, 512, 10, 0, 0, 1},
 };
 
 const bench_preset *bench_preset_at(size_t i)

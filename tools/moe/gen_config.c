@@ -194,6 +194,41 @@ static void build_gpt_oss(builder *b, json_t *c, const gen_options *o)
     }
 }
 
+/* Qwen3-Next: Qwen3-MoE's fields plus the one shared expert (its width: --shared experts of
+ * --intermediate, as bench presets count it). */
+static void build_qwen3_next(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "qwen3_next", "Qwen3NextForCausalLM");
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "moe_intermediate_size", o->intermediate);
+    set_int(b, c, "shared_expert_intermediate_size", o->intermediate * o->shared);
+    set_int(b, c, "intermediate_size", o->dense_intermediate);
+    set_int(b, c, "num_experts", o->experts);
+    set_int(b, c, "num_experts_per_tok", o->topk);
+    set_bool(b, c, "norm_topk_prob", true);
+    set_int(b, c, "decoder_sparse_step", 1);
+    put(b, c, "mlp_only_layers", json_array());
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
+/* Qwen3.5-MoE: the text model's fields in text_config, as Qwen3_5MoeConfig nests them;
+ * quantization_config at the top level. */
+static void build_qwen3_5_moe(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration");
+    json_t *t = json_object();
+    set_str(b, t, "model_type", "qwen3_5_moe_text");
+    set_int(b, t, "hidden_size", o->hidden);
+    set_int(b, t, "moe_intermediate_size", o->intermediate);
+    set_int(b, t, "shared_expert_intermediate_size", o->intermediate * o->shared);
+    set_int(b, t, "num_experts", o->experts);
+    set_int(b, t, "num_experts_per_tok", o->topk);
+    set_tail(b, t, o);
+    put(b, c, "text_config", t);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
 char *gen_config_text(const gen_options *o)
 {
     builder bld = {.ok = true}, *b = &bld;
@@ -207,6 +242,8 @@ char *gen_config_text(const gen_options *o)
     case MOE_FAMILY_QWEN3_MOE: build_qwen3(b, c, o); break;
     case MOE_FAMILY_MIXTRAL: build_mixtral(b, c, o); break;
     case MOE_FAMILY_GPT_OSS: build_gpt_oss(b, c, o); break;
+    case MOE_FAMILY_QWEN3_NEXT: build_qwen3_next(b, c, o); break;
+    case MOE_FAMILY_QWEN3_5_MOE: build_qwen3_5_moe(b, c, o); break;
     case MOE_FAMILY_COUNT_: break;
     }
     /* 9 significant digits print 2.827 as "2.827", not its 17-digit binary expansion. */
