@@ -108,7 +108,25 @@ static const want wants[] = {
      {MOE_ROUTE_TOPK_SOFTMAX, MOE_SCORE_SOFTMAX, 128, 4, 1, 1, false, true, true, 1.0f},
      {2880, 0, 0, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
       MOE_ACT_GPTOSS_GLU, 7.0f, 1.702f}},
+    /* Qwen3-Next and Qwen3.5-MoE: one shared expert of shared_expert_intermediate_size (512 =
+     * 1 × moe_intermediate_size in both), its output gated by sigmoid(shared_expert_gate). */
+    {{"qwen3-next-80b-a3b.json", "qwen3_next", MOE_FAMILY_QWEN3_NEXT},
+     {48, 2048, 151936, 0, 0},
+     {MOE_ROUTE_SOFTMAX_TOPK, MOE_SCORE_SOFTMAX, 512, 10, 1, 1, false, false, true, 1.0f},
+     {512, 0, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    {{"qwen3.5-35b-a3b.json", "qwen3_5_moe", MOE_FAMILY_QWEN3_5_MOE},
+     {40, 2048, 248320, 0, 0},
+     {MOE_ROUTE_SOFTMAX_TOPK, MOE_SCORE_SOFTMAX, 256, 8, 1, 1, false, false, true, 1.0f},
+     {512, 0, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
 };
+
+/* The families whose shared expert has a sigmoid gate. */
+static bool gated_shared(moe_family f)
+{
+    return f == MOE_FAMILY_QWEN3_NEXT || f == MOE_FAMILY_QWEN3_5_MOE;
+}
 
 static int blocks_out(moe_weight_format f)
 {
@@ -190,6 +208,7 @@ static void check_want(const want *w)
         check_routing(w, l);
         check_mlp(w, &l->experts, w->expert_inter, w->fmt, w->scale, i, "experts");
         CHECK(l->n_shared == w->n_shared);
+        CHECKF(l->shared_gate == gated_shared(w->family), "%s layer %d shared gate", w->file, i);
         if (w->n_shared)
             check_mlp(w, &l->shared, w->expert_inter * w->n_shared, w->shared_fmt, w->shared_scale,
                       i, "shared");
@@ -669,6 +688,107 @@ static void test_refused_fields(void)
     if (parse_ok(DSV2(",\"mlp_bias\":false"), &d)) moe_model_desc_free(&d);
 }
 
+#define QNEXT(extra)                                                                               \
+    "{\"model_type\":\"qwen3_next\",\"hidden_size\":64,\"num_hidden_layers\":4,"                   \
+    "\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32" extra "}"
+#define QNEXT_SHARED ",\"shared_expert_intermediate_size\":48"
+
+static void test_qwen3_next(void)
+{
+    moe_model_desc d;
+    /* Qwen3-MoE's layer plan; norm_topk_prob defaults to true (Qwen3NextConfig's default). */
+    if (parse_ok(QNEXT(QNEXT_SHARED ",\"intermediate_size\":96,\"mlp_only_layers\":[0],"
+                                    "\"decoder_sparse_step\":2"),
+                 &d)) {
+        const moe_layer_kind kinds[4] = {MOE_LAYER_DENSE, MOE_LAYER_MOE, MOE_LAYER_DENSE,
+                                         MOE_LAYER_MOE};
+        for (int i = 0; i < 4; i++) {
+            const moe_layer_desc *l = &d.layers[i];
+            CHECKF(l->kind == kinds[i], "layer %d kind %s", i, moe_layer_kind_name(l->kind));
+            if (l->kind == MOE_LAYER_DENSE) {
+                CHECK(l->dense.intermediate == 96 && !l->shared_gate && l->n_shared == 0);
+                continue;
+            }
+            CHECK(l->routing.norm_topk_prob && l->routing.method == MOE_ROUTE_SOFTMAX_TOPK);
+            CHECK(l->n_shared == 1 && l->shared.intermediate == 48 && l->shared_gate);
+            CHECK(l->experts.intermediate == 32);
+        }
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(QNEXT(QNEXT_SHARED ",\"norm_topk_prob\":false"), &d)) {
+        CHECK(!d.layers[0].routing.norm_topk_prob);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(QNEXT(""), MOE_EMISSING, "field 'shared_expert_intermediate_size'");
+    parse_fails(QNEXT(",\"shared_expert_intermediate_size\":0"), MOE_ECONFIG,
+                "shared_expert_intermediate_size");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"mlp_only_layers\":[1]"), MOE_EMISSING,
+                "intermediate_size");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "hidden_act");
+    parse_fails("{\"model_type\":\"qwen3_next\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+                "\"num_experts\":8,\"num_experts_per_tok\":9,\"moe_intermediate_size\":32" QNEXT_SHARED
+                "}",
+                MOE_ECONFIG, "num_experts_per_tok");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"num_local_experts\":4"), MOE_ECONFIG, "num_local_experts");
+}
+
+/* A Qwen3.5-MoE config: TOP's fields at the top level, text_config of BODY (Q35_TEXT: a valid
+ * one) and TEXT. */
+#define Q35_BODY(body, text, top)                                                                  \
+    "{\"model_type\":\"qwen3_5_moe\"" top ",\"text_config\":{" body text "}}"
+#define Q35_SIZES "\"hidden_size\":64,\"num_hidden_layers\":2,\"moe_intermediate_size\":32"
+#define Q35_TEXT                                                                                   \
+    Q35_SIZES ",\"num_experts\":8,\"num_experts_per_tok\":2,\"shared_expert_intermediate_size\":48"
+#define Q35(text, top) Q35_BODY(Q35_TEXT, text, top)
+
+static void test_qwen3_5_moe(void)
+{
+    moe_model_desc d;
+    /* Every layer MoE and renormalised, whatever Qwen3-MoE's plan fields say (transformers'
+     * Qwen3.5 decoder layer does not read them); the dtype from the top when text has none. */
+    if (parse_ok(Q35(",\"mlp_only_layers\":[0]", ",\"dtype\":\"float32\""), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_F32 && d.hidden == 64 && d.n_layers == 2);
+        for (int i = 0; i < 2; i++) {
+            const moe_layer_desc *l = &d.layers[i];
+            CHECK(l->kind == MOE_LAYER_MOE && l->routing.norm_topk_prob && l->shared_gate);
+            CHECK(l->shared.intermediate == 48 && l->routing.n_experts == 8);
+        }
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(Q35(",\"dtype\":\"float16\"", ",\"dtype\":\"float32\""), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_F16); /* text_config's own wins */
+        moe_model_desc_free(&d);
+    }
+    /* quantization_config at the top level, as transformers keeps it. */
+    if (parse_ok(Q35("", ",\"quantization_config\":{\"quant_method\":\"fp8\","
+                         "\"weight_block_size\":[128,128]}"),
+                 &d)) {
+        CHECK(d.layers[0].experts.format == MOE_WFMT_FP8_BLOCK);
+        CHECK(d.layers[0].shared.format == MOE_WFMT_FP8_BLOCK);
+        moe_model_desc_free(&d);
+    }
+    parse_fails("{\"model_type\":\"qwen3_5_moe\",\"hidden_size\":64,\"num_hidden_layers\":2}",
+                MOE_EMISSING, "field 'text_config'");
+    parse_fails("{\"model_type\":\"qwen3_5_moe\",\"text_config\":[]}", MOE_EJSON,
+                "field 'text_config'");
+    parse_fails(Q35(",\"norm_topk_prob\":false", ""), MOE_EUNSUPPORTED,
+                "field 'text_config.norm_topk_prob'");
+    parse_fails(Q35(",\"quantization_config\":{\"quant_method\":\"fp8\"}", ""), MOE_EUNSUPPORTED,
+                "field 'text_config.quantization_config'");
+    parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":8,\"num_experts_per_tok\":9,"
+                                    "\"shared_expert_intermediate_size\":48",
+                         ""),
+                MOE_ECONFIG, "field 'text_config.num_experts_per_tok'");
+    parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":0,\"num_experts_per_tok\":2,"
+                                    "\"shared_expert_intermediate_size\":48",
+                         ""),
+                MOE_ECONFIG, "field 'text_config.num_experts'");
+    parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":8,\"num_experts_per_tok\":2", ""),
+                MOE_EMISSING, "field 'text_config.shared_expert_intermediate_size'");
+    parse_fails(Q35_BODY("\"hidden_size\":\"64\",\"num_hidden_layers\":2", "", ""), MOE_EJSON,
+                "field 'text_config.hidden_size'");
+}
+
 static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
@@ -697,6 +817,8 @@ int main(void)
     for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++)
         check_want(&wants[i]);
     test_qwen3_plan();
+    test_qwen3_next();
+    test_qwen3_5_moe();
     test_deepseek_plan_and_defaults();
     test_common_fields();
     test_gpt_oss_variants();

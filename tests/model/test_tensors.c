@@ -678,6 +678,37 @@ static void test_gpt_oss(void)
     moe_model_desc_free(&d);
 }
 
+/* Qwen3-Next and Qwen3.5-MoE: router, experts, then shared_expert and its [1, H] gate. */
+static void test_qwen3_next(void)
+{
+    static const char *const files[] = {"qwen3-next-80b-a3b.json", "qwen3.5-35b-a3b.json"};
+    static const char *const base[] = {"model.layers", "model.language_model.layers"};
+    static const int experts[] = {512, 256};
+    for (int f = 0; f < 2; f++) {
+        moe_model_desc d;
+        load(files[f], &d);
+        table t = layer_table(&d, 3);
+        const int e = experts[f];
+        CHECKF(t.n == (size_t)(1 + e * 3 + 3 + 1), "%s: %zu specs", files[f], t.n);
+        char name[4][128];
+        snprintf(name[0], sizeof name[0], "%s.3.mlp.gate.weight", base[f]);
+        snprintf(name[1], sizeof name[1], "%s.3.mlp.experts.%d.down_proj.weight", base[f], e - 1);
+        snprintf(name[2], sizeof name[2], "%s.3.mlp.shared_expert.up_proj.weight", base[f]);
+        snprintf(name[3], sizeof name[3], "%s.3.mlp.shared_expert_gate.weight", base[f]);
+        const exp_spec want[4] = {
+            {name[0], MOE_DTYPE_BF16, 2, {e, 2048}, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, -1},
+            {name[1], MOE_DTYPE_BF16, 2, {2048, 512}, MOE_GROUP_ROUTED, MOE_ROLE_DOWN, e - 1},
+            {name[2], MOE_DTYPE_BF16, 2, {512, 2048}, MOE_GROUP_SHARED, MOE_ROLE_UP, -1},
+            {name[3], MOE_DTYPE_BF16, 2, {1, 2048}, MOE_GROUP_SHARED, MOE_ROLE_SHARED_GATE, -1},
+        };
+        for (int i = 0; i < 4; i++)
+            check_spec(by_name(&t, want[i].name), &want[i], 3);
+        check_spec(t.n ? &t.v[t.n - 1] : NULL, &want[3], 3); /* the gate comes last */
+        moe_free(t.v);
+        moe_model_desc_free(&d);
+    }
+}
+
 int main(void)
 {
     test_deepseek_v3();
@@ -685,5 +716,6 @@ int main(void)
     test_deepseek_v4();
     test_qwen3_mixtral();
     test_gpt_oss();
+    test_qwen3_next();
     return TEST_END();
 }
