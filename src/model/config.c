@@ -410,12 +410,20 @@ static moe_status parse_root(const json_t *root, const char *name, moe_model_des
     moe_status st = moe_cfg_str(&c, "model_type", true, NULL, &type);
     if (st) return st;
     moe_family family;
-    if (!moe_family_from_name(type, &family))
+    if (!moe_family_from_name(type, &family)) {
+        /* Every model_type of the name table, in enum order. */
+        char known[512];
+        size_t len = 0;
+        known[0] = '\0';
+        for (int f = 0; f < MOE_FAMILY_COUNT_ && len < sizeof known; f++) {
+            const int n = snprintf(known + len, sizeof known - len, "%s%s", f ? ", " : "",
+                                   moe_family_name((moe_family)f));
+            if (n < 0) break;
+            len += (size_t)n;
+        }
         return moe_cfg_fail(&c, MOE_EUNSUPPORTED, "model_type",
-                            "'%.64s' is not supported (supported: deepseek_v2, deepseek_v3, "
-                            "kimi_k2, deepseek_v4, qwen3_moe, mixtral, gpt_oss, qwen3_next, "
-                            "qwen3_5_moe)",
-                            type);
+                            "'%.64s' is not supported (supported: %s)", type, known);
+    }
     d->family = family;
     snprintf(d->model_type, sizeof d->model_type, "%s", moe_family_name(family));
     return parser_of(family)(&c, d);

@@ -120,6 +120,22 @@ static const fam_case fam_cases[] = {
      "\"n_shared_experts\":1,\"mlp_layer_types\":[\"moe\",\"hash_moe\"],\"vocab_size\":1000,"
      "\"scoring_func\":\"sqrtsoftplus\",\"hidden_act\":\"silu\",\"dtype\":\"bfloat16\"}",
      0, 1},
+    /* One shared expert whose output is scaled by sigmoid(x · shared_expert_gate): Qwen3-Next
+     * with a dense layer (mlp_only_layers) and a shared width unlike the experts'; Qwen3.5-MoE
+     * nested in text_config, in FP8 (quantization_config at the top). */
+    {"qwen3_next",
+     "{\"model_type\":\"qwen3_next\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":160,\"num_experts\":16,"
+     "\"num_experts_per_tok\":4,\"shared_expert_intermediate_size\":224,"
+     "\"mlp_only_layers\":[0],\"norm_topk_prob\":true}",
+     1, 0},
+    {"qwen3_5_moe_fp8",
+     "{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"hidden_size\":320,"
+     "\"num_hidden_layers\":1,\"moe_intermediate_size\":192,\"num_experts\":16,"
+     "\"num_experts_per_tok\":6,\"shared_expert_intermediate_size\":192,\"dtype\":\"bfloat16\"},"
+     "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
+     "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[128,128]}}",
+     0, -1},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
