@@ -11,7 +11,8 @@ warnings.filterwarnings("ignore")
 tf.logging.set_verbosity_error()
 tf.utils.logging.disable_progress_bar()
 
-FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss"]
+FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss",
+            "qwen3_next", "qwen3_5_moe"]
 HIDDEN = 64
 # Attention shapes small enough for a test, per family (the MoE shapes come from each config).
 _ATTN = {
@@ -22,7 +23,15 @@ _ATTN = {
     "deepseek_v4": dict(q_lora_rank=16, o_lora_rank=16, o_groups=2, index_n_heads=2,
                         index_head_dim=16, index_topk=8, sliding_window=8),
     "qwen3_moe": {}, "mixtral": {}, "gpt_oss": {},
+    "qwen3_next": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                       linear_value_head_dim=16),
+    "qwen3_5_moe": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                        linear_value_head_dim=16),
 }
+# Families whose text model sits inside a vision-language model: their fields go to
+# text_config, and this vision tower (the smallest the config accepts) beside it.
+_NESTED = {"qwen3_5_moe": dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2,
+                                out_hidden_size=HIDDEN)}
 _COMMON = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                max_position_embeddings=256)
 # Tiny MoE configs: dense + MoE layers where the family has them, groups for DeepSeek-V3.
@@ -42,6 +51,12 @@ _MOE = {
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
                     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                     swiglu_alpha=1.25, swiglu_limit=0.25),
+    # norm_topk_prob false: not Qwen3NextConfig's default, so libmoe must read it.
+    "qwen3_next": dict(moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                       shared_expert_intermediate_size=48, intermediate_size=96,
+                       mlp_only_layers=[0], norm_topk_prob=False),
+    "qwen3_5_moe": dict(moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                        shared_expert_intermediate_size=48),
 }
 # The GLU constants above are not transformers' defaults (gpt-oss 1.702 and 7, DeepSeek-V4's
 # limit 10): libmoe must read them from config.json. The limit clamps a share of the
@@ -52,13 +67,25 @@ _MOE = {
 def config(family, **over):
     kw = dict(_COMMON, **_ATTN[family], **_MOE[family], hidden_size=HIDDEN, num_hidden_layers=3,
               vocab_size=96, **over)
+    if family in _NESTED:
+        return tf.AutoConfig.for_model(family, text_config=kw, vision_config=_NESTED[family])
     return tf.AutoConfig.for_model(family, **kw)
+
+
+def auto_class(family):
+    """The transformers auto class of FAMILY's checkpoints (the vision-language ones whole)."""
+    return tf.AutoModelForImageTextToText if family in _NESTED else tf.AutoModelForCausalLM
+
+
+def decoder_layers(model):
+    inner = model.model
+    return inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
 
 
 def moe_blocks(model):
     """(layer index, block) for every MoE block of a transformers model."""
     out = []
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(decoder_layers(model)):
         if hasattr(layer.mlp, "experts"):
             out.append((i, layer.mlp))
     return out
@@ -73,7 +100,7 @@ def make_model(family, seed=0):
     """A random tiny f32 model with non-zero correction biases, router and expert biases
     (transformers initialises them to zero) and a random tid2eid."""
     torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(config(family), dtype=torch.float32).eval()
+    model = auto_class(family).from_config(config(family), dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(seed + 1)
     for _, block in moe_blocks(model):
         r = router(block)
@@ -89,6 +116,8 @@ def make_model(family, seed=0):
         for name in ("gate_up_proj_bias", "down_proj_bias"):
             if hasattr(block.experts, name):
                 getattr(block.experts, name).normal_(0.0, 0.1, generator=g)
+        if hasattr(block, "shared_expert_gate"):  # sigmoids across (0, 1), not all near 0.5
+            block.shared_expert_gate.weight.normal_(0.0, 0.3, generator=g)
     return model
 
 
@@ -106,7 +135,7 @@ def load(folder, dtype, family=None, **overrides):
     """transformers' model from FOLDER in DTYPE, the config's fields OVERRIDES replaced (and
     FAMILY's test attention shapes added: a `moe gen` config has none); FP8 and MXFP4
     checkpoints dequantised."""
-    attn = dict(_COMMON, **_ATTN[family]) if family else {}
+    attn = dict(_COMMON, **_ATTN[family]) if family and family not in _NESTED else {}
     cfg = tf.AutoConfig.from_pretrained(folder, **attn, **overrides)
     kw = {}
     qc = getattr(cfg, "quantization_config", None) or {}
@@ -115,7 +144,8 @@ def load(folder, dtype, family=None, **overrides):
             dequantize=True, weight_block_size=tuple(qc["weight_block_size"]))
     elif qc.get("quant_method") == "mxfp4":
         kw["quantization_config"] = tf.Mxfp4Config(dequantize=True)
-    return tf.AutoModelForCausalLM.from_pretrained(folder, config=cfg, dtype=dtype, **kw).eval()
+    cls = auto_class(cfg.model_type)
+    return cls.from_pretrained(folder, config=cfg, dtype=dtype, **kw).eval()
 
 
 def moe_cli():

@@ -33,8 +33,9 @@ def compare(family, model, folder, bounds, formats, seed=0):
     g = torch.Generator().manual_seed(seed)
     checked = 0
     for i, block in hu.moe_blocks(model):
-        x = torch.randn(T, model.config.hidden_size, generator=g)
-        ids_in = torch.randint(0, model.config.vocab_size, (T,), generator=g)
+        text = model.config.get_text_config()
+        x = torch.randn(T, text.hidden_size, generator=g)
+        ids_in = torch.randint(0, text.vocab_size, (T,), generator=g)
         hashed = getattr(block, "is_hash", False)
         ref, ref_ids = hu.reference(block, x, ids_in if hashed else None)
         k = ref_ids.shape[1]
@@ -92,7 +93,8 @@ def test_deepseek_v4_layer_types_as_transformers_writes_them(hf_saved):
 
 
 GEN = [("deepseek_v2", "fp8"), ("deepseek_v3", "fp8"), ("deepseek_v4", "mxfp4"),
-       ("deepseek_v4", "fp8"), ("qwen3_moe", "fp8"), ("mixtral", "fp8"), ("gpt_oss", "mxfp4")]
+       ("deepseek_v4", "fp8"), ("qwen3_moe", "fp8"), ("mixtral", "fp8"), ("gpt_oss", "mxfp4"),
+       ("qwen3_next", "fp8"), ("qwen3_5_moe", "fp8")]
 # What `moe gen --dtype` writes per family: (routed experts, shared experts).
 GEN_FORMATS = {"fp8": ("fp8_block", "fp8_block"), "mxfp4": ("mxfp4", "fp8_block")}
 
