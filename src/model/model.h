@@ -18,6 +18,7 @@ typedef enum moe_family {
     MOE_FAMILY_GPT_OSS,         /* "gpt_oss" */
     MOE_FAMILY_QWEN3_NEXT,      /* "qwen3_next" (Qwen3-Next) */
     MOE_FAMILY_QWEN3_5_MOE,     /* "qwen3_5_moe" (Qwen3.5-MoE; text_config nested) */
+    MOE_FAMILY_ERNIE4_5_MOE,    /* "ernie4_5_moe" (ERNIE-4.5 MoE) */
     MOE_FAMILY_COUNT_
 } moe_family;
 
@@ -44,6 +45,7 @@ typedef struct moe_routing_desc {
     bool has_router_bias;        /* gpt-oss router bias, added to the logits */
     bool norm_topk_prob;         /* renormalise the selected weights */
     float routed_scaling_factor; /* 1.0 when absent */
+    float renorm_min;            /* SOFTMAX_BIAS: moe_norm_min (ERNIE-4.5); 0 otherwise */
 } moe_routing_desc;
 
 /* One MLP group: its shape, number format and activation. */

@@ -136,6 +136,14 @@ static const fam_case fam_cases[] = {
      "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
      "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[128,128]}}",
      0, -1},
+    /* ERNIE-4.5: softmax + correction bias for the choice, a renormalisation floor that binds
+     * on some tokens, two shared experts, layer 0 dense (moe_layer_start_index). */
+    {"ernie4_5_moe",
+     "{\"model_type\":\"ernie4_5_moe\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":96,\"moe_num_experts\":16,"
+     "\"moe_k\":4,\"moe_num_shared_experts\":2,\"moe_layer_start_index\":1,"
+     "\"moe_norm_min\":0.3,\"use_bias\":false}",
+     1, 0},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 

@@ -143,7 +143,7 @@ static void check_routing(const ref_layer *r, size_t t, const double *x, const f
             row[j] = (int32_t)fx_decode(r->table, (uint64_t)(token * r->k + j));
     oracle_row *o = malloc(sizeof *o);
     REQUIRE(o);
-    oracle_route(&c, logits, r->cbias, row, o);
+    oracle_route_floor(&c, r->ld->routing.renorm_min, logits, r->cbias, row, o);
     bool same = true;
     for (int j = 0; j < r->k; j++)
         same &= ids[j] == o->ids[j];

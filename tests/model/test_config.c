@@ -120,6 +120,13 @@ static const want wants[] = {
      {MOE_ROUTE_SOFTMAX_TOPK, MOE_SCORE_SOFTMAX, 256, 8, 1, 1, false, false, true, 1.0f},
      {512, 0, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
       MOE_ACT_SILU_GLU, 0, 0}},
+    /* ERNIE-4.5: layer 0 dense (moe_layer_start_index 1), softmax + correction bias for the
+     * choice, renormalised with the 1e-12 floor, two shared experts. */
+    {{"ernie-4.5-21b-a3b.json", "ernie4_5_moe", MOE_FAMILY_ERNIE4_5_MOE},
+     {28, 2560, 103424, 1, 0},
+     {MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true, false, true, 1.0f},
+     {1536, 12288, 2, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
 };
 
 /* The families whose shared expert has a sigmoid gate. */
@@ -176,6 +183,8 @@ static void check_routing(const want *w, const moe_layer_desc *l)
     CHECK(r->norm_topk_prob == w->norm);
     CHECKF(r->routed_scaling_factor == w->rsf, "%s rsf %g", w->file,
            (double)r->routed_scaling_factor);
+    const float floor = w->method == MOE_ROUTE_SOFTMAX_BIAS ? 1e-12f : 0.0f; /* moe_norm_min */
+    CHECKF(r->renorm_min == floor, "%s renorm_min %g", w->file, (double)r->renorm_min);
 }
 
 static void check_want(const want *w)
@@ -789,12 +798,58 @@ static void test_qwen3_5_moe(void)
                 "field 'text_config.hidden_size'");
 }
 
+#define ERNIE(extra)                                                                               \
+    "{\"model_type\":\"ernie4_5_moe\",\"hidden_size\":64,\"num_hidden_layers\":6,"                 \
+    "\"intermediate_size\":96,\"moe_intermediate_size\":32,\"moe_num_experts\":8" extra "}"
+
+static void test_ernie(void)
+{
+    moe_model_desc d;
+    /* MoE iff (L + 1) % interval == 0 and start <= L <= end; the rest dense. */
+    if (parse_ok(ERNIE(",\"moe_k\":2,\"moe_layer_start_index\":2,\"moe_layer_end_index\":4,"
+                       "\"moe_layer_interval\":2,\"moe_num_shared_experts\":3,"
+                       "\"moe_norm_min\":0.25"),
+                 &d)) {
+        for (int i = 0; i < 6; i++) {
+            const moe_layer_desc *l = &d.layers[i];
+            const bool moe = i == 3; /* (L+1) even: 1, 3, 5; in [2, 4]: 3 */
+            CHECKF(l->kind == (moe ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d kind %s", i,
+                   moe_layer_kind_name(l->kind));
+            if (!moe) {
+                CHECK(l->dense.intermediate == 96);
+                continue;
+            }
+            CHECK(l->routing.method == MOE_ROUTE_SOFTMAX_BIAS && l->routing.has_correction_bias);
+            CHECK(l->routing.renorm_min == 0.25f && l->routing.top_k == 2);
+            CHECK(l->n_shared == 3 && l->shared.intermediate == 96 && !l->shared_gate);
+        }
+        moe_model_desc_free(&d);
+    }
+    /* The defaults: start 1, end -1 (the last layer), interval 1, no shared experts, floor
+     * 1e-12; num_experts_per_tok and num_experts are the attribute_map's other names. */
+    if (parse_ok(ERNIE(",\"num_experts_per_tok\":2,\"num_experts\":8"), &d)) {
+        CHECK(d.layers[0].kind == MOE_LAYER_DENSE && d.layers[5].kind == MOE_LAYER_MOE);
+        CHECK(d.layers[1].n_shared == 0 && d.layers[1].routing.renorm_min == 1e-12f);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(ERNIE(",\"moe_k\":2,\"use_bias\":true"), MOE_EUNSUPPORTED, "field 'use_bias'");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_norm_min\":-1"), MOE_ECONFIG, "moe_norm_min");
+    parse_fails(ERNIE(",\"moe_k\":9"), MOE_ECONFIG, "field 'moe_k'");
+    parse_fails(ERNIE(",\"moe_k\":2,\"num_experts_per_tok\":3"), MOE_ECONFIG, "moe_k");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_interval\":0"), MOE_ECONFIG,
+                "moe_layer_interval");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_end_index\":-2"), MOE_ECONFIG,
+                "moe_layer_end_index");
+    parse_fails(ERNIE(""), MOE_EMISSING, "field 'moe_k'");
+    parse_fails(ERNIE(",\"moe_k\":2,\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "hidden_act");
+}
+
 static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
     const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v4",
                            "qwen3_moe",   "mixtral",     "gpt_oss",
-                           "qwen3_next",  "qwen3_5_moe"};
+                           "qwen3_next",  "qwen3_5_moe", "ernie4_5_moe"};
     for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
         CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
         CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));
@@ -819,6 +874,7 @@ int main(void)
     test_qwen3_plan();
     test_qwen3_next();
     test_qwen3_5_moe();
+    test_ernie();
     test_deepseek_plan_and_defaults();
     test_common_fields();
     test_gpt_oss_variants();

@@ -709,6 +709,53 @@ static void test_qwen3_next(void)
     }
 }
 
+/* ERNIE-4.5: layer 0 dense; MoE layers with the [1, E] correction bias of moe_statics. */
+static void test_ernie(void)
+{
+    moe_model_desc d;
+    load("ernie-4.5-21b-a3b.json", &d);
+    table t = layer_table(&d, 0);
+    CHECK(t.n == 3);
+    const exp_spec dense = {"model.layers.0.mlp.down_proj.weight",
+                            MOE_DTYPE_BF16,
+                            2,
+                            {2560, 12288},
+                            MOE_GROUP_DENSE,
+                            MOE_ROLE_DOWN,
+                            -1};
+    check_spec(by_name(&t, dense.name), &dense, 0);
+    moe_free(t.v);
+    t = layer_table(&d, 27);
+    CHECK(t.n == 2 + 64 * 3 + 3);
+    const exp_spec want[3] = {
+        {"model.layers.27.mlp.moe_statics.e_score_correction_bias",
+         MOE_DTYPE_F32,
+         2,
+         {1, 64},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_CORRECTION_BIAS,
+         -1},
+        {"model.layers.27.mlp.experts.63.gate_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {1536, 2560},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE,
+         63},
+        {"model.layers.27.mlp.shared_experts.down_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {2560, 3072},
+         MOE_GROUP_SHARED,
+         MOE_ROLE_DOWN,
+         -1},
+    };
+    for (int i = 0; i < 3; i++)
+        check_spec(by_name(&t, want[i].name), &want[i], 27);
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+}
+
 int main(void)
 {
     test_deepseek_v3();
@@ -717,5 +764,6 @@ int main(void)
     test_qwen3_mixtral();
     test_gpt_oss();
     test_qwen3_next();
+    test_ernie();
     return TEST_END();
 }

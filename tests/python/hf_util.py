@@ -12,7 +12,7 @@ tf.logging.set_verbosity_error()
 tf.utils.logging.disable_progress_bar()
 
 FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss",
-            "qwen3_next", "qwen3_5_moe"]
+            "qwen3_next", "qwen3_5_moe", "ernie4_5_moe"]
 HIDDEN = 64
 # Attention shapes small enough for a test, per family (the MoE shapes come from each config).
 _ATTN = {
@@ -27,6 +27,7 @@ _ATTN = {
                        linear_value_head_dim=16),
     "qwen3_5_moe": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
                         linear_value_head_dim=16),
+    "ernie4_5_moe": {},
 }
 # Families whose text model sits inside a vision-language model: their fields go to
 # text_config, and this vision tower (the smallest the config accepts) beside it.
@@ -57,6 +58,10 @@ _MOE = {
                        mlp_only_layers=[0], norm_topk_prob=False),
     "qwen3_5_moe": dict(moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
                         shared_expert_intermediate_size=48),
+    # moe_norm_min 0.3 (the default is 1e-12): the floor binds on some tokens.
+    "ernie4_5_moe": dict(moe_intermediate_size=32, moe_num_experts=8, moe_k=2,
+                         moe_num_shared_experts=2, intermediate_size=96, moe_layer_start_index=1,
+                         moe_norm_min=0.3),
 }
 # The GLU constants above are not transformers' defaults (gpt-oss 1.702 and 7, DeepSeek-V4's
 # limit 10): libmoe must read them from config.json. The limit clamps a share of the
@@ -107,6 +112,8 @@ def make_model(family, seed=0):
         r.weight.normal_(0.0, 0.3, generator=g)  # logits of order 1: distinct routes
         if hasattr(r, "e_score_correction_bias"):
             r.e_score_correction_bias.normal_(0.0, 0.1, generator=g)
+        if hasattr(r, "moe_statics"):  # ERNIE: added to probabilities of order 1/E
+            r.moe_statics.e_score_correction_bias.normal_(0.0, 0.05, generator=g)
         if hasattr(r, "bias") and isinstance(r.bias, torch.Tensor):
             r.bias.normal_(0.0, 0.3, generator=g)
         if hasattr(r, "tid2eid"):
@@ -205,6 +212,9 @@ def selection_keys(family, block, x):
         mask = torch.zeros_like(g, dtype=torch.bool).scatter_(1, kept, True)
         keys = keys.masked_fill(~mask.repeat_interleave(keys.shape[1] // r.num_group, 1),
                                 float("-inf"))
+    elif family == "ernie4_5_moe":
+        keys = torch.softmax(logits, dim=-1) + \
+            r.moe_statics.e_score_correction_bias.to(torch.float64).reshape(-1)
     elif family == "deepseek_v4":
         keys = torch.sqrt(torch.nn.functional.softplus(logits)) + \
             r.e_score_correction_bias.to(torch.float64)

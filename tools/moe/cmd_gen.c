@@ -37,7 +37,7 @@ static void help(void)
         "\n"
         "required:\n"
         "  --family F              deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, qwen3_moe,\n"
-        "                          mixtral, gpt_oss, qwen3_next or qwen3_5_moe\n"
+        "                          mixtral, gpt_oss, qwen3_next, qwen3_5_moe or ernie4_5_moe\n"
         "  --out DIR               created if missing (parents too)\n"
         "\n"
         "shape (defaults in brackets):\n"
@@ -53,17 +53,20 @@ static void help(void)
         "  --vocab V               vocab_size; rows of tid2eid on DeepSeek-V4 hash layers [2048]\n"
         "  --groups G              n_group (deepseek_v2/v3: 4, kimi_k2: 1) [see left]\n"
         "  --topk-group TG         topk_group [G/2, at least 1]; deepseek_v2/v3, kimi_k2 only\n"
-        "  --shared N              n_shared_experts, 0..64; deepseek_*, kimi_k2 only [1];\n"
+        "  --shared N              n_shared_experts, 0..64; deepseek_*, kimi_k2, ernie4_5_moe\n"
+        "                          (moe_num_shared_experts) only [1];\n"
         "                          qwen3_next, qwen3_5_moe: shared_expert_intermediate_size\n"
         "                          = N x I, N >= 1\n"
         "  --first-dense N         first_k_dense_replace (dense first layers);\n"
-        "                          deepseek_v2/v3, kimi_k2 only [1 if layers > 1, else 0]\n"
+        "                          deepseek_v2/v3, kimi_k2, ernie4_5_moe (moe_layer_start_index)\n"
+        "                          only [1 if layers > 1, else 0]\n"
         "  --dense-intermediate D  the dense MLP's intermediate_size; deepseek_v2/v3, kimi_k2,\n"
-        "                          qwen3_moe, qwen3_next only [4 x I]\n"
+        "                          qwen3_moe, qwen3_next, ernie4_5_moe only [4 x I]\n"
         "  --hash-layers N         num_hash_layers; deepseek_v4 only [1 if layers > 1, else 0]\n"
         "\n"
         "formats:\n"
-        "  --dtype bf16|fp8|mxfp4  expert weights. deepseek_v2, qwen3_*, mixtral: bf16 [bf16]\n"
+        "  --dtype bf16|fp8|mxfp4  expert weights. deepseek_v2, qwen3_*, mixtral, ernie4_5_moe:\n"
+        "                          bf16 [bf16]\n"
         "                          or fp8; deepseek_v3, kimi_k2: fp8 [fp8] or bf16; gpt_oss:\n"
         "                          mxfp4 [mxfp4] or bf16; deepseek_v4: mxfp4 (expert_dtype\n"
         "                          \"fp4\") [mxfp4] or fp8. fp8 = E4M3 with 128x128 block scales.\n"
@@ -205,11 +208,14 @@ static bool applies(int k, moe_family f)
     bool ds = is_deepseek_grouped(f);
     switch (k) {
     case O_GROUPS:
-    case O_TOPK_GROUP:
-    case O_FIRST_DENSE: return ds;
-    case O_SHARED: return ds || f == MOE_FAMILY_DEEPSEEK_V4 || is_qwen3_next(f);
+    case O_TOPK_GROUP: return ds;
+    case O_FIRST_DENSE: return ds || f == MOE_FAMILY_ERNIE4_5_MOE;
+    case O_SHARED:
+        return ds || f == MOE_FAMILY_DEEPSEEK_V4 || is_qwen3_next(f) ||
+               f == MOE_FAMILY_ERNIE4_5_MOE;
     case O_DENSE_INTERMEDIATE:
-        return ds || f == MOE_FAMILY_QWEN3_MOE || f == MOE_FAMILY_QWEN3_NEXT;
+        return ds || f == MOE_FAMILY_QWEN3_MOE || f == MOE_FAMILY_QWEN3_NEXT ||
+               f == MOE_FAMILY_ERNIE4_5_MOE;
     case O_HASH_LAYERS: return f == MOE_FAMILY_DEEPSEEK_V4;
     default: return true;
     }
@@ -234,7 +240,7 @@ static int resolve_family(gen_request *r)
 {
     if (moe_family_from_name(r->family, &r->o.family)) return 0;
     return usage("--family '%s' is not one of deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, "
-                 "qwen3_moe, mixtral, gpt_oss, qwen3_next, qwen3_5_moe",
+                 "qwen3_moe, mixtral, gpt_oss, qwen3_next, qwen3_5_moe, ernie4_5_moe",
                  r->family);
 }
 

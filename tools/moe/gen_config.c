@@ -229,6 +229,26 @@ static void build_qwen3_5_moe(builder *b, json_t *c, const gen_options *o)
     if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
 }
 
+/* ERNIE-4.5 MoE: its own names for the counts (moe_num_experts, moe_k); the first
+ * --first-dense layers dense (moe_layer_start_index), the rest MoE. */
+static void build_ernie(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "ernie4_5_moe", "Ernie4_5_MoeForCausalLM");
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "intermediate_size", o->dense_intermediate);
+    set_int(b, c, "moe_intermediate_size", o->intermediate);
+    set_int(b, c, "moe_num_experts", o->experts);
+    set_int(b, c, "moe_k", o->topk);
+    set_int(b, c, "moe_num_shared_experts", o->shared);
+    set_int(b, c, "moe_layer_start_index", o->first_dense);
+    set_int(b, c, "moe_layer_end_index", -1);
+    set_int(b, c, "moe_layer_interval", 1);
+    set_real(b, c, "moe_norm_min", 1e-12);
+    set_bool(b, c, "use_bias", false);
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
 char *gen_config_text(const gen_options *o)
 {
     builder bld = {.ok = true}, *b = &bld;
@@ -244,6 +264,7 @@ char *gen_config_text(const gen_options *o)
     case MOE_FAMILY_GPT_OSS: build_gpt_oss(b, c, o); break;
     case MOE_FAMILY_QWEN3_NEXT: build_qwen3_next(b, c, o); break;
     case MOE_FAMILY_QWEN3_5_MOE: build_qwen3_5_moe(b, c, o); break;
+    case MOE_FAMILY_ERNIE4_5_MOE: build_ernie(b, c, o); break;
     case MOE_FAMILY_COUNT_: break;
     }
     /* 9 significant digits print 2.827 as "2.827", not its 17-digit binary expansion. */
