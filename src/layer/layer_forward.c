@@ -139,7 +139,7 @@ static void activations_step(fwd *f)
     const size_t n = f->a->n_tokens, h = f->h;
     const bool in_bf16 = f->a->hidden_dtype == MOE_DTYPE_BF16;
     const moe_expert_group *q8 = moe_layer_q8_group(p);
-    const bool need_f32 = in_bf16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
+    const bool need_f32 = in_bf16 && moe_layer_needs_f32_rows(p);
     const bool need_bf16 = !in_bf16 && moe_layer_uses_bf16_rows(p);
     moe_cvt_bf16_f32_ukernel *widen = need_f32 ? p->cvt_bf16.kernel->fn.cvt_bf16_f32 : NULL;
     const float *f32 = in_bf16 ? f->b.act_f32 : (const float *)f->a->hidden;
@@ -304,6 +304,7 @@ static void bind(fwd *f)
     f->act[MOE_RECIPE_BF16] = in_bf16 ? a->hidden : (const void *)f->b.act_bf16;
     f->act[MOE_RECIPE_TILE] = f->act[MOE_RECIPE_BF16]; /* the same bf16 rows */
     f->act[MOE_RECIPE_Q8] = f->b.act_q8;
+    const float *f32_rows = in_bf16 ? f->b.act_f32 : (const float *)a->hidden;
     f->logits = a->logits_out ? a->logits_out : f->b.logits;
     f->ids = a->ids_out ? a->ids_out : f->b.ids;
     f->weights = a->weights_out ? a->weights_out : f->b.weights;
@@ -312,6 +313,7 @@ static void bind(fwd *f)
     for (int r = 0; r < MOE_EXPERTS_RECIPES; r++)
         j->act[r] = f->act[r];
     j->routed = l->routed;
+    j->act_f32 = f32_rows;
     j->top_k = l->plan.moe ? l->plan.ld->routing.top_k : 0;
     j->ids = f->ids;
     j->weights = f->weights;

@@ -36,7 +36,9 @@ typedef struct moe_layer_group_plan {
     moe_dtype weight_dtype; /* of the checkpoint's projections (all the same in a group) */
     moe_dtype scale_dtype;  /* FP8: of the block scales; INVALID otherwise */
     moe_dtype bias_dtype;   /* gpt-oss: of the biases; INVALID otherwise */
-    bool stacked;           /* gpt-oss: [E, ...] tensors, gate/up interleaved, transposed */
+    bool stacked;           /* gpt-oss, Llama-4: [E, ...] tensors, gate_up transposed [E, H, 2I] */
+    bool gate_up_halves;    /* Llama-4: gate in columns [0, I), up in [I, 2I) (gpt-oss: gate
+                               and up in alternate columns) */
     const moe_expert_kernels *ks;
     moe_expert_recipe recipe;
     char reason[320];       /* the eligibility function's reason */
@@ -130,6 +132,14 @@ typedef struct moe_layer_bufs {
  * prepared rows of the input (k = H; every set of the recipe writes the same bytes), so the
  * forward prepares them once, with this group's kernel set. */
 const moe_expert_group *moe_layer_q8_group(const moe_layer_plan *p);
+
+/* Whether a forward needs the input as f32 rows: for the F32 recipe, the Q8 rows (prepared
+ * from f32), or the routed experts' scaled input (moe_expert_group.scale_input). */
+static inline bool moe_layer_needs_f32_rows(const moe_layer_plan *p)
+{
+    return p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8] ||
+           (p->moe && p->ld->scale_input);
+}
 
 /* Whether a group of the layer reads bf16 activation rows (the BF16 or the TILE recipe). */
 static inline bool moe_layer_uses_bf16_rows(const moe_layer_plan *p)

@@ -231,7 +231,10 @@ static moe_status plan_group(moe_layer_plan *p, moe_layer_group_id id)
     st = moe_expert_group_plan(&g->group, g->ks, g->n, g->mlp.hidden, g->mlp.intermediate, &act,
                                what);
     if (st) return st;
-    if (id == MOE_LG_ROUTED) moe_expert_group_alias(&g->group, p->resident_experts);
+    if (id == MOE_LG_ROUTED) {
+        moe_expert_group_alias(&g->group, p->resident_experts);
+        g->group.scale_input = p->ld->scale_input;
+    }
     p->recipe_used[g->recipe] = true;
     return MOE_OK;
 }
@@ -249,7 +252,8 @@ static moe_status layout_groups(moe_layer_plan *p)
         r->present = true;
         r->n = ld->routing.n_experts;
         r->mlp = ld->experts;
-        r->stacked = p->desc->family == MOE_FAMILY_GPT_OSS;
+        r->stacked = p->desc->family == MOE_FAMILY_GPT_OSS || p->desc->family == MOE_FAMILY_LLAMA4;
+        r->gate_up_halves = p->desc->family == MOE_FAMILY_LLAMA4;
         if (ld->n_shared > 0) {
             p->groups[MOE_LG_SHARED].present = true;
             p->groups[MOE_LG_SHARED].n = 1;
@@ -308,7 +312,7 @@ static moe_status plan_gate(moe_layer_plan *p)
 
 static moe_status plan_activations(moe_layer_plan *p)
 {
-    if (!p->recipe_used[MOE_RECIPE_F32] && !p->recipe_used[MOE_RECIPE_Q8]) return MOE_OK;
+    if (!moe_layer_needs_f32_rows(p)) return MOE_OK;
     const moe_cvt_problem prob = {(size_t)p->desc->hidden};
     moe_status st =
         moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, &p->allowed, &prob, &p->cvt_bf16);
@@ -392,8 +396,7 @@ void moe_layer_carve(const moe_layer_plan *p, moe_carve *c, size_t n_tokens, moe
     size_t th;
     memset(b, 0, sizeof *b);
     if (moe_mul_overflow_size(n_tokens, h, &th)) th = SIZE_MAX;
-    if (p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8])
-        b->act_f32 = moe_carve_take(c, th, sizeof(float));
+    if (moe_layer_needs_f32_rows(p)) b->act_f32 = moe_carve_take(c, th, sizeof(float));
     if (moe_layer_uses_bf16_rows(p)) b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
     const moe_expert_group *q8 = moe_layer_q8_group(p);
     if (q8) b->act_q8 = moe_carve_take(c, n_tokens, q8->x_row_bytes);

@@ -367,6 +367,7 @@ static family_parse_fn parser_of(moe_family f)
     case MOE_FAMILY_QWEN3_NEXT: return moe_family_qwen3_next_parse;
     case MOE_FAMILY_QWEN3_5_MOE: return moe_family_qwen3_5_moe_parse;
     case MOE_FAMILY_ERNIE4_5_MOE: return moe_family_ernie4_5_moe_parse;
+    case MOE_FAMILY_LLAMA4: return moe_family_llama4_parse;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;

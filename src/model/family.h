@@ -109,6 +109,7 @@ moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_qwen3_next_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_qwen3_5_moe_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_ernie4_5_moe_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_llama4_parse(const moe_cfg *c, moe_model_desc *d);
 
 /* Qwen3's layer plan (Qwen3-MoE, Qwen3-Next): decoder_sparse_step and mlp_only_layers mark the
  * dense layers in DENSE (n_layers entries, zeroed); *ANY_DENSE / *ANY_MOE summarise it. */
@@ -165,5 +166,6 @@ moe_status moe_family_mixtral_tensors(const moe_model_desc *d, int layer, moe_sp
 moe_status moe_family_gpt_oss_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_qwen3_next_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 moe_status moe_family_ernie4_5_moe_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_llama4_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 
 #endif

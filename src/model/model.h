@@ -19,6 +19,7 @@ typedef enum moe_family {
     MOE_FAMILY_QWEN3_NEXT,      /* "qwen3_next" (Qwen3-Next) */
     MOE_FAMILY_QWEN3_5_MOE,     /* "qwen3_5_moe" (Qwen3.5-MoE; text_config nested) */
     MOE_FAMILY_ERNIE4_5_MOE,    /* "ernie4_5_moe" (ERNIE-4.5 MoE) */
+    MOE_FAMILY_LLAMA4,          /* "llama4" (Llama-4 Scout / Maverick; text_config nested) */
     MOE_FAMILY_COUNT_
 } moe_family;
 
@@ -71,6 +72,8 @@ typedef struct moe_layer_desc {
     moe_mlp_desc dense;  /* DENSE layers */
     bool shared_gate;    /* the shared MLP's output × sigmoid(x · w), w its one-output gate
                             [1, H] (Qwen3-Next, Qwen3.5-MoE: shared_expert_gate) */
+    bool scale_input;    /* the routed experts see x · weight and are added with weight 1
+                            (Llama-4: the sigmoid of the chosen logit scales the input) */
 } moe_layer_desc;
 
 typedef struct moe_model_desc {

@@ -11,6 +11,7 @@ static const char *const family_names[MOE_FAMILY_COUNT_] = {
     [MOE_FAMILY_QWEN3_NEXT] = "qwen3_next",
     [MOE_FAMILY_QWEN3_5_MOE] = "qwen3_5_moe",
     [MOE_FAMILY_ERNIE4_5_MOE] = "ernie4_5_moe",
+    [MOE_FAMILY_LLAMA4] = "llama4",
 };
 
 /* Indexes a name table, with "unknown" for any value outside it (including negative ones). */

@@ -147,6 +147,7 @@ static family_tensors_fn tensors_of(moe_family f)
     case MOE_FAMILY_QWEN3_NEXT:
     case MOE_FAMILY_QWEN3_5_MOE: return moe_family_qwen3_next_tensors;
     case MOE_FAMILY_ERNIE4_5_MOE: return moe_family_ernie4_5_moe_tensors;
+    case MOE_FAMILY_LLAMA4: return moe_family_llama4_tensors;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;

@@ -179,6 +179,9 @@ static int namespaces(const moe_model_desc *d, int layer, char prefixes[2][64])
     case MOE_FAMILY_QWEN3_5_MOE:
         snprintf(prefixes[0], 64, "model.language_model.layers.%d.mlp.", layer);
         return 1;
+    case MOE_FAMILY_LLAMA4:
+        snprintf(prefixes[0], 64, "language_model.model.layers.%d.feed_forward.", layer);
+        return 1;
     default: snprintf(prefixes[0], 64, "model.layers.%d.mlp.", layer); return 1;
     }
 }

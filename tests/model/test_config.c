@@ -849,12 +849,12 @@ static void test_names(void)
     moe_family f = MOE_FAMILY_COUNT_;
     const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v4",
                            "qwen3_moe",   "mixtral",     "gpt_oss",
-                           "qwen3_next",  "qwen3_5_moe", "ernie4_5_moe"};
+                           "qwen3_next",  "qwen3_5_moe", "ernie4_5_moe", "llama4"};
     for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
         CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
         CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));
     }
-    CHECK(!moe_family_from_name("llama4", &f));
+    CHECK(!moe_family_from_name("llama4_text", &f));
     CHECK(!strcmp(moe_family_name((moe_family)99), "unknown"));
     CHECK(!strcmp(moe_route_method_name(MOE_ROUTE_NOAUX_TC), "noaux_tc"));
     CHECK(!strcmp(moe_route_method_name((moe_route_method)-1), "unknown"));

@@ -14,6 +14,8 @@ static const bench_preset presets[] = {
     {"gpt-oss-120b", "gpt_oss", {"mxfp4", "bf16"}, 2880, 2880, 128, 4, 0, 0, 0},
     /* Qwen3-Next-80B-A3B and Qwen3.5-MoE share this block: one shared expert of width 512. */
     {"qwen3.5-moe", "qwen3_5_moe", {"bf16", "fp8"}, 2048, 512, 512, 10, 0, 0, 1},
+    /* Llama-4 Maverick: top-1, one shared expert as wide as an expert; bf16 (no FP8 here). */
+    {"llama-4-maverick", "llama4", {"bf16", "bf16"}, 5120, 8192, 128, 1, 0, 0, 1},
 };
 
 const bench_preset *bench_preset_at(size_t i)

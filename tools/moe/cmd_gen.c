@@ -37,7 +37,8 @@ static void help(void)
         "\n"
         "required:\n"
         "  --family F              deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, qwen3_moe,\n"
-        "                          mixtral, gpt_oss, qwen3_next, qwen3_5_moe or ernie4_5_moe\n"
+        "                          mixtral, gpt_oss, qwen3_next, qwen3_5_moe, ernie4_5_moe or\n"
+        "                          llama4 (top-k 1, one shared expert, bf16 only)\n"
         "  --out DIR               created if missing (parents too)\n"
         "\n"
         "shape (defaults in brackets):\n"
@@ -212,7 +213,7 @@ static bool applies(int k, moe_family f)
     case O_FIRST_DENSE: return ds || f == MOE_FAMILY_ERNIE4_5_MOE;
     case O_SHARED:
         return ds || f == MOE_FAMILY_DEEPSEEK_V4 || is_qwen3_next(f) ||
-               f == MOE_FAMILY_ERNIE4_5_MOE;
+               f == MOE_FAMILY_ERNIE4_5_MOE || f == MOE_FAMILY_LLAMA4;
     case O_DENSE_INTERMEDIATE:
         return ds || f == MOE_FAMILY_QWEN3_MOE || f == MOE_FAMILY_QWEN3_NEXT ||
                f == MOE_FAMILY_ERNIE4_5_MOE;
@@ -233,6 +234,12 @@ static int check_applicable(const gen_request *r, moe_family f)
         return usage("--shared 0: every %s MoE layer has its shared expert (its width is "
                      "--shared x --intermediate)",
                      moe_family_name(f));
+    if (f == MOE_FAMILY_LLAMA4 && r->num[O_SHARED].value != 1)
+        return usage("--shared %lld: every llama4 MoE layer has exactly one shared expert",
+                     (long long)r->num[O_SHARED].value);
+    if (f == MOE_FAMILY_LLAMA4 && r->num[O_TOPK].given && r->num[O_TOPK].value != 1)
+        return usage("--topk %lld: llama4 routes one expert per token",
+                     (long long)r->num[O_TOPK].value);
     return 0;
 }
 
@@ -240,7 +247,7 @@ static int resolve_family(gen_request *r)
 {
     if (moe_family_from_name(r->family, &r->o.family)) return 0;
     return usage("--family '%s' is not one of deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, "
-                 "qwen3_moe, mixtral, gpt_oss, qwen3_next, qwen3_5_moe, ernie4_5_moe",
+                 "qwen3_moe, mixtral, gpt_oss, qwen3_next, qwen3_5_moe, ernie4_5_moe, llama4",
                  r->family);
 }
 
@@ -323,7 +330,8 @@ static int resolve_shape(gen_request *r)
     o->layers = r->num[O_LAYERS].value;
     o->hidden = r->num[O_HIDDEN].value;
     o->experts = r->num[O_EXPERTS].value;
-    o->topk = r->num[O_TOPK].value;
+    /* llama4 routes one expert per token: its default --topk is 1. */
+    o->topk = o->family == MOE_FAMILY_LLAMA4 && !r->num[O_TOPK].given ? 1 : r->num[O_TOPK].value;
     o->intermediate = r->num[O_INTERMEDIATE].value;
     o->vocab = r->num[O_VOCAB].value;
     o->shared = r->num[O_SHARED].value;

@@ -105,6 +105,7 @@ static const char *experts_field(moe_family family)
     case MOE_FAMILY_QWEN3_NEXT:
     case MOE_FAMILY_QWEN3_5_MOE: return "num_experts";
     case MOE_FAMILY_ERNIE4_5_MOE: return "moe_num_experts";
+    case MOE_FAMILY_LLAMA4: return "num_local_experts";
     case MOE_FAMILY_MIXTRAL:
     case MOE_FAMILY_GPT_OSS: return "num_local_experts";
     default: return "n_routed_experts";

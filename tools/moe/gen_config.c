@@ -249,6 +249,24 @@ static void build_ernie(builder *b, json_t *c, const gen_options *o)
     if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
 }
 
+/* Llama-4: the text model's fields in text_config (Llama4Config nests them); every layer MoE
+ * (interleave_moe_layer_step 1, as Scout), one expert per token, a shared expert as wide as
+ * an expert. */
+static void build_llama4(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "llama4", "Llama4ForConditionalGeneration");
+    json_t *t = json_object();
+    set_str(b, t, "model_type", "llama4_text");
+    set_int(b, t, "hidden_size", o->hidden);
+    set_int(b, t, "intermediate_size", o->intermediate);
+    set_int(b, t, "intermediate_size_mlp", o->dense_intermediate);
+    set_int(b, t, "num_local_experts", o->experts);
+    set_int(b, t, "num_experts_per_tok", o->topk);
+    set_int(b, t, "interleave_moe_layer_step", 1);
+    set_tail(b, t, o);
+    put(b, c, "text_config", t);
+}
+
 char *gen_config_text(const gen_options *o)
 {
     builder bld = {.ok = true}, *b = &bld;
@@ -265,6 +283,7 @@ char *gen_config_text(const gen_options *o)
     case MOE_FAMILY_QWEN3_NEXT: build_qwen3_next(b, c, o); break;
     case MOE_FAMILY_QWEN3_5_MOE: build_qwen3_5_moe(b, c, o); break;
     case MOE_FAMILY_ERNIE4_5_MOE: build_ernie(b, c, o); break;
+    case MOE_FAMILY_LLAMA4: build_llama4(b, c, o); break;
     case MOE_FAMILY_COUNT_: break;
     }
     /* 9 significant digits print 2.827 as "2.827", not its 17-digit binary expansion. */
