@@ -184,6 +184,15 @@ static void check_forward(ref_layer *r, int kind, const float *x, const int32_t 
             check_routing(r, t, xd, logits + t * (size_t)r->e, ids + t * k, w + t * k,
                           tokens ? tokens[t] : 0, use_ids, use_w, s, what);
             for (size_t j = 0; j < k; j++) {
+                if (r->ld->scale_input) { /* Llama-4: mlp(x · w), added with weight 1 */
+                    double *xs = fx_alloc(r->h);
+                    for (size_t c = 0; c < h; c++)
+                        xs[c] = xd[c] * use_w[j];
+                    const int id = r->resident ? r->copy_of[use_ids[j]] : use_ids[j];
+                    fx_mlp_apply(&r->experts[id], xs, 1.0, y);
+                    free(xs);
+                    continue;
+                }
                 const double *ye = ref_mlp_out(r, kind, t, use_ids[j], xd);
                 for (size_t c = 0; c < h; c++)
                     y[c] += use_w[j] * ye[c];
@@ -280,7 +289,12 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
         static const char *const moe_steps[] = {"gate", "route", "plan", "experts.gate_up"};
         for (size_t i = 0; i < 4; i++)
             want[n++] = moe_steps[i];
-        if (l->routed->ks->recipe == MOE_RECIPE_TILE) {
+        if (l->routed->scale_input) {
+            /* Llama-4: the routed rows' scaled input, in row order, before gate/up */
+            const char *gu = want[--n];
+            want[n++] = "experts.scale_input";
+            want[n++] = gu;
+        } else if (l->routed->ks->recipe == MOE_RECIPE_TILE) {
             /* the routed rows copied in row order before gate/up (src/experts/engine.c) */
             const char *gu = want[--n];
             want[n++] = "experts.gather";
@@ -316,7 +330,8 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
     REQUIRE(a);
     const bool converts = a->bytes_written > 0;
     const moe_expert_group *q8 = moe_layer_q8_group(p);
-    const bool widen = in == MOE_DTYPE_BF16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
+    const bool widen = in == MOE_DTYPE_BF16 &&
+                       (p->recipe_used[MOE_RECIPE_F32] || q8 || (p->moe && p->ld->scale_input));
     const bool round =
         in == MOE_DTYPE_F32 && (p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE]);
     const uint64_t written = (widen   ? T * h * 4
@@ -585,7 +600,8 @@ int main(void)
         const char *name = fam_cases[i].name;
         run_case(&fam_cases[i], dir, 1000 + i,
                  !strcmp(name, "deepseek_v3_fp8") || !strcmp(name, "gpt_oss") ||
-                     strstr(name, "mxfp4") || !strcmp(name, "qwen3_next"),
+                     strstr(name, "mxfp4") || !strcmp(name, "qwen3_next") ||
+                     !strcmp(name, "llama4"),
                  0);
         /* Unquantised checkpoints saved in f32 and f16 (dense, shared and routed groups; gpt-oss
          * with its stacked, transposed tensors and biases), at every level. */
