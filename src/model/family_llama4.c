@@ -47,7 +47,8 @@ static moe_status text_with(const moe_cfg *c, const moe_cfg *t, moe_model_desc *
         any_moe |= moe[i];
         any_dense |= !moe[i];
     }
-    st = moe_cfg_int(t, "num_experts_per_tok", any_moe, 1, 1, MOE_CFG_MAX_EXPERTS, &k);
+    /* Llama4TextConfig's default: one expert per token. */
+    st = moe_cfg_int(t, "num_experts_per_tok", false, 1, 1, MOE_CFG_MAX_EXPERTS, &k);
     if (st) return st;
     st = moe_cfg_int(t, "intermediate_size", any_moe, 0, 1, MOE_CFG_MAX_DIM, &inter);
     if (st) return st;

@@ -844,6 +844,79 @@ static void test_ernie(void)
     parse_fails(ERNIE(",\"moe_k\":2,\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "hidden_act");
 }
 
+/* Llama-4 Maverick: MoE every second layer (interleave_moe_layer_step 2), top-1 sigmoid
+ * routing that scales the expert's input, one shared expert as wide as an expert, dense
+ * layers of intermediate_size_mlp. */
+static void test_llama4_fixture(void)
+{
+    moe_model_desc d;
+    moe_status st = load_fixture("llama-4-maverick.json", &d);
+    CHECKF(st == MOE_OK, "llama-4-maverick.json: %s", moe_last_error());
+    if (st) return;
+    CHECK(d.family == MOE_FAMILY_LLAMA4 && !strcmp(d.model_type, "llama4"));
+    CHECK(d.n_layers == 48 && d.hidden == 5120 && d.vocab_size == 202048);
+    CHECK(d.router_dtype == MOE_DTYPE_BF16);
+    for (int i = 0; i < 48; i++) {
+        const moe_layer_desc *l = &d.layers[i];
+        const bool moe = i % 2 == 1;
+        CHECKF(l->kind == (moe ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d kind %s", i,
+               moe_layer_kind_name(l->kind));
+        if (!moe) {
+            CHECK(l->dense.intermediate == 16384 && l->dense.format == MOE_WFMT_BF16);
+            continue;
+        }
+        const moe_routing_desc *r = &l->routing;
+        CHECK(r->method == MOE_ROUTE_SIGMOID_TOP1 && r->score == MOE_SCORE_SIGMOID);
+        CHECK(r->n_experts == 128 && r->top_k == 1 && !r->norm_topk_prob);
+        CHECK(r->routed_scaling_factor == 1.0f && !r->has_correction_bias);
+        CHECK(l->scale_input && !l->shared_gate && l->n_shared == 1);
+        CHECK(l->experts.intermediate == 8192 && l->shared.intermediate == 8192);
+    }
+    moe_model_desc_free(&d);
+}
+
+#define L4(text, top)                                                                              \
+    "{\"model_type\":\"llama4\"" top ",\"text_config\":{\"hidden_size\":64,"                       \
+    "\"num_hidden_layers\":4,\"num_local_experts\":8,\"intermediate_size\":32" text "}}"
+
+static void test_llama4(void)
+{
+    test_llama4_fixture();
+    moe_model_desc d;
+    /* moe_layers overrides interleave_moe_layer_step, as in Llama4TextConfig. */
+    if (parse_ok(L4(",\"intermediate_size_mlp\":96,\"moe_layers\":[0,3],"
+                    "\"interleave_moe_layer_step\":2",
+                    ",\"dtype\":\"float32\""),
+                 &d)) {
+        const bool moe[4] = {true, false, false, true};
+        for (int i = 0; i < 4; i++)
+            CHECKF(d.layers[i].kind == (moe[i] ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d", i);
+        CHECK(d.router_dtype == MOE_DTYPE_F32 && d.layers[0].routing.top_k == 1);
+        moe_model_desc_free(&d);
+    }
+    /* The defaults: every layer MoE, one expert per token. */
+    if (parse_ok(L4("", ""), &d)) {
+        for (int i = 0; i < 4; i++)
+            CHECK(d.layers[i].kind == MOE_LAYER_MOE && d.layers[i].scale_input);
+        moe_model_desc_free(&d);
+    }
+    parse_fails("{\"model_type\":\"llama4\",\"hidden_size\":64}", MOE_EMISSING,
+                "field 'text_config'");
+    parse_fails(L4(",\"num_experts_per_tok\":2", ""), MOE_ECONFIG,
+                "field 'text_config.num_experts_per_tok'");
+    parse_fails(L4(",\"interleave_moe_layer_step\":2", ""), MOE_EMISSING,
+                "text_config.intermediate_size_mlp");
+    parse_fails(L4(",\"intermediate_size_mlp\":96,\"moe_layers\":[4]", ""), MOE_ECONFIG,
+                "text_config.moe_layers");
+    parse_fails(L4(",\"moe_layers\":3", ""), MOE_EJSON, "text_config.moe_layers");
+    parse_fails(L4(",\"interleave_moe_layer_step\":0", ""), MOE_ECONFIG,
+                "text_config.interleave_moe_layer_step");
+    parse_fails(L4(",\"hidden_act\":\"gelu\"", ""), MOE_EUNSUPPORTED, "text_config.hidden_act");
+    parse_fails(L4("", ",\"quantization_config\":{\"quant_method\":\"fp8\","
+                       "\"weight_block_size\":[128,128]}"),
+                MOE_EUNSUPPORTED, "field 'quantization_config'");
+}
+
 static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
@@ -875,6 +948,7 @@ int main(void)
     test_qwen3_next();
     test_qwen3_5_moe();
     test_ernie();
+    test_llama4();
     test_deepseek_plan_and_defaults();
     test_common_fields();
     test_gpt_oss_variants();

@@ -756,6 +756,60 @@ static void test_ernie(void)
     moe_model_desc_free(&d);
 }
 
+/* Llama-4 Maverick: layer 0 dense (feed_forward MLP), layer 1 MoE with stacked experts. */
+static void test_llama4(void)
+{
+    moe_model_desc d;
+    load("llama-4-maverick.json", &d);
+    table t = layer_table(&d, 1);
+    CHECK(t.n == 1 + 2 + 3);
+    const exp_spec want[4] = {
+        {"language_model.model.layers.1.feed_forward.router.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {128, 5120},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_ROUTER_WEIGHT,
+         -1},
+        {"language_model.model.layers.1.feed_forward.experts.gate_up_proj",
+         MOE_DTYPE_BF16,
+         3,
+         {128, 5120, 16384},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE_UP,
+         -1},
+        {"language_model.model.layers.1.feed_forward.experts.down_proj",
+         MOE_DTYPE_BF16,
+         3,
+         {128, 8192, 5120},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_DOWN,
+         -1},
+        {"language_model.model.layers.1.feed_forward.shared_expert.gate_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {8192, 5120},
+         MOE_GROUP_SHARED,
+         MOE_ROLE_GATE,
+         -1},
+    };
+    for (int i = 0; i < 4; i++)
+        check_spec(by_name(&t, want[i].name), &want[i], 1);
+    moe_free(t.v);
+    t = layer_table(&d, 0);
+    const exp_spec dense = {"language_model.model.layers.0.feed_forward.up_proj.weight",
+                            MOE_DTYPE_BF16,
+                            2,
+                            {16384, 5120},
+                            MOE_GROUP_DENSE,
+                            MOE_ROLE_UP,
+                            -1};
+    CHECK(t.n == 3);
+    check_spec(by_name(&t, dense.name), &dense, 0);
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+}
+
 int main(void)
 {
     test_deepseek_v3();
@@ -765,5 +819,6 @@ int main(void)
     test_gpt_oss();
     test_qwen3_next();
     test_ernie();
+    test_llama4();
     return TEST_END();
 }
