@@ -12,7 +12,7 @@ tf.logging.set_verbosity_error()
 tf.utils.logging.disable_progress_bar()
 
 FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss",
-            "qwen3_next", "qwen3_5_moe", "ernie4_5_moe"]
+            "qwen3_next", "qwen3_5_moe", "ernie4_5_moe", "llama4"]
 HIDDEN = 64
 # Attention shapes small enough for a test, per family (the MoE shapes come from each config).
 _ATTN = {
@@ -27,12 +27,15 @@ _ATTN = {
                        linear_value_head_dim=16),
     "qwen3_5_moe": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
                         linear_value_head_dim=16),
-    "ernie4_5_moe": {},
+    "ernie4_5_moe": {}, "llama4": {},
 }
 # Families whose text model sits inside a vision-language model: their fields go to
 # text_config, and this vision tower (the smallest the config accepts) beside it.
 _NESTED = {"qwen3_5_moe": dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2,
-                                out_hidden_size=HIDDEN)}
+                                out_hidden_size=HIDDEN),
+           "llama4": dict(num_hidden_layers=1, hidden_size=32, intermediate_size=32,
+                          num_attention_heads=2, vision_output_dim=32, projector_input_dim=32,
+                          projector_output_dim=32, image_size=28, patch_size=14)}
 _COMMON = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                max_position_embeddings=256)
 # Tiny MoE configs: dense + MoE layers where the family has them, groups for DeepSeek-V3.
@@ -62,6 +65,9 @@ _MOE = {
     "ernie4_5_moe": dict(moe_intermediate_size=32, moe_num_experts=8, moe_k=2,
                          moe_num_shared_experts=2, intermediate_size=96, moe_layer_start_index=1,
                          moe_norm_min=0.3),
+    # Layers 0 and 2 MoE, 1 dense (moe_layers overrides interleave_moe_layer_step).
+    "llama4": dict(intermediate_size=32, intermediate_size_mlp=96, num_local_experts=8,
+                   num_experts_per_tok=1, moe_layers=[0, 2], interleave_moe_layer_step=2),
 }
 # The GLU constants above are not transformers' defaults (gpt-oss 1.702 and 7, DeepSeek-V4's
 # limit 10): libmoe must read them from config.json. The limit clamps a share of the
@@ -83,6 +89,8 @@ def auto_class(family):
 
 
 def decoder_layers(model):
+    if hasattr(model, "language_model"):  # Llama-4: language_model.model.layers
+        return model.language_model.model.layers
     inner = model.model
     return inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
 
@@ -91,8 +99,9 @@ def moe_blocks(model):
     """(layer index, block) for every MoE block of a transformers model."""
     out = []
     for i, layer in enumerate(decoder_layers(model)):
-        if hasattr(layer.mlp, "experts"):
-            out.append((i, layer.mlp))
+        block = layer.mlp if hasattr(layer, "mlp") else layer.feed_forward
+        if hasattr(block, "experts"):
+            out.append((i, block))
     return out
 
 
@@ -189,7 +198,9 @@ def reference(block, x, input_ids=None):
     if hasattr(r, "tid2eid"):
         ids = r(x64, input_ids.reshape(1, -1))[2]
     else:
-        ids = r(x64.reshape(-1, x.shape[-1]))[2]
+        got = r(x64.reshape(-1, x.shape[-1]))
+        # Llama4Router returns (scores, logits): its ids are the top-k of the logits.
+        ids = got[2] if len(got) > 2 else got[1].topk(r.top_k, dim=-1)[1]
     return out.reshape(-1, x.shape[-1]), ids
 
 
