@@ -186,10 +186,9 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         total += g->group.packed_bytes;
     }
     if (p->moe && p->ld->scale_input)
-        put(&t,
-            "  routed input: each routed expert computes mlp(x * w), w its routing weight (the "
-            "product rounded to f32, then to bf16 for the bf16 and tile recipes); the combine "
-            "adds the outputs with weight 1\n");
+        put(&t, "  routed input: each routed expert computes mlp(x * w), w its routing weight (the "
+                "product rounded to f32, then to bf16 for the bf16 and tile recipes); the combine "
+                "adds the outputs with weight 1\n");
     if (p->ld->shared_gate)
         put(&t,
             "  shared expert gate: weight %s [1, %lld] widened to f32 at creation; sigmoid(x . w) "

@@ -61,8 +61,7 @@ static moe_status check_params(const moe_router_params *p)
                          WHO ": params->routed_scaling_factor = %g must be finite and > 0 "
                              "(1 for none)",
                          (double)rsf);
-    const bool wants_bias =
-        p->method == MOE_ROUTE_NOAUX_TC || p->method == MOE_ROUTE_SOFTMAX_BIAS;
+    const bool wants_bias = p->method == MOE_ROUTE_NOAUX_TC || p->method == MOE_ROUTE_SOFTMAX_BIAS;
     if (wants_bias && !p->correction_bias)
         return moe_error(MOE_EINVAL,
                          WHO ": params->correction_bias is NULL, but %s selects by score + "

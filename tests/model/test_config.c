@@ -731,13 +731,12 @@ static void test_qwen3_next(void)
     parse_fails(QNEXT(""), MOE_EMISSING, "field 'shared_expert_intermediate_size'");
     parse_fails(QNEXT(",\"shared_expert_intermediate_size\":0"), MOE_ECONFIG,
                 "shared_expert_intermediate_size");
-    parse_fails(QNEXT(QNEXT_SHARED ",\"mlp_only_layers\":[1]"), MOE_EMISSING,
-                "intermediate_size");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"mlp_only_layers\":[1]"), MOE_EMISSING, "intermediate_size");
     parse_fails(QNEXT(QNEXT_SHARED ",\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "hidden_act");
-    parse_fails("{\"model_type\":\"qwen3_next\",\"hidden_size\":64,\"num_hidden_layers\":4,"
-                "\"num_experts\":8,\"num_experts_per_tok\":9,\"moe_intermediate_size\":32" QNEXT_SHARED
-                "}",
-                MOE_ECONFIG, "num_experts_per_tok");
+    parse_fails(
+        "{\"model_type\":\"qwen3_next\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+        "\"num_experts\":8,\"num_experts_per_tok\":9,\"moe_intermediate_size\":32" QNEXT_SHARED "}",
+        MOE_ECONFIG, "num_experts_per_tok");
     parse_fails(QNEXT(QNEXT_SHARED ",\"num_local_experts\":4"), MOE_ECONFIG, "num_local_experts");
 }
 
@@ -747,7 +746,8 @@ static void test_qwen3_next(void)
     "{\"model_type\":\"qwen3_5_moe\"" top ",\"text_config\":{" body text "}}"
 #define Q35_SIZES "\"hidden_size\":64,\"num_hidden_layers\":2,\"moe_intermediate_size\":32"
 #define Q35_TEXT                                                                                   \
-    Q35_SIZES ",\"num_experts\":8,\"num_experts_per_tok\":2,\"shared_expert_intermediate_size\":48"
+    Q35_SIZES ",\"num_experts\":8,\"num_experts_per_tok\":2,\"shared_expert_intermediate_size\":"  \
+              "48"
 #define Q35(text, top) Q35_BODY(Q35_TEXT, text, top)
 
 static void test_qwen3_5_moe(void)
@@ -784,12 +784,14 @@ static void test_qwen3_5_moe(void)
                 "field 'text_config.norm_topk_prob'");
     parse_fails(Q35(",\"quantization_config\":{\"quant_method\":\"fp8\"}", ""), MOE_EUNSUPPORTED,
                 "field 'text_config.quantization_config'");
-    parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":8,\"num_experts_per_tok\":9,"
-                                    "\"shared_expert_intermediate_size\":48",
+    parse_fails(Q35_BODY(Q35_SIZES,
+                         ",\"num_experts\":8,\"num_experts_per_tok\":9,"
+                         "\"shared_expert_intermediate_size\":48",
                          ""),
                 MOE_ECONFIG, "field 'text_config.num_experts_per_tok'");
-    parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":0,\"num_experts_per_tok\":2,"
-                                    "\"shared_expert_intermediate_size\":48",
+    parse_fails(Q35_BODY(Q35_SIZES,
+                         ",\"num_experts\":0,\"num_experts_per_tok\":2,"
+                         "\"shared_expert_intermediate_size\":48",
                          ""),
                 MOE_ECONFIG, "field 'text_config.num_experts'");
     parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":8,\"num_experts_per_tok\":2", ""),
@@ -836,8 +838,7 @@ static void test_ernie(void)
     parse_fails(ERNIE(",\"moe_k\":2,\"moe_norm_min\":-1"), MOE_ECONFIG, "moe_norm_min");
     parse_fails(ERNIE(",\"moe_k\":9"), MOE_ECONFIG, "field 'moe_k'");
     parse_fails(ERNIE(",\"moe_k\":2,\"num_experts_per_tok\":3"), MOE_ECONFIG, "moe_k");
-    parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_interval\":0"), MOE_ECONFIG,
-                "moe_layer_interval");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_interval\":0"), MOE_ECONFIG, "moe_layer_interval");
     parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_end_index\":-2"), MOE_ECONFIG,
                 "moe_layer_end_index");
     parse_fails(ERNIE(""), MOE_EMISSING, "field 'moe_k'");
@@ -920,9 +921,9 @@ static void test_llama4(void)
 static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
-    const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v4",
-                           "qwen3_moe",   "mixtral",     "gpt_oss",
-                           "qwen3_next",  "qwen3_5_moe", "ernie4_5_moe", "llama4"};
+    const char *types[] = {"deepseek_v2", "deepseek_v3",  "kimi_k2", "deepseek_v4",
+                           "qwen3_moe",   "mixtral",      "gpt_oss", "qwen3_next",
+                           "qwen3_5_moe", "ernie4_5_moe", "llama4"};
     for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
         CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
         CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));

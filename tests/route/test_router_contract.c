@@ -159,8 +159,8 @@ static void test_create_validation(void)
 
     /* softmax_bias (ERNIE-4.5): a bias, renormalised, softmax, and a finite floor >= 0 that
      * no other method takes. */
-    const route_cfg ernie = {"ernie", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1,
-                             true, 1};
+    const route_cfg ernie = {"ernie", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true,
+                             1};
     q = route_params(&ernie, NULL, NULL, 0);
     create_fails(&q, MOE_EINVAL, "correction_bias", "softmax_bias without a bias");
     q = route_params(&ernie, zero_bias, NULL, 0), q.norm_topk_prob = false;
