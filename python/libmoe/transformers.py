@@ -60,6 +60,8 @@ _FAMILIES = {
     "qwen3_moe": _Family("Qwen3MoeSparseMoeBlock", ("Qwen3MoeMLP",), False),
     "mixtral": _Family("MixtralSparseMoeBlock", (), False),
     "gpt_oss": _Family("GptOssMLP", (), True),
+    "qwen3_next": _Family("Qwen3NextSparseMoeBlock", ("Qwen3NextMLP",), False),
+    "ernie4_5_moe": _Family("Ernie4_5_MoeSparseMoeBlock", ("Ernie4_5_MoeMLP",), False),
 }
 # libmoe's family names a transformers model_type may correspond to (Kimi-K2 loads as V3).
 _LIBMOE_FAMILIES = {"deepseek_v3": ("deepseek_v3", "kimi_k2")}
