@@ -1,5 +1,4 @@
-/* layer_shared_gate.c — the shared expert's one-output sigmoid gate (Qwen3-Next): weights and
- * per-token scale. */
+/* layer_shared_gate.c — the shared expert sigmoid gate (Qwen3-Next): f32 weight, token scale. */
 #include "layer/layer_shared_gate.h"
 
 #include <math.h>

@@ -1,5 +1,4 @@
-/* family_ernie.c — ERNIE-4.5 MoE: softmax + correction bias selection, floored renormalisation,
- * layer range. */
+/* family_ernie.c — ERNIE-4.5 MoE: softmax + bias selection, floored renorm, layer range. */
 #include <float.h>
 #include <stdio.h>
 #include <string.h>

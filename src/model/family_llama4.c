@@ -1,5 +1,4 @@
-/* family_llama4.c — Llama-4 (text): top-1 sigmoid routing that scales the expert's input, a shared
- * expert, stacked experts. */
+/* family_llama4.c — Llama-4 text: top-1 sigmoid scaling the expert input, stacked experts. */
 #include <stdio.h>
 #include <string.h>
 

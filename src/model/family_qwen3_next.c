@@ -1,5 +1,4 @@
-/* family_qwen3_next.c — Qwen3-Next and Qwen3.5-MoE: softmax top-k plus one sigmoid-gated shared
- * expert. */
+/* family_qwen3_next.c — Qwen3-Next, Qwen3.5-MoE: softmax top-k, a sigmoid-gated shared expert. */
 #include <stdio.h>
 #include <string.h>
 
