@@ -186,6 +186,8 @@ typedef enum moe_route_method {
     MOE_ROUTE_NOAUX_TC = 4,             /* score + correction bias, group score = top-2 sum */
     MOE_ROUTE_HASH = 5,                 /* ids from tid2eid[token id] (DeepSeek-V4 hash layers) */
     MOE_ROUTE_SIGMOID_TOP1 = 6,         /* Llama-4: top-1 on the logits, sigmoid weight */
+    MOE_ROUTE_SOFTMAX_BIAS = 7, /* ERNIE-4.5: top-k of softmax + correction bias; the unbiased
+                                   softmax renormalised as w / max(sum, renorm_min) */
 } moe_route_method;
 
 /* Names: "softmax_topk", "noaux_tc", ...; "softmax", "sigmoid", "sqrtsoftplus"; "unknown" for
@@ -217,6 +219,10 @@ typedef struct moe_router_params {
     const void *tid2eid;
     moe_dtype tid2eid_dtype;
     int64_t vocab_size;
+    /* SOFTMAX_BIAS: the renormalisation divides by max(sum of the selected, renorm_min)
+     * (ERNIE-4.5's moe_norm_min); finite and >= 0. 0 for the other methods (and when size ends
+     * before this field). */
+    float renorm_min;
 } moe_router_params;
 
 /* Creates a router after validating every parameter (MOE_EINVAL / MOE_ECONFIG naming the

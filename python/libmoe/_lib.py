@@ -97,7 +97,7 @@ class RouterParams(Structure):
                 ("topk_group", c_int), ("norm_topk_prob", c_bool),
                 ("routed_scaling_factor", c_float), ("correction_bias", c_void_p),
                 ("correction_bias_dtype", c_enum), ("tid2eid", c_void_p),
-                ("tid2eid_dtype", c_enum), ("vocab_size", c_int64)]
+                ("tid2eid_dtype", c_enum), ("vocab_size", c_int64), ("renorm_min", c_float)]
 
 
 # The structs whose layout tests/python/test_structs.py compares with the C compiler's.

@@ -67,6 +67,8 @@ _FAMILIES = {
     "glm_moe_dsa": _Family("GlmMoeDsaMoE", ("GlmMoeDsaMLP",), False),
     "glm4_moe_lite": _Family("Glm4MoeLiteMoE", ("Glm4MoeLiteMLP",), False),
     "minimax_m2": _Family("MiniMaxM2SparseMoeBlock", (), False),
+    "qwen3_next": _Family("Qwen3NextSparseMoeBlock", ("Qwen3NextMLP",), False),
+    "ernie4_5_moe": _Family("Ernie4_5_MoeSparseMoeBlock", ("Ernie4_5_MoeMLP",), False),
 }
 # libmoe's family names a transformers model_type may correspond to (Kimi-K2 loads as V3).
 _LIBMOE_FAMILIES = {"deepseek_v3": ("deepseek_v3", "kimi_k2")}

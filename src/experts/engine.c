@@ -266,6 +266,36 @@ static void gather_phase(const moe_experts_job *job, const group_run *run)
         memcpy(run->x_rows + r * xg_row, act + token[r] * x_row, x_row);
 }
 
+/* scale_input: row r of (token t, slot k) gets t's f32 activations times w[t,k], the product
+ * rounded to f32, and for the BF16 and TILE recipes then to bf16 (to nearest even) once: the
+ * routed experts' input as Llama-4 computes it, x · sigmoid(logit). */
+static void scale_phase(const moe_experts_job *job, const group_run *run)
+{
+    const moe_expert_group *g = run->g;
+    const size_t h = (size_t)g->hidden, k = (size_t)job->top_k, xg_row = g->xg_row_bytes;
+    const bool f32 = g->ks->recipe == MOE_RECIPE_F32;
+#pragma omp for schedule(static)
+    for (size_t i = 0; i < run->rows; i++) {
+        const size_t t = i / k, r = job->ws.plan.row[i];
+        const float w = job->weights[i], *x = job->act_f32 + t * h;
+        unsigned char *dst = run->x_rows + r * xg_row;
+        if (f32) {
+            float *y = (float *)(void *)dst;
+            for (size_t c = 0; c < h; c++)
+                y[c] = x[c] * w;
+        } else { /* in chunks that stay in L1, rounded as moe_act_round_bf16 rounds */
+            uint16_t *y = (uint16_t *)(void *)dst;
+            float p[COMBINE_CHUNK];
+            for (size_t c0 = 0; c0 < h; c0 += COMBINE_CHUNK) {
+                const size_t n = min_size(COMBINE_CHUNK, h - c0);
+                for (size_t c = 0; c < n; c++)
+                    p[c] = x[c0 + c] * w;
+                moe_act_round_bf16(n, p, y + c0);
+            }
+        }
+    }
+}
+
 static void gateup_phase(const moe_experts_job *job, const group_run *run)
 {
     const moe_expert_group *g = run->g;
@@ -313,7 +343,8 @@ static void down_phase(const moe_experts_job *job, const group_run *run)
 }
 
 /* out[t] = Σ_k w[t,k] · y[row(t,k)] in slot order, then + out[t] when the always-on MLP has
- * already written the shared experts' output there. */
+ * already written the shared experts' output there (+ always_scale[t] · out[t], the product
+ * rounded first, when the job has a shared expert gate). */
 static void combine_phase(const moe_experts_job *job)
 {
     const size_t n_t = job->n_tokens, k_n = (size_t)job->top_k;
@@ -332,15 +363,24 @@ static void combine_phase(const moe_experts_job *job)
         float *o = job->out + t * h_n;
         float acc[COMBINE_CHUNK];
         const float *y0 = y + (row ? row[t * k_n] : t * k_n) * h_n + c;
+        /* scale_input: the weights already scaled the experts' inputs. */
+        const bool unweighted = job->routed->scale_input;
+        const float w0 = unweighted ? 1.0f : w[0];
         for (size_t i = 0; i < n; i++)
-            acc[i] = w[0] * y0[i];
+            acc[i] = w0 * y0[i];
         for (size_t k = 1; k < k_n; k++) {
             const float *yk = y + (row ? row[t * k_n + k] : t * k_n + k) * h_n + c;
-            const float wk = w[k];
+            const float wk = unweighted ? 1.0f : w[k];
             for (size_t i = 0; i < n; i++)
                 acc[i] += wk * yk[i];
         }
-        if (add_shared)
+        if (add_shared && job->always_scale) {
+            const float s = job->always_scale[t];
+            for (size_t i = 0; i < n; i++) {
+                const float shared = s * o[c + i];
+                o[c + i] = acc[i] + shared;
+            }
+        } else if (add_shared)
             for (size_t i = 0; i < n; i++)
                 o[c + i] = acc[i] + o[c + i];
         else
@@ -373,7 +413,19 @@ static void run_group(moe_experts_job *job, const group_run *run, const char *pr
 {
     const moe_expert_group *g = run->g;
     const uint64_t ib = (uint64_t)g->inter * g->act_elem;
-    if (run->x_rows) {
+    if (run->x_rows && g->scale_input) {
+        scale_phase(job, run);
+#pragma omp master
+        {
+            char name[32];
+            snprintf(name, sizeof name, "%s.scale_input", prefix);
+            const bool f32 = g->ks->recipe == MOE_RECIPE_F32;
+            moe_trace_mark(job->trace, name,
+                           f32 ? "x * w, rounded to f32" : "x * w, rounded to f32 then bf16",
+                           job->n_tokens * (uint64_t)g->hidden * 4 + run->rows * 4,
+                           run->rows * (uint64_t)g->x_row_bytes);
+        }
+    } else if (run->x_rows) {
         gather_phase(job, run);
 #pragma omp master
         {

@@ -77,6 +77,8 @@ typedef struct moe_expert_group {
                                  0 for the other recipes (down reads h itself) */
     size_t run_bytes;         /* what a run of tiles and one chunk's input rows may fill (the
                                  engine's prefill blocking): 3/4 of the L2 */
+    bool scale_input;         /* routed (Llama-4): row (t, k) computes mlp(x_t · w[t,k]) and the
+                                 combine adds it with weight 1 (the F32, BF16 and TILE recipes) */
     unsigned char *packed;    /* moe_malloc_huge'd; NULL until moe_expert_group_alloc */
     const int32_t *slot;      /* a placed group (expert parallelism): [n_experts], the packed
                                  expert of each expert this rank owns, -1 for the others;
@@ -182,8 +184,8 @@ void *moe_carve_take(moe_carve *c, size_t n, size_t elem);
 /* The engine's scratch for one forward. */
 typedef struct moe_experts_ws {
     moe_route_plan plan;
-    void *x_routed;  /* TILE: [T·K rows] of xg_row_bytes, the activations in row order; else
-                        NULL */
+    void *x_routed;  /* TILE or scale_input: [T·K rows] of xg_row_bytes, the activations in row
+                        order (scale_input: each scaled by its routing weight); else NULL */
     void *h_routed;  /* [T·K rows, h_stride] of the routed recipe */
     void *hq_routed; /* Q8: [T·K rows] prepared h rows of hq_row_bytes; else NULL */
     float *y_routed; /* [T·K rows, H] */
@@ -203,12 +205,15 @@ typedef struct moe_experts_job {
      * x_row_bytes apart: f32, bf16 codes, or Q8 rows prepared with k = H (moe_act_prepare);
      * only those the groups' recipes read need to be set. */
     const void *act[MOE_EXPERTS_RECIPES];
+    const float *act_f32;           /* [T rows, H]: the f32 activations scale_input reads */
     const moe_expert_group *routed; /* NULL for a dense layer */
     int top_k;
     const int32_t *ids;             /* [T, K] from the router */
     const float *weights;           /* [T, K]: routed_scaling_factor is already in them */
     const moe_expert_group *always; /* shared experts or the dense MLP; NULL if none */
     const char *always_name;        /* "shared" or "dense": the trace's step prefix */
+    const float *always_scale;      /* [T] or NULL: the shared output of token t is multiplied
+                                       by always_scale[t] in the combine (a shared expert gate) */
     float *out;                     /* [T, H] */
     moe_experts_ws ws;
     moe_trace_rec *trace; /* marks by the team's master; NULL or off: nothing recorded */

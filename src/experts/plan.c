@@ -78,7 +78,7 @@ void moe_experts_ws_carve(moe_carve *c, moe_experts_ws *ws, const moe_expert_gro
         ws->plan.token = moe_carve_take(c, rows, sizeof(size_t));
         ws->plan.row = moe_carve_take(c, rows, sizeof(size_t));
         ws->plan.active = moe_carve_take(c, e, sizeof(int32_t));
-        if (routed->ks->recipe == MOE_RECIPE_TILE)
+        if (routed->ks->recipe == MOE_RECIPE_TILE || routed->scale_input)
             ws->x_routed = moe_carve_take(c, rows, routed->xg_row_bytes);
         ws->h_routed = moe_carve_take(c, elems2(rows, routed->h_stride), routed->act_elem);
         if (routed->hq_row_bytes) ws->hq_routed = moe_carve_take(c, rows, routed->hq_row_bytes);

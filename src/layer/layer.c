@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "layer/layer_describe.h"
 #include "layer/layer_internal.h"
+#include "layer/layer_shared_gate.h"
 #include "model/model_handle.h"
 #include "route/router_internal.h"
 
@@ -209,6 +210,14 @@ moe_status moe_layer_create_ep_tuned(const moe_model *model, int layer,
         moe_ckpt_release(ckpt, p->router[MOE_ROLE_CORRECTION_BIAS]);
         moe_ckpt_release(ckpt, p->router[MOE_ROLE_TID2EID]);
     }
+    if (p->ld->shared_gate) {
+        const moe_tensor *w = p->groups[MOE_LG_SHARED].one[MOE_ROLE_SHARED_GATE];
+        st = moe_shared_gate_make(w, p->desc->hidden, &l->shared_gate);
+        if (st) {
+            st = moe_error_context(st, "layer %d shared expert gate: ", p->index);
+            goto fail;
+        }
+    }
     for (int id = 0; id < MOE_LG_COUNT_; id++)
         if (p->groups[id].present && (st = pack_group(l, (moe_layer_group_id)id))) goto fail;
     detach(l);
@@ -245,6 +254,7 @@ void moe_layer_destroy(moe_layer *layer)
     if (!layer) return;
     moe_gate_destroy(layer->gate);
     moe_router_destroy(layer->router);
+    moe_free(layer->shared_gate);
     moe_layer_plan_free(&layer->plan);
     moe_free(layer->state);
     moe_free(layer->team);

@@ -114,7 +114,9 @@ static void put_group(text *t, const moe_layer_group_plan *g, const char *label)
         put(t, " with %s %d×%d block scales", moe_dtype_name(g->scale_dtype), m->block_out,
             m->block_in);
     if (g->bias_dtype != MOE_DTYPE_INVALID) put(t, ", %s biases", moe_dtype_name(g->bias_dtype));
-    if (g->stacked) put(t, " (stacked [E, in, out] tensors, gate/up interleaved: read by strides)");
+    if (g->stacked)
+        put(t, " (stacked [E, in, out] tensors, gate/up %s: read by strides)",
+            g->gate_up_halves ? "in halves" : "interleaved");
     put(t, "\n    kernel set: %s\n    recipe: %s\n", g->reason, recipe_text(g->recipe));
     put(t,
         "    packed: %zu bytes per expert (gate/up %zu in %lld tiles, down %zu in %lld tiles), "
@@ -206,6 +208,16 @@ moe_status moe_layer_plan_render(const moe_layer_plan *p, char **out)
         put_group(&t, g, moe_layer_group_label[id]);
         total += g->group.packed_bytes;
     }
+    if (p->moe && p->ld->scale_input)
+        put(&t, "  routed input: each routed expert computes mlp(x * w), w its routing weight (the "
+                "product rounded to f32, then to bf16 for the bf16 and tile recipes); the combine "
+                "adds the outputs with weight 1\n");
+    if (p->ld->shared_gate)
+        put(&t,
+            "  shared expert gate: weight %s [1, %lld] widened to f32 at creation; sigmoid(x . w) "
+            "per token (f32, 8 partial sums) multiplies the shared experts' output in the "
+            "combine\n",
+            moe_dtype_name(p->shared_gate_dtype), (long long)p->desc->hidden);
     put(&t, "  packed total: %zu bytes (gate and experts; created once, read by every forward)\n",
         total);
     char *placement = NULL;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "experts/experts.h"
 #include "layer/layer_internal.h"
+#include "layer/layer_shared_gate.h"
 #include "route/router_internal.h"
 
 #define FWD "moe_layer_forward"
@@ -139,7 +140,7 @@ static void activations_step(fwd *f)
     const size_t n = f->a->n_tokens, h = f->h;
     const bool in_bf16 = f->a->hidden_dtype == MOE_DTYPE_BF16;
     const moe_expert_group *q8 = moe_layer_q8_group(p);
-    const bool need_f32 = in_bf16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
+    const bool need_f32 = in_bf16 && moe_layer_needs_f32_rows(p);
     const bool need_bf16 = !in_bf16 && moe_layer_uses_bf16_rows(p);
     moe_cvt_bf16_f32_ukernel *widen = need_f32 ? p->cvt_bf16.kernel->fn.cvt_bf16_f32 : NULL;
     const float *f32 = in_bf16 ? f->b.act_f32 : (const float *)f->a->hidden;
@@ -232,6 +233,25 @@ static void route_step(fwd *f)
     }
 }
 
+/* sigmoid(x · w) of every token for the shared expert gate, from the input as given (bf16
+ * widened exactly): the combine multiplies the shared output by it. */
+static void shared_gate_step(fwd *f)
+{
+    const size_t n = f->a->n_tokens, h = f->h;
+    const moe_dtype dt = f->a->hidden_dtype;
+    const size_t eb = dt == MOE_DTYPE_BF16 ? 2 : 4;
+#pragma omp for schedule(static)
+    for (size_t it = 0; it < row_items(n); it++) {
+        const size_t r0 = it * ROWS_PER_ITEM, rows = item_rows(n, it);
+        for (size_t r = r0; r < r0 + rows; r++)
+            f->b.shared_scale[r] = moe_shared_gate_scale(
+                f->l->shared_gate, h, (const char *)f->a->hidden + r * h * eb, dt);
+    }
+#pragma omp master
+    moe_trace_mark(&f->trace, "shared_gate", "sigmoid(x . w), f32, 8 partial sums",
+                   (uint64_t)h * 4 + (uint64_t)n * h * eb, (uint64_t)n * 4);
+}
+
 static void steps(fwd *f)
 {
     /* The calling thread's entry into the team (a few microseconds on a decode step), so the
@@ -239,9 +259,10 @@ static void steps(fwd *f)
 #pragma omp master
     moe_trace_mark(&f->trace, "threads", "OpenMP team start", 0, 0);
     /* The route reads the input rows as they are; a combine converts them only for the
-     * shared experts. */
+     * shared experts (and their gate). */
     if (f->part != MOE_PART_ROUTE && (f->part != MOE_PART_COMBINE || f->job.always))
         activations_step(f);
+    if (f->l->shared_gate && f->job.always && f->part != MOE_PART_ROUTE) shared_gate_step(f);
     if (f->l->plan.moe && !f->experts_only &&
         (f->part == MOE_PART_FULL || f->part == MOE_PART_ROUTE)) {
         gate_step(f);
@@ -288,6 +309,7 @@ static void bind(fwd *f)
     f->act[MOE_RECIPE_BF16] = in_bf16 ? a->hidden : (const void *)f->b.act_bf16;
     f->act[MOE_RECIPE_TILE] = f->act[MOE_RECIPE_BF16]; /* the same bf16 rows */
     f->act[MOE_RECIPE_Q8] = f->b.act_q8;
+    const float *f32_rows = in_bf16 ? f->b.act_f32 : (const float *)a->hidden;
     f->logits = a->logits_out ? a->logits_out : f->b.logits;
     f->ids = a->ids_out ? a->ids_out : f->b.ids;
     f->weights = a->weights_out ? a->weights_out : f->b.weights;
@@ -296,11 +318,13 @@ static void bind(fwd *f)
     for (int r = 0; r < MOE_EXPERTS_RECIPES; r++)
         j->act[r] = f->act[r];
     j->routed = l->routed;
+    j->act_f32 = f32_rows;
     j->top_k = l->plan.moe ? l->plan.ld->routing.top_k : 0;
     j->ids = f->ids;
     j->weights = f->weights;
     j->always = l->always;
     j->always_name = l->always_name;
+    j->always_scale = l->shared_gate ? f->b.shared_scale : NULL;
     j->out = a->out;
     j->ws = f->b.ws;
     j->trace = &f->trace;

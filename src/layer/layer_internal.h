@@ -38,7 +38,7 @@ typedef enum moe_layer_group_id {
 /* "routed experts", "shared experts", "dense mlp": for messages and explain. */
 extern const char *const moe_layer_group_label[MOE_LG_COUNT_];
 
-#define MOE_LAYER_ROLES (MOE_ROLE_DOWN_SHAPE + 1)
+#define MOE_LAYER_ROLES (MOE_ROLE_SHARED_GATE + 1)
 
 /* What creation decided for one group, before (describe) or while (create) packing. */
 typedef struct moe_layer_group_plan {
@@ -48,7 +48,9 @@ typedef struct moe_layer_group_plan {
     moe_dtype weight_dtype; /* of the checkpoint's projections (all the same in a group) */
     moe_dtype scale_dtype;  /* FP8: of the block scales; INVALID otherwise */
     moe_dtype bias_dtype;   /* gpt-oss: of the biases; INVALID otherwise */
-    bool stacked;           /* gpt-oss: [E, ...] tensors, gate/up interleaved, transposed */
+    bool stacked;           /* gpt-oss, Llama-4: [E, ...] tensors, gate_up transposed [E, H, 2I] */
+    bool gate_up_halves;    /* Llama-4: gate in columns [0, I), up in [I, 2I) (gpt-oss: gate
+                               and up in alternate columns) */
     const moe_expert_kernels *ks;
     moe_expert_recipe recipe;
     char reason[320];       /* the eligibility function's reason */
@@ -91,6 +93,7 @@ typedef struct moe_layer_plan {
     moe_kernel_choice cvt_bf16;
     moe_layer_group_plan groups[MOE_LG_COUNT_];
     moe_layer_placement ep; /* where the routed experts live (layer_placement.c) */
+    moe_dtype shared_gate_dtype; /* ld->shared_gate: the gate weight's dtype in the checkpoint */
 } moe_layer_plan;
 
 /* What the public API does not choose: the ISA caps and the resident experts. */
@@ -165,6 +168,7 @@ typedef struct moe_layer_bufs {
     float *logits;
     int32_t *ids;
     float *weights;
+    float *shared_scale; /* [T]: the shared expert gate's sigmoid per token (ld->shared_gate) */
     moe_experts_ws ws;
 } moe_layer_bufs;
 
@@ -172,6 +176,14 @@ typedef struct moe_layer_bufs {
  * prepared rows of the input (k = H; every set of the recipe writes the same bytes), so the
  * forward prepares them once, with this group's kernel set. */
 const moe_expert_group *moe_layer_q8_group(const moe_layer_plan *p);
+
+/* Whether a forward needs the input as f32 rows: for the F32 recipe, the Q8 rows (prepared
+ * from f32), or the routed experts' scaled input (moe_expert_group.scale_input). */
+static inline bool moe_layer_needs_f32_rows(const moe_layer_plan *p)
+{
+    return p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8] ||
+           (p->moe && p->ld->scale_input);
+}
 
 /* Whether a group of the layer reads bf16 activation rows (the BF16 or the TILE recipe). */
 static inline bool moe_layer_uses_bf16_rows(const moe_layer_plan *p)
@@ -207,6 +219,7 @@ struct moe_layer {
     moe_layer_plan plan;
     moe_gate *gate;     /* NULL for dense layers */
     moe_router *router; /* NULL for dense layers */
+    float *shared_gate; /* [H] f32: the shared expert gate's weight (ld->shared_gate), else NULL */
     /* The groups forward runs (point into plan.groups[...].group, or NULL). */
     const moe_expert_group *routed, *always;
     const char *always_name;

@@ -65,6 +65,12 @@ moe_status moe_layer_placement_make(moe_layer_plan *p, const moe_ep_placement *p
     ep->rank = pl->rank;
     ep->n_ranks = pl->n_ranks;
     if (!p->moe) return MOE_OK; /* a dense layer: every rank packs its MLP */
+    if (p->ld->scale_input)
+        return moe_error(MOE_EUNSUPPORTED,
+                         "layer %d: a placement for a layer whose routing weights scale the "
+                         "experts' inputs (llama4): the rows moe_ep_experts runs carry no "
+                         "weights, so it is not placed over ranks (create it without one)",
+                         p->index);
     const int e_n = p->ld->routing.n_experts;
     ep->expert_rank = moe_malloc((size_t)e_n * sizeof(int32_t));
     ep->slot = moe_malloc((size_t)e_n * sizeof(int32_t));

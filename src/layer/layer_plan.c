@@ -261,8 +261,10 @@ static moe_status plan_group(moe_layer_plan *p, moe_layer_group_id id)
         g->group.packed_bytes = (size_t)p->ep.n_owned * g->group.expert_stride;
         g->group.slot = p->ep.slot;
         g->group.packed_ids = p->ep.owned;
+        g->group.scale_input = p->ld->scale_input;
     } else if (id == MOE_LG_ROUTED) {
         moe_expert_group_alias(&g->group, p->resident_experts);
+        g->group.scale_input = p->ld->scale_input;
     }
     p->recipe_used[g->recipe] = true;
     return MOE_OK;
@@ -281,7 +283,8 @@ static moe_status layout_groups(moe_layer_plan *p)
         r->present = true;
         r->n = ld->routing.n_experts;
         r->mlp = ld->experts;
-        r->stacked = p->desc->family == MOE_FAMILY_GPT_OSS;
+        r->stacked = p->desc->family == MOE_FAMILY_GPT_OSS || p->desc->family == MOE_FAMILY_LLAMA4;
+        r->gate_up_halves = p->desc->family == MOE_FAMILY_LLAMA4;
         if (ld->n_shared > 0) {
             p->groups[MOE_LG_SHARED].present = true;
             p->groups[MOE_LG_SHARED].n = 1;
@@ -340,7 +343,7 @@ static moe_status plan_gate(moe_layer_plan *p)
 
 static moe_status plan_activations(moe_layer_plan *p)
 {
-    if (!p->recipe_used[MOE_RECIPE_F32] && !p->recipe_used[MOE_RECIPE_Q8]) return MOE_OK;
+    if (!moe_layer_needs_f32_rows(p)) return MOE_OK;
     const moe_cvt_problem prob = {(size_t)p->desc->hidden};
     moe_status st =
         moe_select_cvt(MOE_KERNEL_FAMILY_CVT_BF16_F32, &p->allowed, &prob, &p->cvt_bf16);
@@ -397,6 +400,8 @@ moe_status moe_layer_plan_make_ep(const moe_model *model, int layer,
     for (int id = 0; id < MOE_LG_COUNT_ && !st; id++)
         if (plan->groups[id].present) st = plan_group(plan, (moe_layer_group_id)id);
     if (!st && plan->moe) st = plan_gate(plan);
+    if (!st && plan->ld->shared_gate)
+        plan->shared_gate_dtype = plan->groups[MOE_LG_SHARED].one[MOE_ROLE_SHARED_GATE]->dtype;
     if (!st) st = plan_activations(plan);
     if (st) moe_layer_plan_free(plan);
     return st;
@@ -447,8 +452,7 @@ void moe_layer_carve_part(const moe_layer_plan *p, moe_carve *c, size_t n_tokens
     size_t th;
     memset(b, 0, sizeof *b);
     if (moe_mul_overflow_size(n_tokens, h, &th)) th = SIZE_MAX;
-    if (p->recipe_used[MOE_RECIPE_F32] || p->recipe_used[MOE_RECIPE_Q8])
-        b->act_f32 = moe_carve_take(c, th, sizeof(float));
+    if (moe_layer_needs_f32_rows(p)) b->act_f32 = moe_carve_take(c, th, sizeof(float));
     if (moe_layer_uses_bf16_rows(p)) b->act_bf16 = moe_carve_take(c, th, sizeof(uint16_t));
     const moe_expert_group *q8 = moe_layer_q8_group(p);
     if (q8) b->act_q8 = moe_carve_take(c, n_tokens, q8->x_row_bytes);
@@ -465,6 +469,8 @@ void moe_layer_carve_part(const moe_layer_plan *p, moe_carve *c, size_t n_tokens
             b->ids = moe_carve_take(c, tk, sizeof(int32_t));
             b->weights = moe_carve_take(c, tk, sizeof(float));
         }
+        if (p->ld->shared_gate && part != MOE_PART_ROUTE && part != MOE_PART_ROWS)
+            b->shared_scale = moe_carve_take(c, n_tokens, sizeof(float));
         if (part != MOE_PART_COMBINE) routed = &p->groups[MOE_LG_ROUTED].group;
         if (part != MOE_PART_ROWS && p->groups[MOE_LG_SHARED].present)
             always = &p->groups[MOE_LG_SHARED].group;

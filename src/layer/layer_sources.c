@@ -72,8 +72,8 @@ static void stacked_biases(const moe_layer_group_plan *g, int e, moe_weight_src 
 }
 
 /* gpt-oss in HF's bf16 layout: gate_up_proj [E, H, 2I] with gate j in column 2j and up j in
- * column 2j + 1, down_proj [E, I, H]. Strides read each expert's [out, in] projections in
- * place. */
+ * column 2j + 1, down_proj [E, I, H]; Llama-4 the same with gate j in column j and up j in
+ * column I + j (gate_up_halves). Strides read each expert's [out, in] projections in place. */
 static void stacked_bf16(const moe_layer_group_plan *g, int e, moe_weight_src *gate,
                          moe_weight_src *up, moe_weight_src *down)
 {
@@ -83,10 +83,10 @@ static void stacked_bf16(const moe_layer_group_plan *g, int e, moe_weight_src *g
     const unsigned char *gu_e = (const unsigned char *)gu->data + (size_t)(e * h * 2 * i) * wb;
     *gate = proj_src(gu, NULL, &g->mlp, i, h);
     gate->data = gu_e;
-    gate->row_stride = 2;
+    gate->row_stride = g->gate_up_halves ? 1 : 2;
     gate->col_stride = 2 * i;
     *up = *gate;
-    up->data = gu_e + wb;
+    up->data = gu_e + (g->gate_up_halves ? (size_t)i * wb : wb);
     *down = proj_src(dn, NULL, &g->mlp, h, i);
     down->data = (const unsigned char *)dn->data + (size_t)(e * i * h) * wb;
     down->row_stride = 1;

@@ -175,10 +175,19 @@ moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d)
     if (st) return st;
     st = moe_cfg_int(c, "vocab_size", false, 0, 1, MOE_CFG_MAX_VOCAB, &vocab);
     if (st) return st;
+    if ((st = moe_cfg_dtype(c, d))) return st;
+    d->n_layers = (int)layers;
+    d->hidden = hidden;
+    d->vocab_size = vocab;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_dtype(const moe_cfg *c, moe_model_desc *d)
+{
     /* transformers 5 renamed torch_dtype to dtype; the older name wins when both exist. */
     const char *key = moe_cfg_has(c, "torch_dtype") ? "torch_dtype" : "dtype";
     const char *dt;
-    st = moe_cfg_str(c, key, false, "bfloat16", &dt);
+    moe_status st = moe_cfg_str(c, key, false, "bfloat16", &dt);
     if (st) return st;
     if (!strcmp(dt, "bfloat16"))
         d->router_dtype = MOE_DTYPE_BF16;
@@ -189,9 +198,6 @@ moe_status moe_cfg_common(const moe_cfg *c, moe_model_desc *d)
     else
         return moe_cfg_fail(c, MOE_ECONFIG, key,
                             "'%.64s' is not one of \"bfloat16\", \"float16\", \"float32\"", dt);
-    d->n_layers = (int)layers;
-    d->hidden = hidden;
-    d->vocab_size = vocab;
     return MOE_OK;
 }
 
@@ -389,6 +395,10 @@ static family_parse_fn parser_of(moe_family f)
     case MOE_FAMILY_GLM4_MOE_LITE: return parse_glm4_moe_lite;
     case MOE_FAMILY_MINIMAX_M2: return moe_family_minimax_m2_parse;
     case MOE_FAMILY_KIMI_K25: return moe_family_kimi_k25_parse;
+    case MOE_FAMILY_QWEN3_NEXT: return moe_family_qwen3_next_parse;
+    case MOE_FAMILY_QWEN3_5_MOE: return moe_family_qwen3_5_moe_parse;
+    case MOE_FAMILY_ERNIE4_5_MOE: return moe_family_ernie4_5_moe_parse;
+    case MOE_FAMILY_LLAMA4: return moe_family_llama4_parse;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;
@@ -433,12 +443,20 @@ static moe_status parse_root(const json_t *root, const char *name, moe_model_des
     moe_status st = moe_cfg_str(&c, "model_type", true, NULL, &type);
     if (st) return st;
     moe_family family;
-    if (!moe_family_from_name(type, &family))
+    if (!moe_family_from_name(type, &family)) {
+        /* Every model_type of the name table, in enum order. */
+        char known[512];
+        size_t len = 0;
+        known[0] = '\0';
+        for (int f = 0; f < MOE_FAMILY_COUNT_ && len < sizeof known; f++) {
+            const int n = snprintf(known + len, sizeof known - len, "%s%s", f ? ", " : "",
+                                   moe_family_name((moe_family)f));
+            if (n < 0) break;
+            len += (size_t)n;
+        }
         return moe_cfg_fail(&c, MOE_EUNSUPPORTED, "model_type",
-                            "'%.64s' is not supported (supported: deepseek_v2, deepseek_v3, "
-                            "kimi_k2, deepseek_v4, qwen3_moe, mixtral, gpt_oss, deepseek_v32, "
-                            "glm4_moe, glm_moe_dsa, glm4_moe_lite, minimax_m2, kimi_k25)",
-                            type);
+                            "'%.64s' is not supported (supported: %s)", type, known);
+    }
     d->family = family;
     snprintf(d->model_type, sizeof d->model_type, "%s", moe_family_name(family));
     return parser_of(family)(&c, d);

@@ -141,6 +141,18 @@ moe_status moe_family_gpt_oss_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_v3_moe_parse(const moe_cfg *c, moe_family family, moe_model_desc *d);
 moe_status moe_family_minimax_m2_parse(const moe_cfg *c, moe_model_desc *d);
 moe_status moe_family_kimi_k25_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_qwen3_next_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_qwen3_5_moe_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_ernie4_5_moe_parse(const moe_cfg *c, moe_model_desc *d);
+moe_status moe_family_llama4_parse(const moe_cfg *c, moe_model_desc *d);
+
+/* Qwen3's layer plan (Qwen3-MoE, Qwen3-Next): decoder_sparse_step and mlp_only_layers mark the
+ * dense layers in DENSE (n_layers entries, zeroed); *ANY_DENSE / *ANY_MOE summarise it. */
+moe_status moe_family_qwen3_plan_layers(const moe_cfg *c, int n_layers, int64_t experts,
+                                        bool *dense, bool *any_dense, bool *any_moe);
+
+/* torch_dtype (or transformers 5's "dtype"; default bfloat16) into d->router_dtype. */
+moe_status moe_cfg_dtype(const moe_cfg *c, moe_model_desc *d);
 
 /* ---- Building a layer's tensor table ------------------------------------------------- */
 
@@ -194,5 +206,8 @@ bool moe_family_kimi_k25_alt_name(const char *name, char *buf, size_t cap);
 /* The DeepSeek-V3 layout of layer LAYER below PREFIX (DeepSeek's own: model.layers.L.mlp). */
 moe_status moe_family_deepseek_tensors_under(const moe_model_desc *d, int layer, const char *prefix,
                                              moe_spec_list *l);
+moe_status moe_family_qwen3_next_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_ernie4_5_moe_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
+moe_status moe_family_llama4_tensors(const moe_model_desc *d, int layer, moe_spec_list *l);
 
 #endif

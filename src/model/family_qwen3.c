@@ -28,9 +28,8 @@ static moe_status read_mlp_only(const moe_cfg *c, int n_layers, bool *dense)
     return MOE_OK;
 }
 
-/* Works out which layers are dense into DENSE; *ANY_DENSE / *ANY_MOE summarise it. */
-static moe_status plan_layers(const moe_cfg *c, int n_layers, int64_t experts, bool *dense,
-                              bool *any_dense, bool *any_moe)
+moe_status moe_family_qwen3_plan_layers(const moe_cfg *c, int n_layers, int64_t experts,
+                                        bool *dense, bool *any_dense, bool *any_moe)
 {
     int64_t step;
     moe_status st = moe_cfg_int(c, "decoder_sparse_step", false, 1, 1, MOE_CFG_MAX_LAYERS, &step);
@@ -75,7 +74,8 @@ static moe_status parse_with(const moe_cfg *c, moe_model_desc *d, bool *dense)
     if (st) return st;
     if ((st = moe_cfg_check_act(c))) return st;
     bool any_dense, any_moe;
-    if ((st = plan_layers(c, d->n_layers, experts, dense, &any_dense, &any_moe))) return st;
+    st = moe_family_qwen3_plan_layers(c, d->n_layers, experts, dense, &any_dense, &any_moe);
+    if (st) return st;
     moe_routing_desc r;
     memset(&r, 0, sizeof r);
     if (any_moe) {

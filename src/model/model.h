@@ -22,6 +22,10 @@ typedef enum moe_family {
     MOE_FAMILY_GLM4_MOE_LITE,   /* "glm4_moe_lite" (GLM-4.7-Flash) */
     MOE_FAMILY_MINIMAX_M2,      /* "minimax_m2" (MiniMax-M2, M2.1, M2.5, M2.7) */
     MOE_FAMILY_KIMI_K25,        /* "kimi_k25" (Kimi-K2.5: a DeepSeek-V3 text_config) */
+    MOE_FAMILY_QWEN3_NEXT,      /* "qwen3_next" (Qwen3-Next) */
+    MOE_FAMILY_QWEN3_5_MOE,     /* "qwen3_5_moe" (Qwen3.5-MoE; text_config nested) */
+    MOE_FAMILY_ERNIE4_5_MOE,    /* "ernie4_5_moe" (ERNIE-4.5 MoE) */
+    MOE_FAMILY_LLAMA4,          /* "llama4" (Llama-4 Scout / Maverick; text_config nested) */
     MOE_FAMILY_COUNT_
 } moe_family;
 
@@ -48,6 +52,7 @@ typedef struct moe_routing_desc {
     bool has_router_bias;        /* gpt-oss router bias, added to the logits */
     bool norm_topk_prob;         /* renormalise the selected weights */
     float routed_scaling_factor; /* 1.0 when absent */
+    float renorm_min;            /* SOFTMAX_BIAS: moe_norm_min (ERNIE-4.5); 0 otherwise */
 } moe_routing_desc;
 
 /* One MLP group: its shape, number format and activation. */
@@ -71,6 +76,10 @@ typedef struct moe_layer_desc {
     int n_shared;             /* shared experts (0 if none) */
     moe_mlp_desc shared; /* n_shared > 0: ONE MLP of width intermediate (already × n_shared) */
     moe_mlp_desc dense;  /* DENSE layers */
+    bool shared_gate;    /* the shared MLP's output × sigmoid(x · w), w its one-output gate
+                            [1, H] (Qwen3-Next, Qwen3.5-MoE: shared_expert_gate) */
+    bool scale_input;    /* the routed experts see x · weight and are added with weight 1
+                            (Llama-4: the sigmoid of the chosen logit scales the input) */
 } moe_layer_desc;
 
 typedef struct moe_model_desc {
@@ -138,6 +147,7 @@ typedef enum moe_tensor_role {
     MOE_ROLE_GATE_SHAPE, /* INT4 (compressed-tensors): weight_shape [2] = [out, in] */
     MOE_ROLE_UP_SHAPE,
     MOE_ROLE_DOWN_SHAPE,
+    MOE_ROLE_SHARED_GATE, /* [1, H]: the shared MLP's sigmoid gate (Qwen3-Next) */
 } moe_tensor_role;
 
 const char *moe_tensor_group_name(moe_tensor_group group); /* "router", "routed", ... */

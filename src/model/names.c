@@ -14,6 +14,10 @@ static const char *const family_names[MOE_FAMILY_COUNT_] = {
     [MOE_FAMILY_GLM4_MOE_LITE] = "glm4_moe_lite",
     [MOE_FAMILY_MINIMAX_M2] = "minimax_m2",
     [MOE_FAMILY_KIMI_K25] = "kimi_k25",
+    [MOE_FAMILY_QWEN3_NEXT] = "qwen3_next",
+    [MOE_FAMILY_QWEN3_5_MOE] = "qwen3_5_moe",
+    [MOE_FAMILY_ERNIE4_5_MOE] = "ernie4_5_moe",
+    [MOE_FAMILY_LLAMA4] = "llama4",
 };
 
 /* Indexes a name table, with "unknown" for any value outside it (including negative ones). */
@@ -94,6 +98,7 @@ const char *moe_tensor_role_name(moe_tensor_role role)
         [MOE_ROLE_GATE_SHAPE] = "gate_shape",
         [MOE_ROLE_UP_SHAPE] = "up_shape",
         [MOE_ROLE_DOWN_SHAPE] = "down_shape",
+        [MOE_ROLE_SHARED_GATE] = "shared_gate",
     };
     return NAME_AT(names, role);
 }

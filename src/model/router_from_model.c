@@ -23,6 +23,7 @@ moe_router_params moe_router_params_of(const moe_model_desc *d, const moe_routin
     p.norm_topk_prob = r->norm_topk_prob;
     p.routed_scaling_factor = r->routed_scaling_factor;
     p.vocab_size = r->method == MOE_ROUTE_HASH ? d->vocab_size : 0;
+    p.renorm_min = r->renorm_min;
     return p;
 }
 

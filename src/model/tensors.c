@@ -175,6 +175,10 @@ static family_tensors_fn tensors_of(moe_family f)
     case MOE_FAMILY_GLM4_MOE_LITE: return moe_family_deepseek_tensors;
     case MOE_FAMILY_MINIMAX_M2: return moe_family_minimax_m2_tensors;
     case MOE_FAMILY_KIMI_K25: return moe_family_kimi_k25_tensors;
+    case MOE_FAMILY_QWEN3_NEXT:
+    case MOE_FAMILY_QWEN3_5_MOE: return moe_family_qwen3_next_tensors;
+    case MOE_FAMILY_ERNIE4_5_MOE: return moe_family_ernie4_5_moe_tensors;
+    case MOE_FAMILY_LLAMA4: return moe_family_llama4_tensors;
     case MOE_FAMILY_COUNT_: break;
     }
     return NULL;

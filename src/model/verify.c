@@ -181,6 +181,12 @@ static int namespaces(const moe_model_desc *d, int layer, char prefixes[2][64])
         snprintf(prefixes[0], 64, "layers.%d.ffn.", layer);
         snprintf(prefixes[1], 64, "model.layers.%d.ffn.", layer);
         return 2;
+    case MOE_FAMILY_QWEN3_5_MOE:
+        snprintf(prefixes[0], 64, "model.language_model.layers.%d.mlp.", layer);
+        return 1;
+    case MOE_FAMILY_LLAMA4:
+        snprintf(prefixes[0], 64, "language_model.model.layers.%d.feed_forward.", layer);
+        return 1;
     default: snprintf(prefixes[0], 64, "model.layers.%d.mlp.", layer); return 1;
     }
 }

@@ -12,6 +12,7 @@ static const char *const method_names[] = {
     [MOE_ROUTE_NOAUX_TC] = "noaux_tc",
     [MOE_ROUTE_HASH] = "hash",
     [MOE_ROUTE_SIGMOID_TOP1] = "sigmoid_top1",
+    [MOE_ROUTE_SOFTMAX_BIAS] = "softmax_bias",
 };
 
 static const char *const score_names[] = {
@@ -120,6 +121,10 @@ bool moe_route_check(const moe_route_shape *s, const char *const names[MOE_ROUTE
         return violate(v, MOE_ROUTE_FIELD_NORM_TOPK_PROB,
                        "must be false for sigmoid_top1: its weight is the sigmoid of the one "
                        "selected logit, which renormalising would turn into 1");
+    if (s->method == MOE_ROUTE_SOFTMAX_BIAS && !s->norm_topk_prob)
+        return violate(v, MOE_ROUTE_FIELD_NORM_TOPK_PROB,
+                       "must be true for softmax_bias: its weights are always renormalised "
+                       "(with the renorm_min floor)");
     if (s->method == MOE_ROUTE_TOPK_SOFTMAX && !s->norm_topk_prob)
         return violate(v, MOE_ROUTE_FIELD_NORM_TOPK_PROB,
                        "must be true for topk_softmax: its softmax over the selected experts "

@@ -132,6 +132,34 @@ static void row_sigmoid_top1(const moe_router *r, const float *z, int64_t token,
     w[0] = s * r->rsf;
 }
 
+/* softmax_bias (ERNIE-4.5): p = the softmax over the row's finite logits, p_e =
+ * exp(z_e - M) / S with M their largest and S the expsum primitive's sum; key_e = p_e + bias_e
+ * (one f32 add; a non-finite logit's key is excluded); top-k of the keys; weights the unbiased
+ * p at the selected, divided by max(their sum in slot order, renorm_min), times rsf. */
+static void row_softmax_bias(const moe_router *r, const float *z, int64_t token,
+                             moe_route_scratch *sc, int32_t *ids, float *w)
+{
+    (void)token;
+    const int e = r->n_experts, k = r->top_k;
+    float m = -INFINITY;
+    for (int i = 0; i < e; i++)
+        if (isfinite(z[i]) && z[i] > m) m = z[i];
+    const float sum = isfinite(m) ? r->expsum((size_t)e, z, m) : 0.0f;
+    float *q = sc->s; /* the biased keys as floats, then encoded */
+    for (int i = 0; i < e; i++)
+        q[i] = isfinite(z[i]) ? moe_math_exp(z[i] - m) / sum + r->bias[i] : NAN;
+    r->logit_keys((size_t)e, q, sc->key);
+    r->topk((size_t)e, sc->key, (size_t)k, ids, sc->top);
+    float total = 0.0f;
+    for (int j = 0; j < k; j++) {
+        w[j] = moe_route_is_real(sc->top[j]) ? moe_math_exp(z[ids[j]] - m) / sum : 0.0f;
+        total += w[j];
+    }
+    const float div = total > r->renorm_min ? total : r->renorm_min;
+    for (int j = 0; j < k; j++)
+        w[j] = div > 0.0f ? (w[j] / div) * r->rsf : 0.0f;
+}
+
 /* noaux_tc: the whole batch through the kernel chosen at creation (its scratch is ours). */
 static void rows_noaux_tc(const moe_router *r, size_t n, const float *z, moe_route_scratch *sc,
                           int32_t *ids, float *w)
@@ -168,5 +196,6 @@ void moe_route_bind_row(moe_router *r)
     case MOE_ROUTE_NOAUX_TC: r->rows = rows_noaux_tc; break;
     case MOE_ROUTE_HASH: r->row = row_hash; break;
     case MOE_ROUTE_SIGMOID_TOP1: r->row = row_sigmoid_top1; break;
+    case MOE_ROUTE_SOFTMAX_BIAS: r->row = row_softmax_bias; break;
     }
 }

@@ -39,6 +39,13 @@ static moe_status check_shape(const moe_router_params *p)
     return moe_error(MOE_EINVAL, WHO ": params->%s: %s", param_names[v.field], v.detail);
 }
 
+/* renorm_min, or 0 when the caller's struct ends before it. */
+static float renorm_min_of(const moe_router_params *p)
+{
+    return p->size >= offsetof(moe_router_params, renorm_min) + sizeof(float) ? p->renorm_min
+                                                                              : 0.0f;
+}
+
 static moe_status check_params(const moe_router_params *p)
 {
     if (p->size < PARAMS_MIN_SIZE)
@@ -54,11 +61,12 @@ static moe_status check_params(const moe_router_params *p)
                          WHO ": params->routed_scaling_factor = %g must be finite and > 0 "
                              "(1 for none)",
                          (double)rsf);
-    const bool wants_bias = p->method == MOE_ROUTE_NOAUX_TC;
+    const bool wants_bias = p->method == MOE_ROUTE_NOAUX_TC || p->method == MOE_ROUTE_SOFTMAX_BIAS;
     if (wants_bias && !p->correction_bias)
         return moe_error(MOE_EINVAL,
-                         WHO ": params->correction_bias is NULL, but noaux_tc selects by score + "
-                             "correction bias");
+                         WHO ": params->correction_bias is NULL, but %s selects by score + "
+                             "correction bias",
+                         moe_route_method_name(p->method));
     if (!wants_bias && p->correction_bias)
         return moe_error(MOE_EINVAL,
                          WHO ": params->correction_bias is set, but %s has no correction bias",
@@ -71,6 +79,15 @@ static moe_status check_params(const moe_router_params *p)
     if (!wants_table && p->tid2eid)
         return moe_error(MOE_EINVAL, WHO ": params->tid2eid is set, but %s has no hash table",
                          moe_route_method_name(p->method));
+    const float floor = renorm_min_of(p);
+    if (!isfinite(floor) || floor < 0.0f)
+        return moe_error(MOE_EINVAL, WHO ": params->renorm_min = %g must be finite and >= 0",
+                         (double)floor);
+    if (floor != 0.0f && p->method != MOE_ROUTE_SOFTMAX_BIAS)
+        return moe_error(MOE_EINVAL,
+                         WHO ": params->renorm_min = %g is set, but %s has no renormalisation "
+                             "floor (only softmax_bias)",
+                         (double)floor, moe_route_method_name(p->method));
     return MOE_OK;
 }
 
@@ -223,6 +240,10 @@ static void set_used(moe_router *r)
         u[MOE_ROUTE_PRIM_LOGIT_KEYS] = u[MOE_ROUTE_PRIM_TOPK] = true;
         u[MOE_ROUTE_PRIM_SCORE_KEYS] = true;
         break;
+    case MOE_ROUTE_SOFTMAX_BIAS: /* keys of softmax + bias; the full-row softmax sum */
+        u[MOE_ROUTE_PRIM_LOGIT_KEYS] = u[MOE_ROUTE_PRIM_TOPK] = true;
+        u[MOE_ROUTE_PRIM_EXPSUM] = true;
+        break;
     }
 }
 
@@ -303,6 +324,8 @@ static const char *weights_rule(const moe_router *r)
         return r->renormalize ? "scores at the table's ids, renormalised"
                               : "scores at the table's ids";
     case MOE_ROUTE_SIGMOID_TOP1: return "sigmoid of the selected logit";
+    case MOE_ROUTE_SOFTMAX_BIAS:
+        return "unbiased softmax at the selected, renormalised (sum floored at renorm_min)";
     }
     return "?";
 }
@@ -352,6 +375,7 @@ static moe_status build_explain(moe_router *r, moe_dtype bias_from)
             ", routed_scaling_factor=%g (not applied: greedy renormalised weights, as HF "
             "DeepSeek-V2)",
             (double)r->rsf);
+    if (r->method == MOE_ROUTE_SOFTMAX_BIAS) put(&t, ", renorm_min=%g", (double)r->renorm_min);
     if (r->bias)
         put(&t, ", correction bias f32[%d] (converted from %s at creation)", r->n_experts,
             moe_dtype_name(bias_from));
@@ -388,6 +412,7 @@ static void fill_from_params(moe_router *r, const moe_router_params *p)
     r->norm_topk_prob = p->norm_topk_prob;
     r->rsf = p->routed_scaling_factor;
     r->vocab_size = p->method == MOE_ROUTE_HASH ? p->vocab_size : 0;
+    r->renorm_min = renorm_min_of(p);
 }
 
 moe_status moe_router_create_caps(const moe_router_params *params, const moe_cpu_caps *caps,

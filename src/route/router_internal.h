@@ -51,6 +51,7 @@ struct moe_router {
     bool renormalize; /* what the weights do after selection, per method (docs/routing.md) */
     bool apply_rsf;   /* false only for greedy methods that renormalise (HF DeepSeek-V2) */
     float rsf;
+    float renorm_min; /* softmax_bias: the renormalisation's floor; 0 otherwise */
     float *bias;      /* [E] f32, NULL for methods without a correction bias */
     int32_t *tid2eid; /* [vocab_size, K], validated, NULL unless hash */
     int64_t vocab_size;

@@ -199,6 +199,38 @@ static const fam_case fam_cases[] = {
      "\"strategy\":\"group\",\"group_size\":64}}},"
      "\"ignore\":[\"re:model\\\\.layers\\\\.0\\\\.mlp\\\\.\"]}}",
      1, 0},
+    /* One shared expert whose output is scaled by sigmoid(x · shared_expert_gate): Qwen3-Next
+     * with a dense layer (mlp_only_layers) and a shared width unlike the experts'; Qwen3.5-MoE
+     * nested in text_config, in FP8 (quantization_config at the top). */
+    {"qwen3_next",
+     "{\"model_type\":\"qwen3_next\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":160,\"num_experts\":16,"
+     "\"num_experts_per_tok\":4,\"shared_expert_intermediate_size\":224,"
+     "\"mlp_only_layers\":[0],\"norm_topk_prob\":true}",
+     1, 0},
+    {"qwen3_5_moe_fp8",
+     "{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"hidden_size\":320,"
+     "\"num_hidden_layers\":1,\"moe_intermediate_size\":192,\"num_experts\":16,"
+     "\"num_experts_per_tok\":6,\"shared_expert_intermediate_size\":192,\"dtype\":\"bfloat16\"},"
+     "\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
+     "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[128,128]}}",
+     0, -1},
+    /* ERNIE-4.5: softmax + correction bias for the choice, a renormalisation floor that binds
+     * on some tokens, two shared experts, layer 0 dense (moe_layer_start_index). */
+    {"ernie4_5_moe",
+     "{\"model_type\":\"ernie4_5_moe\",\"hidden_size\":288,\"num_hidden_layers\":2,"
+     "\"intermediate_size\":352,\"moe_intermediate_size\":96,\"moe_num_experts\":16,"
+     "\"moe_k\":4,\"moe_num_shared_experts\":2,\"moe_layer_start_index\":1,"
+     "\"moe_norm_min\":0.3,\"use_bias\":false}",
+     1, 0},
+    /* Llama-4: the sigmoid of the one chosen logit scales the expert's input; a shared expert;
+     * stacked experts with gate and up in halves; layer 0 dense (moe_layers). */
+    {"llama4",
+     "{\"model_type\":\"llama4\",\"text_config\":{\"hidden_size\":288,"
+     "\"num_hidden_layers\":2,\"intermediate_size\":160,\"intermediate_size_mlp\":352,"
+     "\"num_local_experts\":16,\"num_experts_per_tok\":1,\"moe_layers\":[1],"
+     "\"dtype\":\"bfloat16\"}}",
+     1, 0},
 };
 #define N_FAM_CASES (sizeof fam_cases / sizeof fam_cases[0])
 
@@ -653,6 +685,23 @@ static inline void fx_mlp_load(const moe_model *m, int layer, moe_tensor_group g
     out->u = fx_alloc(h * i);
     out->d = fx_alloc(h * i);
     const moe_tensor *gu = fx_find(m, layer, grp, -1, MOE_ROLE_GATE_UP);
+    if (gu && moe_model_desc_of(m)->family == MOE_FAMILY_LLAMA4) {
+        /* Llama-4: gate_up_proj [E, H, 2I] with gate j in column j and up j in column I + j,
+         * down_proj [E, I, H]; no biases. */
+        const moe_tensor *dn = fx_find(m, layer, grp, -1, MOE_ROLE_DOWN);
+        REQUIRE(dn);
+        const uint64_t e = (uint64_t)expert;
+        for (int64_t j = 0; j < i; j++)
+            for (int64_t c = 0; c < h; c++) {
+                const uint64_t at = e * (uint64_t)(h * 2 * i) + (uint64_t)(c * 2 * i);
+                out->g[j * h + c] = fx_decode(gu, at + (uint64_t)j);
+                out->u[j * h + c] = fx_decode(gu, at + (uint64_t)(i + j));
+            }
+        for (int64_t r = 0; r < h; r++)
+            for (int64_t c = 0; c < i; c++)
+                out->d[r * i + c] = fx_decode(dn, e * (uint64_t)(i * h) + (uint64_t)(c * h + r));
+        return;
+    }
     if (gu) { /* gpt-oss bf16: [E, H, 2I], [E, I, H], biases [E, 2I], [E, H] */
         const moe_tensor *dn = fx_find(m, layer, grp, -1, MOE_ROLE_DOWN);
         const moe_tensor *gub = fx_find(m, layer, grp, -1, MOE_ROLE_GATE_UP_BIAS);

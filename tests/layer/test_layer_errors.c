@@ -301,6 +301,20 @@ static void test_damaged(const char *dir)
     CHECK_STATUS(moe_layer_create(m, 1, NULL, &l), MOE_EVALUE);
     CHECKF(has("layer 1") && has("gate"), "%s", moe_last_error());
     moe_model_close(m);
+
+    /* Qwen3-Next: a NaN in the shared expert gate's weight, named with its index. */
+    const fam_case *next = NULL;
+    for (size_t i = 0; i < N_FAM_CASES; i++)
+        if (!strcmp(fam_cases[i].name, "qwen3_next")) next = &fam_cases[i];
+    REQUIRE(next);
+    const fx_damage nan_gate = {NULL, "model.layers.1.mlp.shared_expert_gate.weight"};
+    fx_write_model_ex(dir, next->config, 9, &nan_gate);
+    m = fx_open(dir, false);
+    CHECK_STATUS(moe_layer_create(m, 1, NULL, &l), MOE_EVALUE);
+    CHECKF(has("layer 1 shared expert gate") && has(nan_gate.nan) && has("[0, 0]"), "%s",
+           moe_last_error());
+    CHECK(l == sentinel);
+    moe_model_close(m);
     fx_remove_model(dir);
 }
 

@@ -265,15 +265,21 @@ int main(void)
                     char what[128];
                     snprintf(what, sizeof what, "%s layer %d at %s, %s recipe asked", fc->name,
                              layers[li], names[lv], recipe ? "bf16" : "f32");
-                    /* The full 300 for four families (FP8 with shared experts and a dense
-                     * layer; gpt-oss; gpt-oss and DeepSeek-V4 MXFP4), f32 recipe, best level;
+                    /* The full 300 for seven families (FP8 with shared experts and a dense
+                     * layer; gpt-oss; gpt-oss and DeepSeek-V4 MXFP4; Qwen3-Next's gated shared
+                     * expert; Llama-4's scaled expert input; ERNIE-4.5's floored
+                     * renormalisation), f32 recipe, best level;
                      * 64 or 32 elsewhere, which keeps the test quick under sanitizers. */
                     const bool f32_best = recipe == MOE_RECIPE_F32 && lv + 1 == n_levels;
                     const bool full = f32_best && (!strcmp(fc->name, "deepseek_v3_fp8") ||
                                                    !strcmp(fc->name, "gpt_oss") ||
                                                    !strcmp(fc->name, "gpt_oss_mxfp4") ||
                                                    !strcmp(fc->name, "deepseek_v4_mxfp4") ||
-                                                   !strcmp(fc->name, "kimi_k2_int4"));
+                                                   !strcmp(fc->name, "kimi_k2_int4") ||
+
+                                                   !strcmp(fc->name, "qwen3_next") ||
+                                                   !strcmp(fc->name, "llama4") ||
+                                                   !strcmp(fc->name, "ernie4_5_moe"));
                     run_layer(m, layers[li], &caps[lv], recipe,
                               full       ? POOL
                               : f32_best ? 64

@@ -18,6 +18,7 @@ typedef struct ref_layer {
     fx_mlp *experts;
     fx_mlp shared, dense;
     bool has_shared;
+    double *shared_gate; /* [H]: the shared output × sigmoid(x · shared_gate), or NULL */
     int resident; /* 0, or R: a layer created with moe_layer_tuning.resident_experts = R, whose
                      batch's i-th expert (ascending ids) computes with expert i % R's weights */
     int *copy_of; /* with resident: [E] the weights each expert of the batch computes with */
@@ -85,6 +86,13 @@ static void ref_load(const moe_model *m, int layer, ref_layer *r)
         fx_mlp_load(m, layer, MOE_GROUP_ROUTED, x, &r->experts[x]);
     r->has_shared = r->ld->n_shared > 0;
     if (r->has_shared) fx_mlp_load(m, layer, MOE_GROUP_SHARED, -1, &r->shared);
+    const moe_tensor *sg = fx_find(m, layer, MOE_GROUP_SHARED, -1, MOE_ROLE_SHARED_GATE);
+    CHECK((sg != NULL) == r->ld->shared_gate);
+    if (sg) {
+        r->shared_gate = fx_alloc(r->h);
+        for (int64_t c = 0; c < r->h; c++)
+            r->shared_gate[c] = fx_decode(sg, (uint64_t)c);
+    }
 }
 
 static void ref_free(ref_layer *r)
@@ -96,6 +104,7 @@ static void ref_free(ref_layer *r)
     free(r->router_w);
     free(r->router_b);
     free(r->cbias);
+    free(r->shared_gate);
     for (int x = 0; x < r->e; x++)
         fx_mlp_free(&r->experts[x]);
     free(r->experts);
@@ -134,7 +143,7 @@ static void check_routing(const ref_layer *r, size_t t, const double *x, const f
             row[j] = (int32_t)fx_decode(r->table, (uint64_t)(token * r->k + j));
     oracle_row *o = malloc(sizeof *o);
     REQUIRE(o);
-    oracle_route(&c, logits, r->cbias, row, o);
+    oracle_route_floor(&c, r->ld->routing.renorm_min, logits, r->cbias, row, o);
     bool same = true;
     for (int j = 0; j < r->k; j++)
         same &= ids[j] == o->ids[j];
@@ -175,6 +184,15 @@ static void check_forward(ref_layer *r, int kind, const float *x, const int32_t 
             check_routing(r, t, xd, logits + t * (size_t)r->e, ids + t * k, w + t * k,
                           tokens ? tokens[t] : 0, use_ids, use_w, s, what);
             for (size_t j = 0; j < k; j++) {
+                if (r->ld->scale_input) { /* Llama-4: mlp(x · w), added with weight 1 */
+                    double *xs = fx_alloc(r->h);
+                    for (size_t c = 0; c < h; c++)
+                        xs[c] = xd[c] * use_w[j];
+                    const int id = r->resident ? r->copy_of[use_ids[j]] : use_ids[j];
+                    fx_mlp_apply(&r->experts[id], xs, 1.0, y);
+                    free(xs);
+                    continue;
+                }
                 const double *ye = ref_mlp_out(r, kind, t, use_ids[j], xd);
                 for (size_t c = 0; c < h; c++)
                     y[c] += use_w[j] * ye[c];
@@ -182,8 +200,15 @@ static void check_forward(ref_layer *r, int kind, const float *x, const int32_t 
         }
         if (r->has_shared || r->ld->kind == MOE_LAYER_DENSE) {
             const double *ya = ref_mlp_out(r, kind, t, -1, xd);
+            double gate = 1.0; /* transformers: sigmoid(shared_expert_gate(x)) * shared_expert(x) */
+            if (r->shared_gate) {
+                double z = 0;
+                for (size_t c = 0; c < h; c++)
+                    z += xd[c] * r->shared_gate[c];
+                gate = 1.0 / (1.0 + exp(-z));
+            }
             for (size_t c = 0; c < h; c++)
-                y[c] += ya[c];
+                y[c] += gate * ya[c];
         }
         for (size_t c = 0; c < h; c++) {
             s->err2 += (out[t * h + c] - y[c]) * (out[t * h + c] - y[c]);
@@ -259,11 +284,17 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
     size_t n = 0;
     want[n++] = "threads";
     want[n++] = "activations";
+    if (p->ld->shared_gate) want[n++] = "shared_gate";
     if (p->moe) {
         static const char *const moe_steps[] = {"gate", "route", "plan", "experts.gate_up"};
         for (size_t i = 0; i < 4; i++)
             want[n++] = moe_steps[i];
-        if (l->routed->ks->recipe == MOE_RECIPE_TILE) {
+        if (l->routed->scale_input) {
+            /* Llama-4: the routed rows' scaled input, in row order, before gate/up */
+            const char *gu = want[--n];
+            want[n++] = "experts.scale_input";
+            want[n++] = gu;
+        } else if (l->routed->ks->recipe == MOE_RECIPE_TILE) {
             /* the routed rows copied in row order before gate/up (src/experts/engine.c) */
             const char *gu = want[--n];
             want[n++] = "experts.gather";
@@ -299,7 +330,8 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
     REQUIRE(a);
     const bool converts = a->bytes_written > 0;
     const moe_expert_group *q8 = moe_layer_q8_group(p);
-    const bool widen = in == MOE_DTYPE_BF16 && (p->recipe_used[MOE_RECIPE_F32] || q8);
+    const bool widen = in == MOE_DTYPE_BF16 &&
+                       (p->recipe_used[MOE_RECIPE_F32] || q8 || (p->moe && p->ld->scale_input));
     const bool round =
         in == MOE_DTYPE_F32 && (p->recipe_used[MOE_RECIPE_BF16] || p->recipe_used[MOE_RECIPE_TILE]);
     const uint64_t written = (widen   ? T * h * 4
@@ -318,6 +350,15 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
                (unsigned long long)g->bytes_read);
         weights += g->bytes_read - T * h * inb;
         want_weights += p->gate_bytes;
+        if (p->ld->shared_gate) { /* its f32 weight [H] and the hidden rows; one f32 per token */
+            const moe_trace_step *sg = step_named(tr, "shared_gate");
+            REQUIRE(sg);
+            CHECKF(sg->bytes_read == h * 4 + T * h * inb && sg->bytes_written == T * 4,
+                   "%s: shared_gate reads %llu bytes, writes %llu", what,
+                   (unsigned long long)sg->bytes_read, (unsigned long long)sg->bytes_written);
+            weights += sg->bytes_read - T * h * inb;
+            want_weights += h * 4;
+        }
         bool used[4096] = {false};
         uint64_t n_used = 0;
         const size_t k = (size_t)p->ld->routing.top_k;
@@ -563,7 +604,9 @@ int main(void)
         run_case(&fam_cases[i], dir, 1000 + i,
                  !strcmp(name, "deepseek_v3_fp8") || !strcmp(name, "gpt_oss") ||
                      strstr(name, "mxfp4") || strstr(name, "int4") ||
-                     !strcmp(name, "minimax_m2_fp8") || !strcmp(name, "kimi_k25"),
+                     !strcmp(name, "minimax_m2_fp8") || !strcmp(name, "kimi_k25") ||
+                     !strcmp(name, "qwen3_next") || !strcmp(name, "llama4") ||
+                     !strcmp(name, "ernie4_5_moe"),
                  0);
         /* Unquantised checkpoints saved in f32 and f16 (dense, shared and routed groups; gpt-oss
          * with its stacked, transposed tensors and biases), at every level. */

@@ -148,7 +148,32 @@ static const want wants[] = {
      {MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, false, true, 1.0f},
      {1536, 0, 0, MOE_WFMT_FP8_BLOCK, MOE_WFMT_BF16, MOE_DTYPE_F32, MOE_DTYPE_INVALID,
       MOE_ACT_SILU_GLU, 0, 0}},
+    /* Qwen3-Next and Qwen3.5-MoE: one shared expert of shared_expert_intermediate_size (512 =
+     * 1 × moe_intermediate_size in both), its output gated by sigmoid(shared_expert_gate). */
+    {{"qwen3-next-80b-a3b.json", "qwen3_next", MOE_FAMILY_QWEN3_NEXT},
+     {48, 2048, 151936, 0, 0},
+     {MOE_ROUTE_SOFTMAX_TOPK, MOE_SCORE_SOFTMAX, 512, 10, 1, 1, false, false, true, 1.0f},
+     {512, 0, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    {{"qwen3.5-35b-a3b.json", "qwen3_5_moe", MOE_FAMILY_QWEN3_5_MOE},
+     {40, 2048, 248320, 0, 0},
+     {MOE_ROUTE_SOFTMAX_TOPK, MOE_SCORE_SOFTMAX, 256, 8, 1, 1, false, false, true, 1.0f},
+     {512, 0, 1, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
+    /* ERNIE-4.5: layer 0 dense (moe_layer_start_index 1), softmax + correction bias for the
+     * choice, renormalised with the 1e-12 floor, two shared experts. */
+    {{"ernie-4.5-21b-a3b.json", "ernie4_5_moe", MOE_FAMILY_ERNIE4_5_MOE},
+     {28, 2560, 103424, 1, 0},
+     {MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true, false, true, 1.0f},
+     {1536, 12288, 2, MOE_WFMT_BF16, MOE_WFMT_BF16, MOE_DTYPE_INVALID, MOE_DTYPE_INVALID,
+      MOE_ACT_SILU_GLU, 0, 0}},
 };
+
+/* The families whose shared expert has a sigmoid gate. */
+static bool gated_shared(moe_family f)
+{
+    return f == MOE_FAMILY_QWEN3_NEXT || f == MOE_FAMILY_QWEN3_5_MOE;
+}
 
 static int blocks_out(moe_weight_format f)
 {
@@ -198,6 +223,8 @@ static void check_routing(const want *w, const moe_layer_desc *l)
     CHECK(r->norm_topk_prob == w->norm);
     CHECKF(r->routed_scaling_factor == w->rsf, "%s rsf %g", w->file,
            (double)r->routed_scaling_factor);
+    const float floor = w->method == MOE_ROUTE_SOFTMAX_BIAS ? 1e-12f : 0.0f; /* moe_norm_min */
+    CHECKF(r->renorm_min == floor, "%s renorm_min %g", w->file, (double)r->renorm_min);
 }
 
 static void check_want(const want *w)
@@ -230,6 +257,7 @@ static void check_want(const want *w)
         check_routing(w, l);
         check_mlp(w, &l->experts, w->expert_inter, w->fmt, w->scale, i, "experts");
         CHECK(l->n_shared == w->n_shared);
+        CHECKF(l->shared_gate == gated_shared(w->family), "%s layer %d shared gate", w->file, i);
         if (w->n_shared)
             check_mlp(w, &l->shared, w->expert_inter * w->n_shared, w->shared_fmt, w->shared_scale,
                       i, "shared");
@@ -975,18 +1003,240 @@ static void test_kimi_k25(void)
                 "text_config.num_local_experts");
 }
 
+#define QNEXT(extra)                                                                               \
+    "{\"model_type\":\"qwen3_next\",\"hidden_size\":64,\"num_hidden_layers\":4,"                   \
+    "\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32" extra "}"
+#define QNEXT_SHARED ",\"shared_expert_intermediate_size\":48"
+
+static void test_qwen3_next(void)
+{
+    moe_model_desc d;
+    /* Qwen3-MoE's layer plan; norm_topk_prob defaults to true (Qwen3NextConfig's default). */
+    if (parse_ok(QNEXT(QNEXT_SHARED ",\"intermediate_size\":96,\"mlp_only_layers\":[0],"
+                                    "\"decoder_sparse_step\":2"),
+                 &d)) {
+        const moe_layer_kind kinds[4] = {MOE_LAYER_DENSE, MOE_LAYER_MOE, MOE_LAYER_DENSE,
+                                         MOE_LAYER_MOE};
+        for (int i = 0; i < 4; i++) {
+            const moe_layer_desc *l = &d.layers[i];
+            CHECKF(l->kind == kinds[i], "layer %d kind %s", i, moe_layer_kind_name(l->kind));
+            if (l->kind == MOE_LAYER_DENSE) {
+                CHECK(l->dense.intermediate == 96 && !l->shared_gate && l->n_shared == 0);
+                continue;
+            }
+            CHECK(l->routing.norm_topk_prob && l->routing.method == MOE_ROUTE_SOFTMAX_TOPK);
+            CHECK(l->n_shared == 1 && l->shared.intermediate == 48 && l->shared_gate);
+            CHECK(l->experts.intermediate == 32);
+        }
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(QNEXT(QNEXT_SHARED ",\"norm_topk_prob\":false"), &d)) {
+        CHECK(!d.layers[0].routing.norm_topk_prob);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(QNEXT(""), MOE_EMISSING, "field 'shared_expert_intermediate_size'");
+    parse_fails(QNEXT(",\"shared_expert_intermediate_size\":0"), MOE_ECONFIG,
+                "shared_expert_intermediate_size");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"mlp_only_layers\":[1]"), MOE_EMISSING, "intermediate_size");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "hidden_act");
+    parse_fails(
+        "{\"model_type\":\"qwen3_next\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+        "\"num_experts\":8,\"num_experts_per_tok\":9,\"moe_intermediate_size\":32" QNEXT_SHARED "}",
+        MOE_ECONFIG, "num_experts_per_tok");
+    parse_fails(QNEXT(QNEXT_SHARED ",\"num_local_experts\":4"), MOE_ECONFIG, "num_local_experts");
+}
+
+/* A Qwen3.5-MoE config: TOP's fields at the top level, text_config of BODY (Q35_TEXT: a valid
+ * one) and TEXT. */
+#define Q35_BODY(body, text, top)                                                                  \
+    "{\"model_type\":\"qwen3_5_moe\"" top ",\"text_config\":{" body text "}}"
+#define Q35_SIZES "\"hidden_size\":64,\"num_hidden_layers\":2,\"moe_intermediate_size\":32"
+#define Q35_TEXT                                                                                   \
+    Q35_SIZES ",\"num_experts\":8,\"num_experts_per_tok\":2,\"shared_expert_intermediate_size\":"  \
+              "48"
+#define Q35(text, top) Q35_BODY(Q35_TEXT, text, top)
+
+static void test_qwen3_5_moe(void)
+{
+    moe_model_desc d;
+    /* Every layer MoE and renormalised, whatever Qwen3-MoE's plan fields say (transformers'
+     * Qwen3.5 decoder layer does not read them); the dtype from the top when text has none. */
+    if (parse_ok(Q35(",\"mlp_only_layers\":[0]", ",\"dtype\":\"float32\""), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_F32 && d.hidden == 64 && d.n_layers == 2);
+        for (int i = 0; i < 2; i++) {
+            const moe_layer_desc *l = &d.layers[i];
+            CHECK(l->kind == MOE_LAYER_MOE && l->routing.norm_topk_prob && l->shared_gate);
+            CHECK(l->shared.intermediate == 48 && l->routing.n_experts == 8);
+        }
+        moe_model_desc_free(&d);
+    }
+    if (parse_ok(Q35(",\"dtype\":\"float16\"", ",\"dtype\":\"float32\""), &d)) {
+        CHECK(d.router_dtype == MOE_DTYPE_F16); /* text_config's own wins */
+        moe_model_desc_free(&d);
+    }
+    /* quantization_config at the top level, as transformers keeps it. */
+    if (parse_ok(Q35("", ",\"quantization_config\":{\"quant_method\":\"fp8\","
+                         "\"weight_block_size\":[128,128]}"),
+                 &d)) {
+        CHECK(d.layers[0].experts.format == MOE_WFMT_FP8_BLOCK);
+        CHECK(d.layers[0].shared.format == MOE_WFMT_FP8_BLOCK);
+        moe_model_desc_free(&d);
+    }
+    parse_fails("{\"model_type\":\"qwen3_5_moe\",\"hidden_size\":64,\"num_hidden_layers\":2}",
+                MOE_EMISSING, "field 'text_config'");
+    parse_fails("{\"model_type\":\"qwen3_5_moe\",\"text_config\":[]}", MOE_EJSON,
+                "field 'text_config'");
+    parse_fails(Q35(",\"norm_topk_prob\":false", ""), MOE_EUNSUPPORTED,
+                "field 'text_config.norm_topk_prob'");
+    parse_fails(Q35(",\"quantization_config\":{\"quant_method\":\"fp8\"}", ""), MOE_EUNSUPPORTED,
+                "field 'text_config.quantization_config'");
+    parse_fails(Q35_BODY(Q35_SIZES,
+                         ",\"num_experts\":8,\"num_experts_per_tok\":9,"
+                         "\"shared_expert_intermediate_size\":48",
+                         ""),
+                MOE_ECONFIG, "field 'text_config.num_experts_per_tok'");
+    parse_fails(Q35_BODY(Q35_SIZES,
+                         ",\"num_experts\":0,\"num_experts_per_tok\":2,"
+                         "\"shared_expert_intermediate_size\":48",
+                         ""),
+                MOE_ECONFIG, "field 'text_config.num_experts'");
+    parse_fails(Q35_BODY(Q35_SIZES, ",\"num_experts\":8,\"num_experts_per_tok\":2", ""),
+                MOE_EMISSING, "field 'text_config.shared_expert_intermediate_size'");
+    parse_fails(Q35_BODY("\"hidden_size\":\"64\",\"num_hidden_layers\":2", "", ""), MOE_EJSON,
+                "field 'text_config.hidden_size'");
+}
+
+#define ERNIE(extra)                                                                               \
+    "{\"model_type\":\"ernie4_5_moe\",\"hidden_size\":64,\"num_hidden_layers\":6,"                 \
+    "\"intermediate_size\":96,\"moe_intermediate_size\":32,\"moe_num_experts\":8" extra "}"
+
+static void test_ernie(void)
+{
+    moe_model_desc d;
+    /* MoE iff (L + 1) % interval == 0 and start <= L <= end; the rest dense. */
+    if (parse_ok(ERNIE(",\"moe_k\":2,\"moe_layer_start_index\":2,\"moe_layer_end_index\":4,"
+                       "\"moe_layer_interval\":2,\"moe_num_shared_experts\":3,"
+                       "\"moe_norm_min\":0.25"),
+                 &d)) {
+        for (int i = 0; i < 6; i++) {
+            const moe_layer_desc *l = &d.layers[i];
+            const bool moe = i == 3; /* (L+1) even: 1, 3, 5; in [2, 4]: 3 */
+            CHECKF(l->kind == (moe ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d kind %s", i,
+                   moe_layer_kind_name(l->kind));
+            if (!moe) {
+                CHECK(l->dense.intermediate == 96);
+                continue;
+            }
+            CHECK(l->routing.method == MOE_ROUTE_SOFTMAX_BIAS && l->routing.has_correction_bias);
+            CHECK(l->routing.renorm_min == 0.25f && l->routing.top_k == 2);
+            CHECK(l->n_shared == 3 && l->shared.intermediate == 96 && !l->shared_gate);
+        }
+        moe_model_desc_free(&d);
+    }
+    /* The defaults: start 1, end -1 (the last layer), interval 1, no shared experts, floor
+     * 1e-12; num_experts_per_tok and num_experts are the attribute_map's other names. */
+    if (parse_ok(ERNIE(",\"num_experts_per_tok\":2,\"num_experts\":8"), &d)) {
+        CHECK(d.layers[0].kind == MOE_LAYER_DENSE && d.layers[5].kind == MOE_LAYER_MOE);
+        CHECK(d.layers[1].n_shared == 0 && d.layers[1].routing.renorm_min == 1e-12f);
+        moe_model_desc_free(&d);
+    }
+    parse_fails(ERNIE(",\"moe_k\":2,\"use_bias\":true"), MOE_EUNSUPPORTED, "field 'use_bias'");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_norm_min\":-1"), MOE_ECONFIG, "moe_norm_min");
+    parse_fails(ERNIE(",\"moe_k\":9"), MOE_ECONFIG, "field 'moe_k'");
+    parse_fails(ERNIE(",\"moe_k\":2,\"num_experts_per_tok\":3"), MOE_ECONFIG, "moe_k");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_interval\":0"), MOE_ECONFIG, "moe_layer_interval");
+    parse_fails(ERNIE(",\"moe_k\":2,\"moe_layer_end_index\":-2"), MOE_ECONFIG,
+                "moe_layer_end_index");
+    parse_fails(ERNIE(""), MOE_EMISSING, "field 'moe_k'");
+    parse_fails(ERNIE(",\"moe_k\":2,\"hidden_act\":\"gelu\""), MOE_EUNSUPPORTED, "hidden_act");
+}
+
+/* Llama-4 Maverick: MoE every second layer (interleave_moe_layer_step 2), top-1 sigmoid
+ * routing that scales the expert's input, one shared expert as wide as an expert, dense
+ * layers of intermediate_size_mlp. */
+static void test_llama4_fixture(void)
+{
+    moe_model_desc d;
+    moe_status st = load_fixture("llama-4-maverick.json", &d);
+    CHECKF(st == MOE_OK, "llama-4-maverick.json: %s", moe_last_error());
+    if (st) return;
+    CHECK(d.family == MOE_FAMILY_LLAMA4 && !strcmp(d.model_type, "llama4"));
+    CHECK(d.n_layers == 48 && d.hidden == 5120 && d.vocab_size == 202048);
+    CHECK(d.router_dtype == MOE_DTYPE_BF16);
+    for (int i = 0; i < 48; i++) {
+        const moe_layer_desc *l = &d.layers[i];
+        const bool moe = i % 2 == 1;
+        CHECKF(l->kind == (moe ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d kind %s", i,
+               moe_layer_kind_name(l->kind));
+        if (!moe) {
+            CHECK(l->dense.intermediate == 16384 && l->dense.format == MOE_WFMT_BF16);
+            continue;
+        }
+        const moe_routing_desc *r = &l->routing;
+        CHECK(r->method == MOE_ROUTE_SIGMOID_TOP1 && r->score == MOE_SCORE_SIGMOID);
+        CHECK(r->n_experts == 128 && r->top_k == 1 && !r->norm_topk_prob);
+        CHECK(r->routed_scaling_factor == 1.0f && !r->has_correction_bias);
+        CHECK(l->scale_input && !l->shared_gate && l->n_shared == 1);
+        CHECK(l->experts.intermediate == 8192 && l->shared.intermediate == 8192);
+    }
+    moe_model_desc_free(&d);
+}
+
+#define L4(text, top)                                                                              \
+    "{\"model_type\":\"llama4\"" top ",\"text_config\":{\"hidden_size\":64,"                       \
+    "\"num_hidden_layers\":4,\"num_local_experts\":8,\"intermediate_size\":32" text "}}"
+
+static void test_llama4(void)
+{
+    test_llama4_fixture();
+    moe_model_desc d;
+    /* moe_layers overrides interleave_moe_layer_step, as in Llama4TextConfig. */
+    if (parse_ok(L4(",\"intermediate_size_mlp\":96,\"moe_layers\":[0,3],"
+                    "\"interleave_moe_layer_step\":2",
+                    ",\"dtype\":\"float32\""),
+                 &d)) {
+        const bool moe[4] = {true, false, false, true};
+        for (int i = 0; i < 4; i++)
+            CHECKF(d.layers[i].kind == (moe[i] ? MOE_LAYER_MOE : MOE_LAYER_DENSE), "layer %d", i);
+        CHECK(d.router_dtype == MOE_DTYPE_F32 && d.layers[0].routing.top_k == 1);
+        moe_model_desc_free(&d);
+    }
+    /* The defaults: every layer MoE, one expert per token. */
+    if (parse_ok(L4("", ""), &d)) {
+        for (int i = 0; i < 4; i++)
+            CHECK(d.layers[i].kind == MOE_LAYER_MOE && d.layers[i].scale_input);
+        moe_model_desc_free(&d);
+    }
+    parse_fails("{\"model_type\":\"llama4\",\"hidden_size\":64}", MOE_EMISSING,
+                "field 'text_config'");
+    parse_fails(L4(",\"num_experts_per_tok\":2", ""), MOE_ECONFIG,
+                "field 'text_config.num_experts_per_tok'");
+    parse_fails(L4(",\"interleave_moe_layer_step\":2", ""), MOE_EMISSING,
+                "text_config.intermediate_size_mlp");
+    parse_fails(L4(",\"intermediate_size_mlp\":96,\"moe_layers\":[4]", ""), MOE_ECONFIG,
+                "text_config.moe_layers");
+    parse_fails(L4(",\"moe_layers\":3", ""), MOE_EJSON, "text_config.moe_layers");
+    parse_fails(L4(",\"interleave_moe_layer_step\":0", ""), MOE_ECONFIG,
+                "text_config.interleave_moe_layer_step");
+    parse_fails(L4(",\"hidden_act\":\"gelu\"", ""), MOE_EUNSUPPORTED, "text_config.hidden_act");
+    parse_fails(L4("", ",\"quantization_config\":{\"quant_method\":\"fp8\","
+                       "\"weight_block_size\":[128,128]}"),
+                MOE_EUNSUPPORTED, "field 'quantization_config'");
+}
+
 static void test_names(void)
 {
     moe_family f = MOE_FAMILY_COUNT_;
-    const char *types[] = {"deepseek_v2", "deepseek_v3", "kimi_k2",       "deepseek_v4",
-                           "qwen3_moe",   "mixtral",     "gpt_oss",       "deepseek_v32",
-                           "glm4_moe",    "glm_moe_dsa", "glm4_moe_lite", "minimax_m2",
-                           "kimi_k25"};
+    const char *types[] = {"deepseek_v2",  "deepseek_v3", "kimi_k2",       "deepseek_v4",
+                           "qwen3_moe",    "mixtral",     "gpt_oss",       "deepseek_v32",
+                           "glm4_moe",     "glm_moe_dsa", "glm4_moe_lite", "minimax_m2",
+                           "kimi_k25",     "qwen3_next",  "qwen3_5_moe",   "ernie4_5_moe",
+                           "llama4"};
     for (int i = 0; i < MOE_FAMILY_COUNT_; i++) {
         CHECK(moe_family_from_name(types[i], &f) && f == (moe_family)i);
         CHECK(!strcmp(moe_family_name((moe_family)i), types[i]));
     }
-    CHECK(!moe_family_from_name("llama4", &f));
+    CHECK(!moe_family_from_name("llama4_text", &f));
     CHECK(!strcmp(moe_family_name((moe_family)99), "unknown"));
     CHECK(!strcmp(moe_route_method_name(MOE_ROUTE_NOAUX_TC), "noaux_tc"));
     CHECK(!strcmp(moe_route_method_name((moe_route_method)-1), "unknown"));
@@ -996,6 +1246,7 @@ static void test_names(void)
     CHECK(!strcmp(moe_activation_name(MOE_ACT_GPTOSS_GLU), "gptoss_glu"));
     CHECK(!strcmp(moe_tensor_group_name(MOE_GROUP_SHARED), "shared"));
     CHECK(!strcmp(moe_tensor_role_name(MOE_ROLE_DOWN_BIAS), "down_bias"));
+    CHECK(!strcmp(moe_tensor_role_name(MOE_ROLE_SHARED_GATE), "shared_gate"));
 }
 
 int main(void)
@@ -1003,6 +1254,10 @@ int main(void)
     for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++)
         check_want(&wants[i]);
     test_qwen3_plan();
+    test_qwen3_next();
+    test_qwen3_5_moe();
+    test_ernie();
+    test_llama4();
     test_deepseek_plan_and_defaults();
     test_common_fields();
     test_gpt_oss_variants();

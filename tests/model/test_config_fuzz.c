@@ -12,6 +12,8 @@ static const char *const fixtures[] = {
     "deepseek-v2.json",   "deepseek-v2-lite.json",  "deepseek-v4-flash.json",
     "qwen3-30b-a3b.json", "qwen3-30b-a3b-fp8.json", "mixtral-8x7b.json",
     "gpt-oss-20b.json",   "gpt-oss-120b.json",
+    "qwen3-next-80b-a3b.json", "qwen3.5-35b-a3b.json", "ernie-4.5-21b-a3b.json",
+    "llama-4-maverick.json",
 };
 
 /* Values that stand in for any field: every JSON type and the edges of the integer ranges. */

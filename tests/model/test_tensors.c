@@ -752,6 +752,138 @@ static void test_minimax_m2(void)
     moe_model_desc_free(&d);
 }
 
+/* Qwen3-Next and Qwen3.5-MoE: router, experts, then shared_expert and its [1, H] gate. */
+static void test_qwen3_next(void)
+{
+    static const char *const files[] = {"qwen3-next-80b-a3b.json", "qwen3.5-35b-a3b.json"};
+    static const char *const base[] = {"model.layers", "model.language_model.layers"};
+    static const int experts[] = {512, 256};
+    for (int f = 0; f < 2; f++) {
+        moe_model_desc d;
+        load(files[f], &d);
+        table t = layer_table(&d, 3);
+        const int e = experts[f];
+        CHECKF(t.n == (size_t)(1 + e * 3 + 3 + 1), "%s: %zu specs", files[f], t.n);
+        char name[4][128];
+        snprintf(name[0], sizeof name[0], "%s.3.mlp.gate.weight", base[f]);
+        snprintf(name[1], sizeof name[1], "%s.3.mlp.experts.%d.down_proj.weight", base[f], e - 1);
+        snprintf(name[2], sizeof name[2], "%s.3.mlp.shared_expert.up_proj.weight", base[f]);
+        snprintf(name[3], sizeof name[3], "%s.3.mlp.shared_expert_gate.weight", base[f]);
+        const exp_spec want[4] = {
+            {name[0], MOE_DTYPE_BF16, 2, {e, 2048}, MOE_GROUP_ROUTER, MOE_ROLE_ROUTER_WEIGHT, -1},
+            {name[1], MOE_DTYPE_BF16, 2, {2048, 512}, MOE_GROUP_ROUTED, MOE_ROLE_DOWN, e - 1},
+            {name[2], MOE_DTYPE_BF16, 2, {512, 2048}, MOE_GROUP_SHARED, MOE_ROLE_UP, -1},
+            {name[3], MOE_DTYPE_BF16, 2, {1, 2048}, MOE_GROUP_SHARED, MOE_ROLE_SHARED_GATE, -1},
+        };
+        for (int i = 0; i < 4; i++)
+            check_spec(by_name(&t, want[i].name), &want[i], 3);
+        check_spec(t.n ? &t.v[t.n - 1] : NULL, &want[3], 3); /* the gate comes last */
+        moe_free(t.v);
+        moe_model_desc_free(&d);
+    }
+}
+
+/* ERNIE-4.5: layer 0 dense; MoE layers with the [1, E] correction bias of moe_statics. */
+static void test_ernie(void)
+{
+    moe_model_desc d;
+    load("ernie-4.5-21b-a3b.json", &d);
+    table t = layer_table(&d, 0);
+    CHECK(t.n == 3);
+    const exp_spec dense = {"model.layers.0.mlp.down_proj.weight",
+                            MOE_DTYPE_BF16,
+                            2,
+                            {2560, 12288},
+                            MOE_GROUP_DENSE,
+                            MOE_ROLE_DOWN,
+                            -1};
+    check_spec(by_name(&t, dense.name), &dense, 0);
+    moe_free(t.v);
+    t = layer_table(&d, 27);
+    CHECK(t.n == 2 + 64 * 3 + 3);
+    const exp_spec want[3] = {
+        {"model.layers.27.mlp.moe_statics.e_score_correction_bias",
+         MOE_DTYPE_F32,
+         2,
+         {1, 64},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_CORRECTION_BIAS,
+         -1},
+        {"model.layers.27.mlp.experts.63.gate_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {1536, 2560},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE,
+         63},
+        {"model.layers.27.mlp.shared_experts.down_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {2560, 3072},
+         MOE_GROUP_SHARED,
+         MOE_ROLE_DOWN,
+         -1},
+    };
+    for (int i = 0; i < 3; i++)
+        check_spec(by_name(&t, want[i].name), &want[i], 27);
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+}
+
+/* Llama-4 Maverick: layer 0 dense (feed_forward MLP), layer 1 MoE with stacked experts. */
+static void test_llama4(void)
+{
+    moe_model_desc d;
+    load("llama-4-maverick.json", &d);
+    table t = layer_table(&d, 1);
+    CHECK(t.n == 1 + 2 + 3);
+    const exp_spec want[4] = {
+        {"language_model.model.layers.1.feed_forward.router.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {128, 5120},
+         MOE_GROUP_ROUTER,
+         MOE_ROLE_ROUTER_WEIGHT,
+         -1},
+        {"language_model.model.layers.1.feed_forward.experts.gate_up_proj",
+         MOE_DTYPE_BF16,
+         3,
+         {128, 5120, 16384},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_GATE_UP,
+         -1},
+        {"language_model.model.layers.1.feed_forward.experts.down_proj",
+         MOE_DTYPE_BF16,
+         3,
+         {128, 8192, 5120},
+         MOE_GROUP_ROUTED,
+         MOE_ROLE_DOWN,
+         -1},
+        {"language_model.model.layers.1.feed_forward.shared_expert.gate_proj.weight",
+         MOE_DTYPE_BF16,
+         2,
+         {8192, 5120},
+         MOE_GROUP_SHARED,
+         MOE_ROLE_GATE,
+         -1},
+    };
+    for (int i = 0; i < 4; i++)
+        check_spec(by_name(&t, want[i].name), &want[i], 1);
+    moe_free(t.v);
+    t = layer_table(&d, 0);
+    const exp_spec dense = {"language_model.model.layers.0.feed_forward.up_proj.weight",
+                            MOE_DTYPE_BF16,
+                            2,
+                            {16384, 5120},
+                            MOE_GROUP_DENSE,
+                            MOE_ROLE_UP,
+                            -1};
+    CHECK(t.n == 3);
+    check_spec(by_name(&t, dense.name), &dense, 0);
+    moe_free(t.v);
+    moe_model_desc_free(&d);
+}
+
 /* The DeepSeek-V3 layout under deepseek_v32 and glm4_moe; Kimi-K2.5's under language_model,
  * with the spelling transformers 5.25 saves as the other name. */
 static void test_v3_layouts(void)
@@ -863,5 +995,8 @@ int main(void)
     test_gpt_oss();
     test_minimax_m2();
     test_v3_layouts();
+    test_qwen3_next();
+    test_ernie();
+    test_llama4();
     return TEST_END();
 }

@@ -13,9 +13,10 @@ tf.utils.logging.disable_progress_bar()
 
 FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss"]
 FAMILIES += ["deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite", "minimax_m2", "kimi_k25"]
-# libmoe.transformers.patch() serves all but Kimi-K2.5 (a vision-language wrapper), which it
-# refuses (test_hf_patch).
-PATCHED = [f for f in FAMILIES if f != "kimi_k25"]
+FAMILIES += ["qwen3_next", "qwen3_5_moe", "ernie4_5_moe", "llama4"]
+# libmoe.transformers.patch() serves all but the vision-language wrappers (Kimi-K2.5,
+# Qwen3.5-MoE, Llama-4), whose decoder layers it does not walk; it refuses them (test_hf_patch).
+PATCHED = [f for f in FAMILIES if f not in ("kimi_k25", "qwen3_5_moe", "llama4")]
 # The families whose MoE block is DeepSeek-V3's router (sigmoid keys + correction bias, groups
 # by top-2 sum) and MiniMax-M2's (the same keys in one group, the bias on the block).
 V3_ROUTERS = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite",
@@ -42,7 +43,20 @@ _ATTN = {
     "minimax_m2": {},
     "kimi_k25": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=16,
                      qk_rope_head_dim=8, v_head_dim=16),
+    "qwen3_next": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                       linear_value_head_dim=16,
+                       layer_types=["linear_attention", "full_attention", "linear_attention"]),
+    "qwen3_5_moe": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                        linear_value_head_dim=16),
+    "ernie4_5_moe": {}, "llama4": {},
 }
+# Families whose text model sits inside a vision-language model: their fields go to
+# text_config, and this vision tower (the smallest the config accepts) beside it.
+_NESTED = {"qwen3_5_moe": dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2,
+                                out_hidden_size=HIDDEN),
+           "llama4": dict(num_hidden_layers=1, hidden_size=32, intermediate_size=32,
+                          num_attention_heads=2, vision_output_dim=32, projector_input_dim=32,
+                          projector_output_dim=32, image_size=28, patch_size=14)}
 _COMMON = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                max_position_embeddings=256)
 # Tiny MoE configs: dense + MoE layers where the family has them, groups for DeepSeek-V3.
@@ -78,6 +92,19 @@ _MOE = {
     "kimi_k25": dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
                      n_shared_experts=1, first_k_dense_replace=1, intermediate_size=96,
                      n_group=1, topk_group=1, routed_scaling_factor=2.827, norm_topk_prob=True),
+    # norm_topk_prob false: not Qwen3NextConfig's default, so libmoe must read it.
+    "qwen3_next": dict(moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                       shared_expert_intermediate_size=48, intermediate_size=96,
+                       mlp_only_layers=[0], norm_topk_prob=False),
+    "qwen3_5_moe": dict(moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                        shared_expert_intermediate_size=48),
+    # moe_norm_min 0.3 (the default is 1e-12): the floor binds on some tokens.
+    "ernie4_5_moe": dict(moe_intermediate_size=32, moe_num_experts=8, moe_k=2,
+                         moe_num_shared_experts=2, intermediate_size=96, moe_layer_start_index=1,
+                         moe_norm_min=0.3),
+    # Layers 0 and 2 MoE, 1 dense (moe_layers overrides interleave_moe_layer_step).
+    "llama4": dict(intermediate_size=32, intermediate_size_mlp=96, num_local_experts=8,
+                   num_experts_per_tok=1, moe_layers=[0, 2], interleave_moe_layer_step=2),
 }
 # Kimi-K2.5's vision tower and projector, as small as transformers allows.
 _VISION = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
@@ -94,26 +121,38 @@ def config(family, **over):
     if family == "kimi_k25":  # a vision-language wrapper around a kimi_k2 text model
         return tf.AutoConfig.for_model(family, text_config=dict(kw, model_type="kimi_k2"),
                                        vision_config=_VISION, projection_hidden_size=32)
+    if family in _NESTED:
+        return tf.AutoConfig.for_model(family, text_config=kw, vision_config=_NESTED[family])
     return tf.AutoConfig.for_model(family, **kw)
 
 
 def text_config(model):
-    """The language model's config (Kimi-K2.5 nests it)."""
+    """The language model's config (the vision-language wrappers nest it)."""
     return getattr(model.config, "text_config", None) or model.config
 
 
-def _auto(family):
-    return tf.AutoModelForImageTextToText if family == "kimi_k25" else tf.AutoModelForCausalLM
+def auto_class(family):
+    """The transformers auto class of FAMILY's checkpoints (the vision-language ones whole)."""
+    if family in _NESTED or family == "kimi_k25":
+        return tf.AutoModelForImageTextToText
+    return tf.AutoModelForCausalLM
+
+
+def decoder_layers(model):
+    lm = getattr(model, "language_model", None)
+    if lm is not None and hasattr(getattr(lm, "model", None), "layers"):  # Llama-4
+        return lm.model.layers
+    inner = model.model  # Kimi-K2.5, Qwen3.5-MoE: model.language_model.layers
+    return inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
 
 
 def moe_blocks(model):
     """(layer index, block) for every MoE block of a transformers model."""
-    inner = model.model
-    layers = inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
     out = []
-    for i, layer in enumerate(layers):
-        if hasattr(layer.mlp, "experts"):
-            out.append((i, layer.mlp))
+    for i, layer in enumerate(decoder_layers(model)):
+        block = layer.mlp if hasattr(layer, "mlp") else layer.feed_forward
+        if hasattr(block, "experts"):
+            out.append((i, block))
     return out
 
 
@@ -134,13 +173,15 @@ def make_model(family, seed=0):
     """A random tiny f32 model with non-zero correction biases, router and expert biases
     (transformers initialises them to zero) and a random tid2eid."""
     torch.manual_seed(seed)
-    model = _auto(family).from_config(config(family), dtype=torch.float32).eval()
+    model = auto_class(family).from_config(config(family), dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(seed + 1)
     for _, block in moe_blocks(model):
         r = router(block)
         r.weight.normal_(0.0, 0.3, generator=g)  # logits of order 1: distinct routes
         if correction_bias(block) is not None:
             correction_bias(block).normal_(0.0, 0.1, generator=g)
+        if hasattr(r, "moe_statics"):  # ERNIE: added to probabilities of order 1/E
+            r.moe_statics.e_score_correction_bias.normal_(0.0, 0.05, generator=g)
         if hasattr(r, "bias") and isinstance(r.bias, torch.Tensor):
             r.bias.normal_(0.0, 0.3, generator=g)
         if hasattr(r, "tid2eid"):
@@ -150,6 +191,8 @@ def make_model(family, seed=0):
         for name in ("gate_up_proj_bias", "down_proj_bias"):
             if hasattr(block.experts, name):
                 getattr(block.experts, name).normal_(0.0, 0.1, generator=g)
+        if hasattr(block, "shared_expert_gate"):  # sigmoids across (0, 1), not all near 0.5
+            block.shared_expert_gate.weight.normal_(0.0, 0.3, generator=g)
     return model
 
 
@@ -167,7 +210,7 @@ def load(folder, dtype, family=None, **overrides):
     """transformers' model from FOLDER in DTYPE, the config's fields OVERRIDES replaced (and
     FAMILY's test attention shapes added: a `moe gen` config has none); FP8 and MXFP4
     checkpoints dequantised."""
-    attn = dict(_COMMON, **_ATTN[family]) if family else {}
+    attn = dict(_COMMON, **_ATTN[family]) if family and family not in _NESTED else {}
     cfg = tf.AutoConfig.from_pretrained(folder, **attn, **overrides)
     if cfg.model_type == "kimi_k25" and family:  # the test shapes belong to the text model
         cfg = tf.AutoConfig.from_pretrained(folder, **overrides)
@@ -180,7 +223,8 @@ def load(folder, dtype, family=None, **overrides):
             dequantize=True, weight_block_size=tuple(qc["weight_block_size"]))
     elif qc.get("quant_method") == "mxfp4":
         kw["quantization_config"] = tf.Mxfp4Config(dequantize=True)
-    return _auto(cfg.model_type).from_pretrained(folder, config=cfg, dtype=dtype, **kw).eval()
+    cls = auto_class(cfg.model_type)
+    return cls.from_pretrained(folder, config=cfg, dtype=dtype, **kw).eval()
 
 
 def moe_cli():
@@ -219,7 +263,9 @@ def reference(block, x, input_ids=None):
     elif hasattr(b, "e_score_correction_bias"):  # MiniMax-M2: the block passes its bias
         ids = r(x64.reshape(-1, x.shape[-1]), b.e_score_correction_bias)[2]
     else:
-        ids = r(x64.reshape(-1, x.shape[-1]))[2]
+        got = r(x64.reshape(-1, x.shape[-1]))
+        # Llama4Router returns (scores, logits): its ids are the top-k of the logits.
+        ids = got[2] if len(got) > 2 else got[1].topk(r.top_k, dim=-1)[1]
     return out.reshape(-1, x.shape[-1]), ids
 
 
@@ -244,6 +290,9 @@ def selection_keys(family, block, x):
             mask = torch.zeros_like(g, dtype=torch.bool).scatter_(1, kept, True)
             keys = keys.masked_fill(~mask.repeat_interleave(keys.shape[1] // n_group, 1),
                                     float("-inf"))
+    elif family == "ernie4_5_moe":
+        keys = torch.softmax(logits, dim=-1) + \
+            r.moe_statics.e_score_correction_bias.to(torch.float64).reshape(-1)
     elif family == "deepseek_v4":
         keys = torch.sqrt(torch.nn.functional.softplus(logits)) + \
             r.e_score_correction_bias.to(torch.float64)

@@ -95,9 +95,11 @@ def test_deepseek_v4_layer_types_as_transformers_writes_them(hf_saved):
 GEN = [("deepseek_v2", "fp8"), ("deepseek_v3", "fp8"), ("deepseek_v4", "mxfp4"),
        ("deepseek_v4", "fp8"), ("qwen3_moe", "fp8"), ("mixtral", "fp8"), ("gpt_oss", "mxfp4"),
        ("deepseek_v32", "fp8"), ("glm4_moe", "fp8"), ("glm_moe_dsa", "fp8"),
-       ("glm4_moe_lite", "fp8"), ("minimax_m2", "fp8"), ("kimi_k25", "fp8")]
+       ("glm4_moe_lite", "fp8"), ("minimax_m2", "fp8"), ("kimi_k25", "fp8"),
+       ("qwen3_next", "fp8"), ("qwen3_5_moe", "fp8"), ("ernie4_5_moe", "fp8"), ("llama4", "bf16")]
 # What `moe gen --dtype` writes per family: (routed experts, shared experts).
-GEN_FORMATS = {"fp8": ("fp8_block", "fp8_block"), "mxfp4": ("mxfp4", "fp8_block")}
+GEN_FORMATS = {"fp8": ("fp8_block", "fp8_block"), "mxfp4": ("mxfp4", "fp8_block"),
+               "bf16": ("bf16", "bf16")}
 
 
 @pytest.mark.parametrize("family,dtype", GEN, ids=[f"{f}-{d}" for f, d in GEN])

@@ -21,8 +21,9 @@ def greedy(model, ids):
                           pad_token_id=0)
 
 
-# Every family as transformers saves it (f32), and a DeepSeek-V4 FP8 `moe gen` checkpoint
-# loaded by transformers (dequantised to f32).
+# Every family patch() serves as transformers saves it (f32), and a DeepSeek-V4 FP8 `moe gen`
+# checkpoint loaded by transformers (dequantised to f32). (Kimi-K2.5, Qwen3.5-MoE and Llama-4
+# are vision-language models whose decoder layers patch() does not walk.)
 GENERATE = [(f, "saved") for f in hu.PATCHED] + [("deepseek_v4", "gen-fp8")]
 
 

@@ -76,10 +76,11 @@ static inline moe_router_params route_params(const route_cfg *c, const float *bi
     p.topk_group = c->tg;
     p.norm_topk_prob = c->norm;
     p.routed_scaling_factor = c->rsf;
-    if (c->method == MOE_ROUTE_NOAUX_TC) {
+    if (c->method == MOE_ROUTE_NOAUX_TC || c->method == MOE_ROUTE_SOFTMAX_BIAS) {
         p.correction_bias = bias;
         p.correction_bias_dtype = MOE_DTYPE_F32;
     }
+
     if (c->method == MOE_ROUTE_HASH) {
         p.tid2eid = table;
         p.tid2eid_dtype = MOE_DTYPE_I32;
@@ -301,9 +302,31 @@ static inline void o_sigmoid_top1(const route_cfg *c, const float *z, oracle_row
     o->w[0] = isfinite(o->key[o->ids[0]]) ? o_sigmoid(o->key[o->ids[0]]) * c->rsf : 0;
 }
 
-/* The oracle's answer for one row. TABLE_ROW is the token's tid2eid row (hash only). */
-static inline void oracle_route(const route_cfg *c, const float *z, const float *bias,
-                                const int32_t *table_row, oracle_row *o)
+/* softmax_bias (ERNIE-4.5): key = softmax(z) + bias, top-k, the unbiased softmax at the
+ * selected divided by max(its sum, renorm_min). */
+static inline void o_softmax_bias(const route_cfg *c, double renorm_min, const float *z,
+                                  const float *bias, oracle_row *o)
+{
+    double p[ORACLE_MAX_E];
+    o_softmax(z, c->e, p);
+    o->floor = 1e-6;
+    for (int i = 0; i < c->e; i++)
+        o->key[i] = isnan(p[i]) ? -INFINITY : p[i] + (double)bias[i];
+    o_topk(o->key, c->e, c->k, o->ids);
+    double sum = 0;
+    for (int j = 0; j < c->k; j++) {
+        o->w[j] = isfinite(o->key[o->ids[j]]) ? p[o->ids[j]] : 0;
+        sum += o->w[j];
+    }
+    const double div = sum > renorm_min ? sum : renorm_min;
+    for (int j = 0; j < c->k; j++)
+        o->w[j] = div > 0 ? o->w[j] / div * c->rsf : 0;
+}
+
+/* The oracle's answer for one row. TABLE_ROW is the token's tid2eid row (hash only);
+ * RENORM_MIN the softmax_bias renormalisation floor (moe_router_params.renorm_min). */
+static inline void oracle_route_floor(const route_cfg *c, double renorm_min, const float *z,
+                                      const float *bias, const int32_t *table_row, oracle_row *o)
 {
     o->floor = 0;
     o->ambiguous = false;
@@ -315,7 +338,15 @@ static inline void oracle_route(const route_cfg *c, const float *z, const float 
     case MOE_ROUTE_NOAUX_TC: o_noaux_tc(c, z, bias, o); break;
     case MOE_ROUTE_HASH: o_hash(c, z, table_row, o); break;
     case MOE_ROUTE_SIGMOID_TOP1: o_sigmoid_top1(c, z, o); break;
+    case MOE_ROUTE_SOFTMAX_BIAS: o_softmax_bias(c, renorm_min, z, bias, o); break;
     }
+}
+
+/* oracle_route_floor without a renormalisation floor (every method but softmax_bias). */
+static inline void oracle_route(const route_cfg *c, const float *z, const float *bias,
+                                const int32_t *table_row, oracle_row *o)
+{
+    oracle_route_floor(c, 0.0, z, bias, table_row, o);
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* test_router_contract.c — the routing contract, every validation, and routing.md §8 bugs. */
 #include <float.h>
+#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -155,6 +156,31 @@ static void test_create_validation(void)
     const route_cfg greedy = {"v2", MOE_ROUTE_GREEDY, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, false, 1};
     q = route_params(&greedy, NULL, NULL, 0), q.score = MOE_SCORE_SQRTSOFTPLUS;
     create_fails(&q, MOE_EINVAL, "score", "greedy with sqrtsoftplus");
+
+    /* softmax_bias (ERNIE-4.5): a bias, renormalised, softmax, and a finite floor >= 0 that
+     * no other method takes. */
+    const route_cfg ernie = {"ernie", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true,
+                             1};
+    q = route_params(&ernie, NULL, NULL, 0);
+    create_fails(&q, MOE_EINVAL, "correction_bias", "softmax_bias without a bias");
+    q = route_params(&ernie, zero_bias, NULL, 0), q.norm_topk_prob = false;
+    create_fails(&q, MOE_EINVAL, "norm_topk_prob", "softmax_bias not renormalised");
+    q = route_params(&ernie, zero_bias, NULL, 0), q.score = MOE_SCORE_SIGMOID;
+    create_fails(&q, MOE_EINVAL, "score", "softmax_bias with sigmoid");
+    q = route_params(&ernie, zero_bias, NULL, 0), q.renorm_min = -1e-12f;
+    create_fails(&q, MOE_EINVAL, "renorm_min", "a negative floor");
+    q.renorm_min = NAN;
+    create_fails(&q, MOE_EINVAL, "renorm_min", "a NaN floor");
+    q.renorm_min = INFINITY;
+    create_fails(&q, MOE_EINVAL, "renorm_min", "an infinite floor");
+    q = route_params(&soft, NULL, NULL, 0), q.renorm_min = 1e-12f;
+    create_fails(&q, MOE_EINVAL, "renorm_min", "a floor for softmax_topk");
+    /* A struct that ends before renorm_min reads it as 0. */
+    q = route_params(&ernie, zero_bias, NULL, 0), q.renorm_min = NAN;
+    q.size = offsetof(moe_router_params, renorm_min);
+    moe_router *old = make(&q);
+    CHECK(strstr(moe_router_explain(old), "renorm_min=0") != NULL);
+    moe_router_destroy(old);
 }
 
 static void test_table_validation(void)
@@ -279,6 +305,7 @@ static const route_cfg all_methods[] = {
     {"noaux_tc sqrtsoftplus", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SQRTSOFTPLUS, 64, 6, 1, 1, true, 1.5f},
     {"hash", MOE_ROUTE_HASH, MOE_SCORE_SQRTSOFTPLUS, 64, 6, 1, 1, true, 1.5f},
     {"sigmoid_top1", MOE_ROUTE_SIGMOID_TOP1, MOE_SCORE_SIGMOID, 64, 1, 1, 1, false, 1.0f},
+    {"softmax_bias", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true, 1.0f},
 };
 #define N_METHODS (sizeof all_methods / sizeof all_methods[0])
 

@@ -133,7 +133,8 @@ static void run_cfg(const route_cfg *c, const moe_cpu_caps *allowed, uint64_t se
         gen_row(&r, (int)(t / ROWS_PER_KIND), c->e, z + t * (size_t)c->e);
         tokens[t] = rng_below(&r, VOCAB);
     }
-    const moe_router_params p = route_params(c, bias, table, VOCAB);
+    moe_router_params p = route_params(c, bias, table, VOCAB);
+    if (c->method == MOE_ROUTE_SOFTMAX_BIAS) p.renorm_min = 0.25f; /* binds on some rows */
     const moe_cpu_caps scalar = {0};
     moe_router *ref = NULL;
     CHECK_STATUS(moe_router_create_caps(&p, &scalar, &ref), MOE_OK);
@@ -196,6 +197,8 @@ int main(void)
              1, 1, true, 1.5f},
             {"hash", MOE_ROUTE_HASH, MOE_SCORE_SQRTSOFTPLUS, e, min_int(6, e), 1, 1, true, 1.5f},
             {"sigmoid_top1", MOE_ROUTE_SIGMOID_TOP1, MOE_SCORE_SIGMOID, e, 1, 1, 1, false, 1.0f},
+            {"softmax_bias", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, e, min_int(6, e), 1, 1,
+             true, 1.0f},
         };
         for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
             for (int rep = 0; rep < 3; rep++) /* three bias kinds */

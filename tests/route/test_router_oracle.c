@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "route_oracle.h"
 #include "test.h"
@@ -28,7 +29,17 @@ static const route_cfg shipped[] = {
     {"glm-4.7-flash", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 64, 4, 1, 1, true, 1.8f},
     {"glm-5", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, 2.5f},
     {"minimax-m2", MOE_ROUTE_NOAUX_TC, MOE_SCORE_SIGMOID, 256, 8, 1, 1, true, 1.0f},
+    {"ernie floor 0.5", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true, 1.0f},
+    {"ernie-4.5-21b-a3b", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, 64, 6, 1, 1, true, 1.0f},
 };
+
+/* softmax_bias's renormalisation floor per configuration (its moe_norm_min): ERNIE-4.5's
+ * 1e-12 unless the name says otherwise; "floor" ones bind on most rows (the selected
+ * probabilities sum below it). */
+static float floor_of(const route_cfg *c)
+{
+    return strstr(c->name, "floor 0.5") ? 0.5f : strstr(c->name, "floor") ? 0.3f : 1e-12f;
+}
 
 static const int sweep_e[] = {8, 16, 60, 64, 128, 160, 256, 384, 512};
 
@@ -104,16 +115,20 @@ static void run_cfg(const route_cfg *c, size_t n_tokens, uint64_t seed, stats *s
     int32_t *table = malloc((size_t)VOCAB * (size_t)c->k * sizeof *table);
     float bias[ORACLE_MAX_E];
     REQUIRE(z && ids && w && tokens && table);
-    /* DeepSeek-V3 biases sit around ±1, DeepSeek-V4's near +8: both shapes appear. */
+    /* DeepSeek-V3 biases sit around ±1, DeepSeek-V4's near +8: both shapes appear. A bias
+     * added to probabilities (softmax_bias) is of their size, so both parts decide. */
     const double b0 = c->score == MOE_SCORE_SQRTSOFTPLUS ? 8.0 : 0.0;
+    const double span = c->method == MOE_ROUTE_SOFTMAX_BIAS ? 0.05 : 1.0;
     for (int i = 0; i < c->e; i++)
-        bias[i] = rng_uniform(&r, b0 - 1.0, b0 + 1.0);
+        bias[i] = rng_uniform(&r, b0 - span, b0 + span);
     rng_table(&r, VOCAB, c->k, c->e, table);
     for (size_t t = 0; t < n_tokens; t++) {
         gen_row(&r, c->e, z + t * (size_t)c->e);
         tokens[t] = rng_below(&r, VOCAB);
     }
     moe_router_params p = route_params(c, bias, table, VOCAB);
+    const float floor = c->method == MOE_ROUTE_SOFTMAX_BIAS ? floor_of(c) : 0.0f;
+    p.renorm_min = floor;
     moe_router *router = NULL;
     CHECK_STATUS(moe_router_create(&p, &router), MOE_OK);
     if (!router) goto done;
@@ -121,7 +136,7 @@ static void run_cfg(const route_cfg *c, size_t n_tokens, uint64_t seed, stats *s
     static oracle_row o;
     for (size_t t = 0; t < n_tokens; t++) {
         const float *zt = z + t * (size_t)c->e;
-        oracle_route(c, zt, bias, table + tokens[t] * c->k, &o);
+        oracle_route_floor(c, floor, zt, bias, table + tokens[t] * c->k, &o);
         check_row(c, t, ids + t * (size_t)c->k, w + t * (size_t)c->k, &o, st);
     }
     moe_router_destroy(router);
@@ -163,6 +178,10 @@ static void sweep(stats *st)
              1, true, 1.0f},
             {"sweep sigmoid_top1", MOE_ROUTE_SIGMOID_TOP1, MOE_SCORE_SIGMOID, e, 1, 1, 1, false,
              1.0f},
+            {"sweep softmax_bias", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, e, min_int(6, e), 1,
+             1, true, 1.0f},
+            {"sweep softmax_bias floor", MOE_ROUTE_SOFTMAX_BIAS, MOE_SCORE_SOFTMAX, e,
+             min_int(6, e), 1, 1, true, 2.0f},
         };
         for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++)
             run_cfg(&fixed[c], 33, 5000 + 11 * i + c, st);

@@ -16,6 +16,10 @@ static const bench_preset presets[] = {
     {"minimax-m2", "minimax_m2", {"fp8", "bf16"}, 3072, 1536, 256, 8, 0, 0, 0},
     /* Kimi-K2-Thinking / K2.5: Kimi-K2's shapes, routed experts compressed-tensors INT4. */
     {"kimi-k2.5-int4", "kimi_k2", {"int4", "bf16"}, 7168, 2048, 384, 8, 1, 1, 1},
+    /* Qwen3-Next-80B-A3B and Qwen3.5-MoE share this block: one shared expert of width 512. */
+    {"qwen3.5-moe", "qwen3_5_moe", {"bf16", "fp8"}, 2048, 512, 512, 10, 0, 0, 1},
+    /* Llama-4 Maverick: top-1, one shared expert as wide as an expert; bf16 (no FP8 here). */
+    {"llama-4-maverick", "llama4", {"bf16", "bf16"}, 5120, 8192, 128, 1, 0, 0, 1},
 };
 
 const bench_preset *bench_preset_at(size_t i)

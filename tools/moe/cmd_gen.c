@@ -38,7 +38,9 @@ static void help(void)
         "required:\n"
         "  --family F              deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, qwen3_moe,\n"
         "                          mixtral, gpt_oss, deepseek_v32, glm4_moe, glm_moe_dsa,\n"
-        "                          glm4_moe_lite, minimax_m2 or kimi_k25\n"
+        "                          glm4_moe_lite, minimax_m2, kimi_k25, qwen3_next,\n"
+        "                          qwen3_5_moe, ernie4_5_moe or llama4 (top-k 1, one shared\n"
+        "                          expert, bf16 only)\n"
         "  --out DIR               created if missing (parents too)\n"
         "\n"
         "shape (defaults in brackets):\n"
@@ -56,15 +58,19 @@ static void help(void)
         "                          left]; the DeepSeek-style families below only\n"
         "  --topk-group TG         topk_group [G/2, at least 1]; deepseek_v2/v3/v32, kimi_k2,\n"
         "                          kimi_k25, glm4_moe, glm_moe_dsa, glm4_moe_lite only\n"
-        "  --shared N              n_shared_experts, 0..64; those and deepseek_v4 only [1]\n"
+        "  --shared N              n_shared_experts, 0..64; those, deepseek_v4 and ernie4_5_moe\n"
+        "                          (moe_num_shared_experts) only [1]; qwen3_next, qwen3_5_moe:\n"
+        "                          shared_expert_intermediate_size = N x I, N >= 1\n"
         "  --first-dense N         first_k_dense_replace (dense first layers; glm4_moe_lite:\n"
-        "                          mlp_layer_types); those only [1 if layers > 1, else 0]\n"
-        "  --dense-intermediate D  the dense MLP's intermediate_size; those and qwen3_moe\n"
-        "                          only [4 x I]\n"
+        "                          mlp_layer_types; ernie4_5_moe: moe_layer_start_index); those\n"
+        "                          only [1 if layers > 1, else 0]\n"
+        "  --dense-intermediate D  the dense MLP's intermediate_size; those, qwen3_moe and\n"
+        "                          qwen3_next only [4 x I]\n"
         "  --hash-layers N         num_hash_layers; deepseek_v4 only [1 if layers > 1, else 0]\n"
         "\n"
         "formats:\n"
-        "  --dtype bf16|fp8|mxfp4|int4  expert weights. deepseek_v2, qwen3_moe, mixtral: bf16 [bf16]\n"
+        "  --dtype bf16|fp8|mxfp4|int4  expert weights. deepseek_v2, qwen3_*, mixtral,\n"
+        "                          ernie4_5_moe: bf16 [bf16]\n"
         "                          or fp8; deepseek_v3, kimi_k2: fp8 [fp8] or bf16; gpt_oss:\n"
         "                          mxfp4 [mxfp4] or bf16; deepseek_v4: mxfp4 (expert_dtype\n"
         "                          \"fp4\") [mxfp4] or fp8; deepseek_v32, glm_moe_dsa,\n"
@@ -209,16 +215,26 @@ static bool one_group(moe_family f)
            f == MOE_FAMILY_GLM_MOE_DSA || f == MOE_FAMILY_GLM4_MOE_LITE;
 }
 
+/* Qwen3-Next and Qwen3.5-MoE: one sigmoid-gated shared expert in every MoE layer. */
+static bool is_qwen3_next(moe_family f)
+{
+    return f == MOE_FAMILY_QWEN3_NEXT || f == MOE_FAMILY_QWEN3_5_MOE;
+}
+
 /* Whether option K exists in family F's config. */
 static bool applies(int k, moe_family f)
 {
     bool ds = is_deepseek_grouped(f);
     switch (k) {
     case O_GROUPS:
-    case O_TOPK_GROUP:
-    case O_FIRST_DENSE: return ds;
-    case O_SHARED: return ds || f == MOE_FAMILY_DEEPSEEK_V4;
-    case O_DENSE_INTERMEDIATE: return ds || f == MOE_FAMILY_QWEN3_MOE;
+    case O_TOPK_GROUP: return ds;
+    case O_FIRST_DENSE: return ds || f == MOE_FAMILY_ERNIE4_5_MOE;
+    case O_SHARED:
+        return ds || f == MOE_FAMILY_DEEPSEEK_V4 || is_qwen3_next(f) ||
+               f == MOE_FAMILY_ERNIE4_5_MOE || f == MOE_FAMILY_LLAMA4;
+    case O_DENSE_INTERMEDIATE:
+        return ds || f == MOE_FAMILY_QWEN3_MOE || f == MOE_FAMILY_QWEN3_NEXT ||
+               f == MOE_FAMILY_ERNIE4_5_MOE;
     case O_HASH_LAYERS: return f == MOE_FAMILY_DEEPSEEK_V4;
     default: return true;
     }
@@ -232,6 +248,16 @@ static int check_applicable(const gen_request *r, moe_family f)
         if (r->num[k].given && !applies(k, f))
             return usage("%s does not apply to %s (moe gen --help lists where it does)",
                          r->num[k].name, moe_family_name(f));
+    if (is_qwen3_next(f) && r->num[O_SHARED].value == 0)
+        return usage("--shared 0: every %s MoE layer has its shared expert (its width is "
+                     "--shared x --intermediate)",
+                     moe_family_name(f));
+    if (f == MOE_FAMILY_LLAMA4 && r->num[O_SHARED].value != 1)
+        return usage("--shared %lld: every llama4 MoE layer has exactly one shared expert",
+                     (long long)r->num[O_SHARED].value);
+    if (f == MOE_FAMILY_LLAMA4 && r->num[O_TOPK].given && r->num[O_TOPK].value != 1)
+        return usage("--topk %lld: llama4 routes one expert per token",
+                     (long long)r->num[O_TOPK].value);
     return 0;
 }
 
@@ -240,7 +266,8 @@ static int resolve_family(gen_request *r)
     if (moe_family_from_name(r->family, &r->o.family)) return 0;
     return usage("--family '%s' is not one of deepseek_v2, deepseek_v3, kimi_k2, deepseek_v4, "
                  "qwen3_moe, mixtral, gpt_oss, deepseek_v32, glm4_moe, glm_moe_dsa, "
-                 "glm4_moe_lite, minimax_m2, kimi_k25",
+                 "glm4_moe_lite, minimax_m2, kimi_k25, qwen3_next, qwen3_5_moe, ernie4_5_moe, "
+                 "llama4",
                  r->family);
 }
 
@@ -331,7 +358,8 @@ static int resolve_shape(gen_request *r)
     o->layers = r->num[O_LAYERS].value;
     o->hidden = r->num[O_HIDDEN].value;
     o->experts = r->num[O_EXPERTS].value;
-    o->topk = r->num[O_TOPK].value;
+    /* llama4 routes one expert per token: its default --topk is 1. */
+    o->topk = o->family == MOE_FAMILY_LLAMA4 && !r->num[O_TOPK].given ? 1 : r->num[O_TOPK].value;
     o->intermediate = r->num[O_INTERMEDIATE].value;
     o->vocab = r->num[O_VOCAB].value;
     o->shared = r->num[O_SHARED].value;

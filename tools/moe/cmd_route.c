@@ -101,7 +101,11 @@ static int parse_args(route_args *o, int argc, char **argv)
 static const char *experts_field(moe_family family)
 {
     switch (family) {
-    case MOE_FAMILY_QWEN3_MOE: return "num_experts";
+    case MOE_FAMILY_QWEN3_MOE:
+    case MOE_FAMILY_QWEN3_NEXT:
+    case MOE_FAMILY_QWEN3_5_MOE: return "num_experts";
+    case MOE_FAMILY_ERNIE4_5_MOE: return "moe_num_experts";
+    case MOE_FAMILY_LLAMA4: return "num_local_experts";
     case MOE_FAMILY_MIXTRAL:
     case MOE_FAMILY_GPT_OSS:
     case MOE_FAMILY_MINIMAX_M2: return "num_local_experts";

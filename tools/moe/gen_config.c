@@ -292,6 +292,24 @@ static void build_v3_moe(builder *b, json_t *c, const gen_options *o)
     if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
 }
 
+/* Qwen3-Next: Qwen3-MoE's fields plus the one shared expert (its width: --shared experts of
+ * --intermediate, as bench presets count it). */
+static void build_qwen3_next(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "qwen3_next", "Qwen3NextForCausalLM");
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "moe_intermediate_size", o->intermediate);
+    set_int(b, c, "shared_expert_intermediate_size", o->intermediate * o->shared);
+    set_int(b, c, "intermediate_size", o->dense_intermediate);
+    set_int(b, c, "num_experts", o->experts);
+    set_int(b, c, "num_experts_per_tok", o->topk);
+    set_bool(b, c, "norm_topk_prob", true);
+    set_int(b, c, "decoder_sparse_step", 1);
+    put(b, c, "mlp_only_layers", json_array());
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
 /* MiniMax-M2 as released: its own routing fields, and FP8 spelled by the torch dtype name
  * with the router and correction bias left unquantised. */
 static void build_minimax_m2(builder *b, json_t *c, const gen_options *o)
@@ -330,6 +348,61 @@ static void build_kimi_k25(builder *b, json_t *c, const gen_options *o)
     set_str(b, c, "torch_dtype", o->torch_dtype);
 }
 
+/* Qwen3.5-MoE: the text model's fields in text_config, as Qwen3_5MoeConfig nests them;
+ * quantization_config at the top level. */
+static void build_qwen3_5_moe(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration");
+    json_t *t = json_object();
+    set_str(b, t, "model_type", "qwen3_5_moe_text");
+    set_int(b, t, "hidden_size", o->hidden);
+    set_int(b, t, "moe_intermediate_size", o->intermediate);
+    set_int(b, t, "shared_expert_intermediate_size", o->intermediate * o->shared);
+    set_int(b, t, "num_experts", o->experts);
+    set_int(b, t, "num_experts_per_tok", o->topk);
+    set_tail(b, t, o);
+    put(b, c, "text_config", t);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
+/* ERNIE-4.5 MoE: its own names for the counts (moe_num_experts, moe_k); the first
+ * --first-dense layers dense (moe_layer_start_index), the rest MoE. */
+static void build_ernie(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "ernie4_5_moe", "Ernie4_5_MoeForCausalLM");
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "intermediate_size", o->dense_intermediate);
+    set_int(b, c, "moe_intermediate_size", o->intermediate);
+    set_int(b, c, "moe_num_experts", o->experts);
+    set_int(b, c, "moe_k", o->topk);
+    set_int(b, c, "moe_num_shared_experts", o->shared);
+    set_int(b, c, "moe_layer_start_index", o->first_dense);
+    set_int(b, c, "moe_layer_end_index", -1);
+    set_int(b, c, "moe_layer_interval", 1);
+    set_real(b, c, "moe_norm_min", 1e-12);
+    set_bool(b, c, "use_bias", false);
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
+/* Llama-4: the text model's fields in text_config (Llama4Config nests them); every layer MoE
+ * (interleave_moe_layer_step 1, as Scout), one expert per token, a shared expert as wide as
+ * an expert. */
+static void build_llama4(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "llama4", "Llama4ForConditionalGeneration");
+    json_t *t = json_object();
+    set_str(b, t, "model_type", "llama4_text");
+    set_int(b, t, "hidden_size", o->hidden);
+    set_int(b, t, "intermediate_size", o->intermediate);
+    set_int(b, t, "intermediate_size_mlp", o->dense_intermediate);
+    set_int(b, t, "num_local_experts", o->experts);
+    set_int(b, t, "num_experts_per_tok", o->topk);
+    set_int(b, t, "interleave_moe_layer_step", 1);
+    set_tail(b, t, o);
+    put(b, c, "text_config", t);
+}
+
 char *gen_config_text(const gen_options *o)
 {
     builder bld = {.ok = true}, *b = &bld;
@@ -349,6 +422,10 @@ char *gen_config_text(const gen_options *o)
     case MOE_FAMILY_GLM4_MOE_LITE: build_v3_moe(b, c, o); break;
     case MOE_FAMILY_MINIMAX_M2: build_minimax_m2(b, c, o); break;
     case MOE_FAMILY_KIMI_K25: build_kimi_k25(b, c, o); break;
+    case MOE_FAMILY_QWEN3_NEXT: build_qwen3_next(b, c, o); break;
+    case MOE_FAMILY_QWEN3_5_MOE: build_qwen3_5_moe(b, c, o); break;
+    case MOE_FAMILY_ERNIE4_5_MOE: build_ernie(b, c, o); break;
+    case MOE_FAMILY_LLAMA4: build_llama4(b, c, o); break;
     case MOE_FAMILY_COUNT_: break;
     }
     /* 9 significant digits print 2.827 as "2.827", not its 17-digit binary expansion. */
