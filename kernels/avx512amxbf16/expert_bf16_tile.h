@@ -32,6 +32,9 @@
 
 /* The most tokens one call takes: two A tiles of 16 rows. */
 #define MOE_TILE_AMX_MR 32
+/* Tokens per call of the MXFP4 set, which widens its weights to bf16: more than 32 run in blocks
+ * of 32 over each run of widened chunks, widened once per call. */
+#define MOE_TILE_AMX_WIDEN_MR 64
 
 void moe_tile_amx_gateup(size_t m, size_t k, const void *const *x, const void *tile,
                          const moe_act_params *act, void *h, size_t h_stride, size_t n_valid);

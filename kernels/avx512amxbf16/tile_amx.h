@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/avx512/expert_shared.h"
+#include "kernels/avx512amxbf16/expert_bf16_tile.h"
 #include "kernels/expert.h"
 #include "kernels/inline.h"
 
@@ -42,6 +43,8 @@
 #define CHUNK 32     /* bf16 along K per tdpbf16ps */
 #define B_BYTES 1024 /* one B chunk: 16 rows of 64 bytes */
 #define MR MOE_TILE_AMX_MR
+#define TOKEN_BLOCK (2 * ROWS) /* tokens per pass of the tile unit over a run of B chunks: 32 */
+#define SUMS_MAX (2 * MOE_TILE_AMX_WIDEN_MR / ROWS) /* 16 × 16 blocks of a group's sums */
 
 /* The palette-1 tile configuration, as LDTILECFG reads it (Intel SDM): 64 bytes. */
 typedef struct tile_cfg {
@@ -84,7 +87,8 @@ static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x)
         uniform = (uintptr_t)x[i] == p0 + i * step;
     a->stride = (long)step;
     a->direct = uniform ? k / CHUNK : 0;
-    const size_t r0 = m < ROWS ? m : ROWS, r1 = m - r0;
+    /* More than 32 tokens (a set that runs them in blocks of 32): every tile of 16 rows. */
+    const size_t r0 = m < ROWS ? m : ROWS, r1 = m - r0 < ROWS ? m - r0 : ROWS;
     memset(&a->cfg, 0, sizeof a->cfg);
     a->cfg.palette = 1;
     tile_shape(&a->cfg, 0, r0, 64);
@@ -124,6 +128,25 @@ INLINE const unsigned char *acts_rows(const amx_acts *a, size_t c, long *sa)
     }
     *sa = 2 * CHUNK;
     return (const unsigned char *)a->buf[c % 2][0];
+}
+
+/* Tokens t0 .. t0 + mt - 1's chunk c for the tile unit, (*sa) bytes from row to row: straight
+ * from the rows for a full token block of one stride, else copied into a buffer (zero rows past
+ * mt up to the A tiles' 16 or 32, zeros past k). */
+static inline const unsigned char *block_rows(amx_acts *a, size_t t0, size_t mt, size_t c, long *sa)
+{
+    if (c < a->direct && mt == TOKEN_BLOCK) {
+        *sa = a->stride;
+        return a->row0 + (long)t0 * a->stride + 2 * CHUNK * c;
+    }
+    const size_t left = a->k - CHUNK * c, rows = mt > ROWS ? TOKEN_BLOCK : ROWS;
+    const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
+    uint16_t(*buf)[CHUNK] = a->buf[c % 2];
+    for (size_t i = 0; i < rows; i++)
+        _mm512_store_si512(buf[i], i < mt ? _mm512_maskz_loadu_epi16(mask, a->x[t0 + i] + CHUNK * c)
+                                          : _mm512_setzero_si512());
+    *sa = 2 * CHUNK;
+    return (const unsigned char *)buf[0];
 }
 
 /*
@@ -167,8 +190,9 @@ INLINE void chunk_products(const unsigned char *pa, long sa, const unsigned char
 #define STORE_SUM(t, j) _tile_stored(t, s[j], 64)
 
 /* Where token i's sums against B stream j lie in a sums buffer (tiles 4-7: A0·B2, A0·B3, then
- * for tokens 16-31 A1·B2, A1·B3; one A tile: streams 0-3 in tiles 4-7). */
-INLINE size_t sums_block(size_t i, size_t j) { return (i >= ROWS ? 2 : 0) + j; }
+ * for tokens 16-31 A1·B2, A1·B3; one A tile: streams 0-3 in tiles 4-7; past 31 tokens, which
+ * only groups of at most 2 streams have, each 16 tokens the next two blocks). */
+INLINE size_t sums_block(size_t i, size_t j) { return i / ROWS * 2 + j; }
 
 /* The epilogue of a group of tiles, token by token. Output q of a token is tile q of the
  * group: gate/up from B streams 2q (gate) and 2q + 1 (up), down from stream q. */

@@ -55,26 +55,37 @@ static int64_t tiles_per_item(int64_t tiles, size_t n_spans)
 /* Tiles per call of a set's multi-tile entry when a span has more rows than one call takes:
  * they stay in L2 while every chunk of MR rows runs over them. (A span of at most MR rows
  * passes its whole range in one call.) Runs sized from the L2, as the other sets get, were
- * 1-8 % slower for the MXFP4 sets at 512 and 2048 tokens (bench/NOTES.md, v5). */
+ * 1-8 % slower for the MXFP4 q8 sets at 512 and 2048 tokens (bench/NOTES.md, v5). */
 #define TILES_PER_CALL 4
+
+/* The most tiles of tile_bytes that fit in run_bytes (3/4 of the L2) beside one chunk's mr
+ * rows of row_bytes, at least one. */
+static int64_t tiles_fit(size_t mr, size_t run_bytes, size_t tile_bytes, size_t row_bytes)
+{
+    const size_t chunk = mr * row_bytes;
+    const int64_t n = chunk < run_bytes ? (int64_t)((run_bytes - chunk) / tile_bytes) : 1;
+    return n < 1 ? 1 : n;
+}
 
 /* The tiles [j, j1) one pass of the chunks takes from j: all of them for a span of one chunk
  * (decode: one call per tile, or one call for all with a multi-tile entry); for more rows,
- * TILES_PER_CALL with a multi-tile entry, else as many tiles of tile_bytes as fit in
- * run_bytes (3/4 of the L2) beside one chunk's rows of row_bytes, at least one: the tiles are
- * read from memory once for all chunks, and a chunk's rows once per run rather than once per
- * tile (bench/NOTES.md, v4). */
-static int64_t run_tiles(bool multi, size_t rows, size_t mr, size_t run_bytes, size_t tile_bytes,
-                         size_t row_bytes, int64_t j, int64_t j1)
+ * TILES_PER_CALL with a multi-tile entry — the tile recipe's (tile: its tiles are bf16 or
+ * widened to it, up to 458 KB each) no more than tiles_fit, so a bf16 gate/up run stays in L2
+ * beside the chunk's rows —, else tiles_fit: the tiles are read from memory once for all
+ * chunks, and a chunk's rows once per run rather than once per tile (bench/NOTES.md, v4). */
+static int64_t run_tiles(bool multi, bool tile, size_t rows, size_t mr, size_t run_bytes,
+                         size_t tile_bytes, size_t row_bytes, int64_t j, int64_t j1)
 {
     int64_t want;
     if (rows <= mr) return j1 - j;
     if (multi) {
         want = TILES_PER_CALL;
+        if (tile) {
+            const int64_t fit = tiles_fit(mr, run_bytes, tile_bytes, row_bytes);
+            want = fit < want ? fit : want;
+        }
     } else {
-        const size_t chunk = mr * row_bytes;
-        want = chunk < run_bytes ? (int64_t)((run_bytes - chunk) / tile_bytes) : 1;
-        if (want < 1) want = 1;
+        want = tiles_fit(mr, run_bytes, tile_bytes, row_bytes);
     }
     return j1 - j < want ? j1 - j : want;
 }
@@ -194,8 +205,8 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const unsigned char *tiles = moe_expert_gateup(g, s->copy);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(moe_expert_uses_tiles(ks, true, mr), s->n, mr, g->run_bytes, tb, x_row, j,
-                       j1);
+        nt = run_tiles(moe_expert_uses_tiles(ks, true, mr), ks->recipe == MOE_RECIPE_TILE, s->n, mr,
+                       g->run_bytes, tb, x_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++) {
@@ -225,8 +236,8 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const unsigned char *tiles = moe_expert_down(g, s->copy);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(moe_expert_uses_tiles(ks, false, mr), s->n, mr, g->run_bytes, tb, h_row, j,
-                       j1);
+        nt = run_tiles(moe_expert_uses_tiles(ks, false, mr), ks->recipe == MOE_RECIPE_TILE, s->n,
+                       mr, g->run_bytes, tb, h_row, j, j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)

@@ -14,6 +14,7 @@
 #include "kernels/ref/expert_ref.h"
 #include "kernels/tile_bf16.h"
 #include "test.h"
+#define MAXM 64 /* the set's MR: past 32 tokens, blocks of 32 over each run of widened blocks */
 #include "tile_amx_check.h"
 
 /*
@@ -23,11 +24,11 @@
  * · 2^(s - 127)) from the field values (ldexp; the rounding to bf16 must be exact); acc = +0;
  * per 32-K block acc = moe_tile_bf16_dot_ref(acc, x block, w block, 16); v = acc + bias; gate/up
  * moe_f32_to_bf16(moe_xr_act(v_g, v_u)), down y = v. The AMX set must give those bits (NaN:
- * NaN-ness) for every m = 1..32, token rows in one panel (stride positive or negative) and
- * scattered (the gathered path), tile by tile and through the multi-tile entries; nothing else
- * in h / y is written, nothing past a row's k codes or the tiles is read (both end at an
- * inaccessible page), and the tile state is released. Independently, finite cases are within an
- * error bound of the same sums in float64.
+ * NaN-ness) for every m = 1..64 (its MR: past 32 tokens in blocks of 32, the last one partial),
+ * token rows in one panel (stride positive or negative) and scattered (the gathered path), tile
+ * by tile and through the multi-tile entries; nothing else in h / y is written, nothing past a
+ * row's k codes or the tiles is read (both end at an inaccessible page), and the tile state is
+ * released. Independently, finite cases are within an error bound of the same sums in float64.
  */
 
 #define BLK 32
@@ -299,7 +300,7 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
             }
         rows_free(&R);
     }
-    /* The last call (m = 32, scattered, tiles entry) against float64, finite cases only. */
+    /* The last call (m = MAXM, scattered, tiles entry) against float64, finite cases only. */
     if (c->regime != SPECIALS) bad += check_float64(W, act, hbuf, ybuf, ld);
     return bad;
 }
@@ -312,6 +313,7 @@ int main(void)
 #ifdef MOE_COMPILED_AVX512AMXBF16
     const bool amx = info.allowed.amx_bf16;
     if (!amx) fprintf(stderr, "amx_bf16 not allowed here: the AMX kernels are not run\n");
+    CHECK(moe_expert_mxfp4_tile_32x16__avx512amxbf16.mr == MAXM); /* every m of the set tested */
 #else
     const bool amx = false;
     fprintf(stderr, "no AMX-BF16 kernels in this build: the AMX kernels are not run\n");

@@ -15,7 +15,9 @@
 
 #define ROWS 16
 #define CHUNK 32
-#define MAXM 32
+#ifndef MAXM
+#define MAXM 32 /* tokens per call tested: every m up to the set's MR */
+#endif
 #define MAXK 4096
 #define WANT_LD (ROWS * 8) /* expected outputs per token: up to 8 tiles */
 #define HS_PAD 5           /* outputs past the tiles' in each row, which must stay untouched */
