@@ -322,7 +322,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_FAM_CASES; i++) {
         const fam_case *fc = &fam_cases[i];
         moe_model *m = shared_model(dir, fc->config, 2100 + i);
-        check_layer(m, fc->moe_layer, fc->name);
+        /* llama4's MoE layers are not placed over ranks (test_layer_ep checks the refusal). */
+        if (strcmp(fc->name, "llama4") != 0) check_layer(m, fc->moe_layer, fc->name);
         if (fc->other_layer >= 0) check_layer(m, fc->other_layer, fc->name);
         done_model(m, dir);
     }
