@@ -186,7 +186,7 @@ moe_status moe_cfg_dtype(const moe_cfg *c, moe_model_desc *d)
 {
     /* transformers 5 renamed torch_dtype to dtype; the older name wins when both exist. */
     const char *key = moe_cfg_has(c, "torch_dtype") ? "torch_dtype" : "dtype";
-    const char *dt;
+    const char *dt = NULL;
     moe_status st = moe_cfg_str(c, key, false, "bfloat16", &dt);
     if (st) return st;
     if (!strcmp(dt, "bfloat16"))
