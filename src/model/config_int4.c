@@ -110,17 +110,39 @@ static moe_status read_group(const moe_cfg *q, const char *name, const json_t *v
     return read_weights(&wc, out);
 }
 
+/* What an untrusted config may ask of the regular expression engine: patterns are compiled
+ * once and run against every MLP module name of the model, so their number and length are
+ * bounded, and interval expressions ({m,n}), whose compiled size grows with the counts (and
+ * multiplies when nested), are refused. Released ignore lists use a handful of short
+ * patterns such as ".*self_attn.*". */
+#define IGNORE_MAX_PATTERNS 64
+#define IGNORE_MAX_PATTERN_BYTES 256
+
 static moe_status read_ignore(const moe_cfg *q, moe_cfg_quant_info *out)
 {
     const json_t *ig = json_object_get(q->obj, "ignore");
     if (!ig || json_is_null(ig)) return MOE_OK;
     if (!json_is_array(ig)) return moe_cfg_fail(q, MOE_EJSON, "ignore", "is not an array");
+    size_t n_re = 0;
     for (size_t i = 0; i < json_array_size(ig); i++) {
         const json_t *e = json_array_get(ig, i);
         if (!json_is_string(e))
             return moe_cfg_fail(q, MOE_EJSON, "ignore", "entry %zu is not a string", i);
         const char *s = json_string_value(e);
         if (strncmp(s, "re:", 3)) continue;
+        if (++n_re > IGNORE_MAX_PATTERNS)
+            return moe_cfg_fail(q, MOE_EUNSUPPORTED, "ignore",
+                                "entry %zu: more than %d \"re:\" patterns", i,
+                                IGNORE_MAX_PATTERNS);
+        if (strlen(s + 3) > IGNORE_MAX_PATTERN_BYTES)
+            return moe_cfg_fail(q, MOE_EUNSUPPORTED, "ignore",
+                                "entry %zu: a pattern of %zu bytes (at most %d)", i,
+                                strlen(s + 3), IGNORE_MAX_PATTERN_BYTES);
+        if (strchr(s + 3, '{'))
+            return moe_cfg_fail(q, MOE_EUNSUPPORTED, "ignore",
+                                "entry %zu '%.80s': interval expressions ({m,n}) are not "
+                                "supported in ignore patterns",
+                                i, s);
         regex_t re;
         char *anchored = moe_malloc(strlen(s) + 8);
         if (!anchored) return moe_error(MOE_ENOMEM, "%s: copying an ignore pattern", q->name);

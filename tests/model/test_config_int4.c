@@ -137,6 +137,30 @@ static void test_refused(void)
                 MOE_EMISSING, "'quantization_config.config_groups.g.weights'");
     expect_fail(KIMI(QUANT("", WEIGHTS(""), "\"lm_head\"", "")), MOE_EJSON,
                 "'quantization_config.ignore': is not an array");
+    /* Patterns are bounded: no interval expressions, at most 256 bytes, at most 64. */
+    expect_fail(KIMI(QUANT("", WEIGHTS(""), "[\"lm_head\",\"re:((a{255}){255}){255}\"]", "")),
+                MOE_EUNSUPPORTED, "entry 1 're:((a{255}){255}){255}': interval expressions");
+    {
+        char pat[300], json[4096], ig[1024];
+        memset(pat, 'a', 257);
+        pat[257] = '\0';
+        snprintf(ig, sizeof ig, "[\"re:%s\"]", pat);
+        snprintf(json, sizeof json, KIMI(QUANT("", WEIGHTS(""), "%s", "")), ig);
+        expect_fail(json, MOE_EUNSUPPORTED, "entry 0: a pattern of 257 bytes (at most 256)");
+        pat[256] = '\0'; /* 256 bytes: accepted */
+        snprintf(ig, sizeof ig, "[\"re:%s\"]", pat);
+        snprintf(json, sizeof json, KIMI(QUANT("", WEIGHTS(""), "%s", "")), ig);
+        moe_model_desc d;
+        const moe_status st = parse(json, &d);
+        CHECK_STATUS(st, MOE_OK);
+        if (st == MOE_OK) moe_model_desc_free(&d);
+        size_t n = (size_t)snprintf(ig, sizeof ig, "[");
+        for (int i = 0; i < 65; i++)
+            n += (size_t)snprintf(ig + n, sizeof ig - n, "%s\"re:x%d\"", i ? "," : "", i);
+        snprintf(ig + n, sizeof ig - n, "]");
+        snprintf(json, sizeof json, KIMI(QUANT("", WEIGHTS(""), "%s", "")), ig);
+        expect_fail(json, MOE_EUNSUPPORTED, "entry 64: more than 64 \"re:\" patterns");
+    }
     /* Other families do not read it. */
     expect_fail("{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"num_hidden_layers\":1,"
                 "\"moe_intermediate_size\":32,\"num_experts\":4,\"num_experts_per_tok\":2,"
