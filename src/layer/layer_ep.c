@@ -134,30 +134,6 @@ static moe_status check_io(const char *fn, const moe_layer *l, size_t n, size_t 
 
 #define ROUTE "moe_ep_route"
 
-static moe_status check_token_ids(const moe_layer *l, const moe_forward_args *a)
-{
-    const int index = l->plan.index;
-    if (!a->token_ids)
-        return moe_error(MOE_EINVAL,
-                         ROUTE ": layer %d is hash-routed (tid2eid) and needs the token id of "
-                               "every row: args->token_ids is NULL",
-                         index);
-    const moe_dtype dt = a->token_id_dtype;
-    if (dt != MOE_DTYPE_I32 && dt != MOE_DTYPE_I64)
-        return moe_error(MOE_EDTYPE, ROUTE ": layer %d: args->token_id_dtype %s is not i32 or i64",
-                         index, moe_dtype_name(dt));
-    const int64_t vocab = l->plan.router_params.vocab_size;
-    for (size_t t = 0; t < a->n_tokens; t++) {
-        const int64_t id = dt == MOE_DTYPE_I32 ? ((const int32_t *)a->token_ids)[t]
-                                               : ((const int64_t *)a->token_ids)[t];
-        if (id < 0 || id >= vocab)
-            return moe_error(MOE_ERANGE,
-                             ROUTE ": layer %d: token_ids[%zu] = %lld is outside [0, %lld)", index,
-                             t, (long long)id, (long long)vocab);
-    }
-    return MOE_OK;
-}
-
 moe_status moe_ep_route(const moe_layer *layer, const moe_forward_args *args)
 {
     moe_status st =
@@ -169,7 +145,7 @@ moe_status moe_ep_route(const moe_layer *layer, const moe_forward_args *args)
                   args->ids_out ? "weights_out" : "ids_out", args->workspace, args->workspace_size,
                   need);
     if (st) return st;
-    if (layer->plan.ld->routing.method == MOE_ROUTE_HASH && (st = check_token_ids(layer, args)))
+    if (layer->plan.ld->routing.method == MOE_ROUTE_HASH && (st = moe_layer_check_token_ids(layer, args, ROUTE, "")))
         return st;
     return moe_layer_forward_part(layer, args, MOE_PART_ROUTE, NULL, NULL, NULL);
 }

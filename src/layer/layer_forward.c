@@ -25,26 +25,26 @@ size_t moe_layer_workspace_size(const moe_layer *layer, size_t n_tokens)
 
 /* ---- Validation --------------------------------------------------------------------------- */
 
-static moe_status check_token_ids(const moe_layer *l, const moe_forward_args *a)
+moe_status moe_layer_check_token_ids(const moe_layer *l, const moe_forward_args *a, const char *fn,
+                                     const char *hint)
 {
     const int index = l->plan.index;
     if (!a->token_ids)
         return moe_error(MOE_EINVAL,
-                         FWD ": layer %d is hash-routed (tid2eid) and needs the token id of every "
-                             "row: args->token_ids is NULL (the CLI takes them with --input-ids)",
-                         index);
+                         "%s: layer %d is hash-routed (tid2eid) and needs the token id of every "
+                         "row: args->token_ids is NULL%s",
+                         fn, index, hint);
     const moe_dtype dt = a->token_id_dtype;
     if (dt != MOE_DTYPE_I32 && dt != MOE_DTYPE_I64)
-        return moe_error(MOE_EDTYPE, FWD ": layer %d: args->token_id_dtype %s is not i32 or i64",
+        return moe_error(MOE_EDTYPE, "%s: layer %d: args->token_id_dtype %s is not i32 or i64", fn,
                          index, moe_dtype_name(dt));
     const int64_t vocab = l->plan.router_params.vocab_size;
     for (size_t t = 0; t < a->n_tokens; t++) {
         const int64_t id = dt == MOE_DTYPE_I32 ? ((const int32_t *)a->token_ids)[t]
                                                : ((const int64_t *)a->token_ids)[t];
         if (id < 0 || id >= vocab)
-            return moe_error(MOE_ERANGE,
-                             FWD ": layer %d: token_ids[%zu] = %lld is outside [0, %lld)", index, t,
-                             (long long)id, (long long)vocab);
+            return moe_error(MOE_ERANGE, "%s: layer %d: token_ids[%zu] = %lld is outside [0, %lld)",
+                             fn, index, t, (long long)id, (long long)vocab);
     }
     return MOE_OK;
 }
@@ -97,7 +97,7 @@ static moe_status check_args(const moe_layer *l, const moe_forward_args *a)
 {
     moe_status st = check_rows(FWD, l, a);
     if (st) return st;
-    if (l->plan.moe && l->plan.ld->routing.method == MOE_ROUTE_HASH) return check_token_ids(l, a);
+    if (l->plan.moe && l->plan.ld->routing.method == MOE_ROUTE_HASH) return moe_layer_check_token_ids(l, a, FWD, " (the CLI takes them with --input-ids)");
     return MOE_OK;
 }
 

@@ -208,6 +208,11 @@ moe_status moe_layer_forward_part(const moe_layer *layer, const moe_forward_args
                                   moe_layer_part part, const int32_t *ids, const float *weights,
                                   const float *y);
 
+/* A hash-routed layer's token ids in ARGS: present, I32 or I64, each in [0, vocab); messages
+ * start with FN (the public function) and the NULL one ends with HINT. */
+moe_status moe_layer_check_token_ids(const moe_layer *layer, const moe_forward_args *args,
+                                     const char *fn, const char *hint);
+
 /* The bytes a forward of n_tokens needs (0 for no tokens, and on overflow). */
 size_t moe_layer_plan_workspace(const moe_layer_plan *plan, size_t n_tokens);
 
