@@ -350,7 +350,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
     return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
-/* Every kernel set compiled into this build, declared from the nine enumerators (one per
+/* Every kernel set compiled into this build, declared from the eleven enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
@@ -363,6 +363,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_fp8_tile.inc"
 #include "kernels/expert_mxfp4_tile.inc"
 #include "kernels/expert_int4_q8.inc"
+#include "kernels/expert_int4_tile.inc"
 #undef MOE_KERNEL
 
 #endif
