@@ -718,9 +718,9 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
-    printf("# MXFP4 and INT4 (Q8 and tile recipes), %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm "
-           "%.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f, tdpbf16ps %.1f, "
-           "fma zmm %.1f GOP/s\n",
+    printf("# MXFP4 and INT4 (Q8 and tile recipes), %d thread(s): read %.2f GB/s (%s); peaks "
+           "vpdpbusd zmm %.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f, "
+           "tdpbf16ps %.1f, fma zmm %.1f GOP/s\n",
            threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
            peak[BENCH_DPBUSD_ZMM], peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM],
            peak[BENCH_MADDUBS_ZMM], peak[BENCH_TDPBSSD_K32], peak[BENCH_TDPBF16PS],

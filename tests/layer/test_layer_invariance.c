@@ -197,10 +197,9 @@ static bool same_bits_but_nan(const float *a, const float *b, size_t n)
 static void test_tile(const char *dir, const moe_cpu_caps *caps, const char **names,
                       size_t n_levels)
 {
-    static const char *const families[] = {"deepseek_v3",      "deepseek_v3_fp8",
-                                           "qwen3_moe",        "gpt_oss",
-                                           "gpt_oss_mxfp4",    "deepseek_v4_mxfp4",
-                                           "kimi_k2_int4",     "deepseek_v3_int4"};
+    static const char *const families[] = {"deepseek_v3",  "deepseek_v3_fp8", "qwen3_moe",
+                                           "gpt_oss",      "gpt_oss_mxfp4",   "deepseek_v4_mxfp4",
+                                           "kimi_k2_int4", "deepseek_v3_int4"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const fam_case *fc = NULL;
         for (size_t i = 0; i < N_FAM_CASES; i++)
