@@ -280,13 +280,13 @@ static const moe_kernel *tile_amx_set(moe_kernel_family f)
     return NULL;
 }
 
-/* bf16, FP8 and MXFP4 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
+/* bf16, FP8, MXFP4 and INT4 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
  * avx512amxbf16 of each format's family, the reason naming the arithmetic that runs
  * (tdpbf16ps tiles, or the tile unit's arithmetic as FMA chains, or in portable C). Made-up
  * machines: AMX-BF16 with the OS's grant of the tile data (amx_bf16 allowed) and without it
  * (the CPU's AMX flags, but amx_bf16 not allowed); AVX512-BF16 alone; AVX-512 alone; AVX2
  * alone; nothing. Names spelled out from kernels/expert_bf16_tile.inc,
- * kernels/expert_fp8_tile.inc and kernels/expert_mxfp4_tile.inc. */
+ * kernels/expert_fp8_tile.inc, kernels/expert_mxfp4_tile.inc and kernels/expert_int4_tile.inc. */
 static void test_tile_ladder_of(int fmt)
 {
     const bool fp8 = fmt == MOE_EXPERT_FMT_FP8_BLOCK, mx = fmt == MOE_EXPERT_FMT_MXFP4;
