@@ -217,7 +217,9 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
 }
 
 /* The set: the tile unit and the multi-tile entries at every m, as the MXFP4 one (a decode
- * call's work is the widening, on the vector units either way). */
+ * call's work is the widening, on the vector units either way: at one token of Kimi-K2's
+ * expert it streamed 0.47 of the read floor where the AVX-512 set did 0.40; bench/NOTES.md
+ * v23). */
 MOE_XL_SET(moe_expert_int4_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_MR, MOE_I4T_SET_LAYOUT, .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
