@@ -45,9 +45,10 @@
  * multiply-adds per instruction) or ymm (AVX-VNNI: 32), or for the sets without VNNI
  * vpmaddubsw (ymm: 32, zmm: 64). The tile recipe's MXFP4 sets run beside them on bf16 x and
  * h rows (rounded once, outside the timing, as the layer rounds x once per forward), against
- * tdpbf16ps's peak (AMX-BF16) or the FMA's. The INT4 sets (the q8 recipe's units, f32
- * group scales) join this part at Kimi-K2's expert shape (H = 7168, I = 2048), group 32, bf16
- * scales; their decode counts their packed bytes (5 bits per weight).
+ * tdpbf16ps's peak (AMX-BF16) or the FMA's. The INT4 sets of both recipes (q8: the q8
+ * recipe's units, f32 group scales; tile: the INT4 tile pairs) join this part at Kimi-K2's
+ * expert shape (H = 7168, I = 2048), group 32, bf16 scales; their decode counts their packed
+ * bytes (5 bits per weight).
  *
  * Peaks are bench_util.h's register-only loops (12 chains, each from its own start value).
  * Times are CLOCK_THREAD_CPUTIME_ID on one thread (the machine is shared: CPU time of this
@@ -717,9 +718,9 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
     for (int i = 0; i < BENCH_INSN_COUNT_; i++)
         peak[i] = peak1[i] > 0 && threads > 1 ? mx_peak((bench_insn)i, threads) : peak1[i];
     (void)bench_stream_read_pattern(buf, threads, 2, &mx_pattern);
-    printf("# MXFP4 (Q8 and tile recipes) and INT4 (Q8), %d thread(s): read %.2f GB/s (%s); peaks vpdpbusd zmm "
-           "%.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f, tdpbf16ps %.1f, "
-           "fma zmm %.1f GOP/s\n",
+    printf("# MXFP4 and INT4 (Q8 and tile recipes), %d thread(s): read %.2f GB/s (%s); peaks "
+           "vpdpbusd zmm %.1f, ymm %.1f, vpmaddubsw ymm %.1f, zmm %.1f, tdpbssd k32 %.1f, "
+           "tdpbf16ps %.1f, fma zmm %.1f GOP/s\n",
            threads, read_floor(buf, threads, mx_pattern), bench_read_pattern_name(mx_pattern),
            peak[BENCH_DPBUSD_ZMM], peak[BENCH_DPBUSD_YMM], peak[BENCH_MADDUBS_YMM],
            peak[BENCH_MADDUBS_ZMM], peak[BENCH_TDPBSSD_K32], peak[BENCH_TDPBF16PS],
@@ -730,7 +731,8 @@ static int mx_bench(const moe_kernel *reg, size_t count, uint32_t allowed, const
            "T=16", "T=128", "T=512", "peak of");
     for (size_t r = 0; r < count; r++) {
         const moe_kernel *k = &reg[r];
-        const bool int4 = k->family == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8;
+        const bool int4 = k->family == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8 ||
+                          k->family == MOE_KERNEL_FAMILY_EXPERT_INT4_TILE;
         if (k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 &&
             k->family != MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE && !int4)
             continue;

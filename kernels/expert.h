@@ -63,14 +63,15 @@ typedef enum moe_expert_recipe {
     MOE_RECIPE_Q8 = 2,   /* MXFP4 weights: activations quantised per 32-block to int8 with one
                             f32 scale (prepare_act); exact int32 dot products with the doubled
                             E2M1 values; fp32 accumulation across blocks (below) */
-    MOE_RECIPE_TILE = 3, /* bf16, FP8 and MXFP4 weights: activations rounded to bf16 once per
-                            forward (as BF16); the tile unit's arithmetic, tdpbf16ps, K cut
+    MOE_RECIPE_TILE = 3, /* bf16, FP8, MXFP4 and INT4 weights: activations rounded to bf16 once
+                            per forward (as BF16); the tile unit's arithmetic, tdpbf16ps, K cut
                             every 32 (FP8: per 128-K block, then one scale FMA; MXFP4: each
-                            weight folded with its block scale into one bf16; below) */
+                            weight folded with its block scale into one bf16; INT4: per group of
+                            G, then one FMA with the row's group scale; below) */
 } moe_expert_recipe;
 
 /*
- * The tile recipe (bf16 and FP8 weights), exactly; every ISA gives these bits.
+ * The tile recipe (bf16, FP8, MXFP4 and INT4 weights), exactly; every ISA gives these bits.
  *
  * Activations x are the BF16 recipe's bf16 rows (rounded once per forward); gate/up writes h
  * as bf16 codes, down reads them; y is f32. For each output element (row n of a tile, one
@@ -124,6 +125,26 @@ typedef enum moe_expert_recipe {
  * widened exactly: its packing is refused (MOE_EVALUE), and a layer asked for the tile recipe
  * gives that expert group the Q8 recipe instead, the reason saying so (src/layer/
  * layer_plan.c; docs/kernels.md).
+ *
+ * INT4 group weights (the INT4 tile pairs layout, kernels/ref/expert_int4_tile_layout.h): w_n is
+ * row n's integers q = u - 8 in [-8, 7] (u the stored nibble), each one bf16 exactly, and s_g the
+ * row's scale of group g as an f32 (converted once at packing; G a multiple of 32 dividing K).
+ * Nothing is folded: q · s has up to 3 + 8 significant bits, more than bf16 holds. Each group's
+ * G/32 chunks are summed from +0 as the FP8 weights' blocks are, and the group's sum meets its
+ * scale in one fused multiply-add under MXCSR's defaults (no flush):
+ *
+ *   acc = +0
+ *   for each group g (columns gG .. gG + G - 1):
+ *       C = +0
+ *       for each 32-K chunk c of group g:  C = moe_tile_bf16_dot_ref(C, x + 32c, w_n + 32c, 16)
+ *       acc = fmaf(C, s_g, acc)
+ *   v = acc + bias_n, then the epilogue as above
+ *
+ * (the FP8 structure with a block of G instead of 128 and a scale per row: on the tile unit the
+ * C tiles zeroed per group, one tdpbf16ps per chunk, stored, and the FMA on the vector units with
+ * the 16 rows' scales; the AVX-512 and AVX2 sets put MXCSR back before it). K is a multiple of
+ * 32, so no chunk is padded. A group with scale 0 still runs: an Inf or NaN in its x makes C,
+ * and then acc, NaN.
  *
  * It is not the BF16 recipe's arithmetic: vdpbf16ps takes one chain from the accumulator, odd
  * product then even per pair, while tdpbf16ps, per instruction of at most 16 pairs, runs the
@@ -350,7 +371,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
     return has && (m >= (size_t)ks->tiles_from_m || m <= (size_t)ks->tiles_to_m);
 }
 
-/* Every kernel set compiled into this build, declared from the nine enumerators (one per
+/* Every kernel set compiled into this build, declared from the eleven enumerators (one per
  * format and recipe; each lists its reference first). */
 #define MOE_KERNEL(name, isa, ref) extern const moe_expert_kernels name;
 #include "kernels/expert_bf16_f32.inc"
@@ -363,6 +384,7 @@ static inline bool moe_expert_uses_tiles(const moe_expert_kernels *ks, bool gate
 #include "kernels/expert_fp8_tile.inc"
 #include "kernels/expert_mxfp4_tile.inc"
 #include "kernels/expert_int4_q8.inc"
+#include "kernels/expert_int4_tile.inc"
 #undef MOE_KERNEL
 
 #endif

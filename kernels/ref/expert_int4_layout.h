@@ -69,6 +69,17 @@ moe_status moe_i4_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                 const moe_weight_dst *up);
 moe_status moe_i4_unpack_down(const void *packed, const moe_weight_dst *down);
 
+/* What the INT4 tile recipe's packer (kernels/ref/expert_int4_tile_pack.c) shares with this
+ * one: every check of the np sources made at the door (messages name the projection), a source's
+ * group scale (row r < rows, group g) and bias (0 past the rows or without one) as f32, the
+ * checks of an unpack destination, and an f32 stored in a float dtype (exact for values read
+ * from it). */
+moe_status moe_i4_check_sources(const moe_weight_src *const *src, int np);
+float moe_i4_scale_at(const moe_weight_src *s, int64_t r, int64_t g);
+float moe_i4_bias_at(const moe_weight_src *s, int64_t r);
+moe_status moe_i4_check_dst(const moe_weight_dst *d, const char *what);
+void moe_i4_store_float(unsigned char *p, moe_dtype d, float v);
+
 /* The fields of a moe_expert_kernels initializer every INT4 set shares (the Q8 rows are
  * MXFP4's). */
 #define MOE_I4_SET_LAYOUT                                                                          \

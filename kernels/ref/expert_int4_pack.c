@@ -59,7 +59,7 @@ static float load_float(const unsigned char *p, moe_dtype d)
     return d == MOE_DTYPE_BF16 ? moe_bf16_to_f32(c) : moe_f16_to_f32(c);
 }
 
-static void store_float(unsigned char *p, moe_dtype d, float v)
+void moe_i4_store_float(unsigned char *p, moe_dtype d, float v)
 {
     if (d == MOE_DTYPE_F32) {
         memcpy(p, &v, sizeof v);
@@ -70,14 +70,14 @@ static void store_float(unsigned char *p, moe_dtype d, float v)
 }
 
 /* The scale of row r (< rows) for column group g. */
-static float scale_at(const moe_weight_src *s, int64_t r, int64_t g)
+float moe_i4_scale_at(const moe_weight_src *s, int64_t r, int64_t g)
 {
     const size_t es = dtype_bytes(s->scale_dtype);
     return load_float((const unsigned char *)s->scale + (r * s->scale_stride + g) * (int64_t)es,
                       s->scale_dtype);
 }
 
-static float bias_at(const moe_weight_src *s, int64_t r)
+float moe_i4_bias_at(const moe_weight_src *s, int64_t r)
 {
     if (!s->bias || r >= s->rows) return 0.0f;
     const size_t es = dtype_bytes(s->bias_dtype);
@@ -153,7 +153,7 @@ static moe_status check_scales(const moe_weight_src *s, const char *what)
     const int64_t ng = s->cols / s->block_cols;
     for (int64_t r = 0; r < s->rows; r++)
         for (int64_t g = 0; g < ng; g++) {
-            const float v = scale_at(s, r, g);
+            const float v = moe_i4_scale_at(s, r, g);
             if (!isfinite(v))
                 return moe_error(MOE_EVALUE,
                                  "%s: group scale %s at row %lld, group %lld (columns "
@@ -165,7 +165,7 @@ static moe_status check_scales(const moe_weight_src *s, const char *what)
     return MOE_OK;
 }
 
-static moe_status check_all(const moe_weight_src *const *src, int np)
+moe_status moe_i4_check_sources(const moe_weight_src *const *src, int np)
 {
     for (int p = 0; p < np; p++) {
         moe_status st = check_src(src[p], proj_names[np - 1][p]);
@@ -189,7 +189,7 @@ static void pack_scales(const moe_weight_src *s, int64_t r0, int64_t b, unsigned
     const int64_t g = b * BLK / s->block_cols;
     float v[NR];
     for (int n = 0; n < NR; n++)
-        v[n] = r0 + n < s->rows ? scale_at(s, r0 + n, g) : 0.0f;
+        v[n] = r0 + n < s->rows ? moe_i4_scale_at(s, r0 + n, g) : 0.0f;
     memcpy(at, v, sizeof v);
 }
 
@@ -199,7 +199,7 @@ static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsi
     float bias[2 * NR];
     for (int p = 0; p < np; p++)
         for (int n = 0; n < NR; n++)
-            bias[p * NR + n] = bias_at(src[p], r0 + n);
+            bias[p * NR + n] = moe_i4_bias_at(src[p], r0 + n);
     memcpy(tile, bias, moe_mx_bias_bytes(np));
     for (size_t b = 0; b < nb; b++)
         for (int p = 0; p < np; p++) {
@@ -211,7 +211,7 @@ static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsi
 static moe_status pack(const moe_weight_src *const *src, int np, void *dst)
 {
     if (!dst) return moe_error(MOE_EINVAL, "%s: the destination is NULL", proj_names[np - 1][0]);
-    moe_status st = check_all(src, np);
+    moe_status st = moe_i4_check_sources(src, np);
     if (st) return st;
     const int64_t rows = src[0]->rows;
     const size_t tb = tile_bytes(src[0]->cols, np);
@@ -232,7 +232,7 @@ moe_status moe_i4_pack_down(const moe_weight_src *down, void *dst) { return pack
 
 /* The destination: data [rows, cols/2] bytes (dtype I32, U8 or I8: the same bytes), scale
  * [rows, cols/G] of a float dtype (G = block_cols), bias optional. */
-static moe_status check_dst(const moe_weight_dst *d, const char *what)
+moe_status moe_i4_check_dst(const moe_weight_dst *d, const char *what)
 {
     if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
     if (d->rows < 1 || d->cols < 1 || d->cols > MOE_MX_MAX_K || d->cols % BLK != 0)
@@ -278,14 +278,14 @@ static void unpack_one(const unsigned char *packed, int np, int p, const moe_wei
             if (b % gb == 0) {
                 float v;
                 memcpy(&v, tile + moe_i4_scales_at(np, nb, b, p) + n * sizeof v, sizeof v);
-                store_float(sc + ((size_t)r * ng + b / gb) * sb, d->scale_dtype, v);
+                moe_i4_store_float(sc + ((size_t)r * ng + b / gb) * sb, d->scale_dtype, v);
             }
         }
         if (d->bias) {
             float v;
             memcpy(&v, tile + ((size_t)p * NR + n) * sizeof v, sizeof v);
-            store_float((unsigned char *)d->bias + (size_t)r * dtype_bytes(d->bias_dtype),
-                        d->bias_dtype, v);
+            moe_i4_store_float((unsigned char *)d->bias + (size_t)r * dtype_bytes(d->bias_dtype),
+                               d->bias_dtype, v);
         }
     }
 }
@@ -294,7 +294,7 @@ static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, i
 {
     if (!packed) return moe_error(MOE_EINVAL, "unpack: the packed bytes are NULL");
     for (int p = 0; p < np; p++) {
-        moe_status st = check_dst(dst[p], proj_names[np - 1][p]);
+        moe_status st = moe_i4_check_dst(dst[p], proj_names[np - 1][p]);
         if (st) return st;
     }
     if (np == 2 && (dst[0]->rows != dst[1]->rows || dst[0]->cols != dst[1]->cols))

@@ -40,8 +40,8 @@ static void put(text *t, const char *fmt, ...)
     }
 }
 
-/* What the recipe line adds for the groups that run q8: INT4 groups (their one recipe so far)
- * and MXFP4 ones (tile when asked, unless a block scale has no bf16). */
+/* What the recipe line adds for the groups that run q8: INT4 and MXFP4 ones (tile when asked;
+ * MXFP4 then keeps q8 where a block scale has no bf16, INT4 always takes it). */
 static const char *q8_groups_note(const moe_layer_plan *p)
 {
     bool int4 = false, mx = false;
@@ -53,12 +53,10 @@ static const char *q8_groups_note(const moe_layer_plan *p)
         else
             mx = true;
     }
-    if (!mx) return int4 ? "; int4 groups: q8, their one recipe" : "";
+    if (!mx) return int4 ? "; int4 groups: q8 (tile when asked)" : "";
     if (p->recipe == MOE_RECIPE_TILE)
-        return int4 ? "; int4 groups: q8, their one recipe; mxfp4 groups with a block scale bf16 "
-                      "cannot hold: q8"
-                    : "; mxfp4 groups with a block scale bf16 cannot hold: q8";
-    return int4 ? "; int4 groups: q8, their one recipe; mxfp4 groups: q8 (tile when asked)"
+        return "; mxfp4 groups with a block scale bf16 cannot hold: q8";
+    return int4 ? "; int4 groups: q8 (tile when asked); mxfp4 groups: q8 (tile when asked)"
                 : "; mxfp4 groups: q8 (tile when asked)";
 }
 

@@ -222,9 +222,9 @@ static moe_status select_group(const moe_layer_plan *p, moe_layer_group_plan *g,
     prob.activation = (int)g->mlp.activation;
     prob.has_bias = g->mlp.has_bias;
     const bool mx = g->mlp.format == MOE_WFMT_MXFP4;
-    prob.recipe = (mx && p->recipe != MOE_RECIPE_TILE) || g->mlp.format == MOE_WFMT_INT4_GROUP
-                      ? MOE_RECIPE_Q8
-                      : p->recipe;
+    /* MXFP4 and INT4 groups run q8 unless the tile recipe is asked for (neither has bf16). */
+    const bool q4 = mx || g->mlp.format == MOE_WFMT_INT4_GROUP;
+    prob.recipe = q4 && p->recipe != MOE_RECIPE_TILE ? MOE_RECIPE_Q8 : p->recipe;
     prob.mx_scales_unfoldable = mx && p->recipe == MOE_RECIPE_TILE && scales_unfoldable(g);
     moe_expert_choice c;
     moe_status st = moe_select_experts(&p->allowed, &prob, &c);

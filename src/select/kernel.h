@@ -51,6 +51,8 @@ typedef enum moe_kernel_family {
     MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE = 24,
     /* Expert MLP kernel sets for INT4 group weights (compressed-tensors), Q8 recipe. */
     MOE_KERNEL_FAMILY_EXPERT_INT4_Q8 = 25,
+    /* Expert MLP kernel sets for INT4 group weights, tile recipe. */
+    MOE_KERNEL_FAMILY_EXPERT_INT4_TILE = 26,
     MOE_KERNEL_FAMILY_COUNT_
 } moe_kernel_family;
 

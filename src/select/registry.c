@@ -130,6 +130,10 @@ static const moe_kernel registry[] = {
     {#name, MOE_KERNEL_FAMILY_EXPERT_INT4_Q8, isa, {.expert_set = &name}, {.expert_set = &ref}},
 #include "kernels/expert_int4_q8.inc"
 #undef MOE_KERNEL
+#define MOE_KERNEL(name, isa, ref)                                                                 \
+    {#name, MOE_KERNEL_FAMILY_EXPERT_INT4_TILE, isa, {.expert_set = &name}, {.expert_set = &ref}},
+#include "kernels/expert_int4_tile.inc"
+#undef MOE_KERNEL
 };
 
 static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
@@ -159,6 +163,7 @@ static const char *const family_names[MOE_KERNEL_FAMILY_COUNT_] = {
     [MOE_KERNEL_FAMILY_EXPERT_FP8_TILE] = "expert_fp8_tile",
     [MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE] = "expert_mxfp4_tile",
     [MOE_KERNEL_FAMILY_EXPERT_INT4_Q8] = "expert_int4_q8",
+    [MOE_KERNEL_FAMILY_EXPERT_INT4_TILE] = "expert_int4_tile",
 };
 
 const char *moe_kernel_family_name(moe_kernel_family family)

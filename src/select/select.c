@@ -136,7 +136,9 @@ static moe_kernel_family expert_family(int format, moe_expert_recipe recipe)
     if (format == MOE_EXPERT_FMT_MXFP4)
         return recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE
                                          : MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8;
-    if (format == MOE_EXPERT_FMT_INT4_GROUP) return MOE_KERNEL_FAMILY_EXPERT_INT4_Q8;
+    if (format == MOE_EXPERT_FMT_INT4_GROUP)
+        return recipe == MOE_RECIPE_TILE ? MOE_KERNEL_FAMILY_EXPERT_INT4_TILE
+                                         : MOE_KERNEL_FAMILY_EXPERT_INT4_Q8;
     /* f16 widens exactly to f32, so both pack to the f32 sets' tiles; their one recipe is f32. */
     if (format == MOE_EXPERT_FMT_F32 || format == MOE_EXPERT_FMT_F16)
         return MOE_KERNEL_FAMILY_EXPERT_F32_F32;
@@ -183,8 +185,8 @@ static moe_status check_mxfp4_problem(const moe_expert_problem *p)
 }
 
 /* INT4 group weights: packed nibbles (i32 words as checkpoints store them, or u8 / i8), bf16,
- * f16 or f32 group scales, K multiples of 32, and the Q8 recipe as MXFP4 (F32 stands for "no
- * preference"; BF16 and TILE refused: the tile recipe for INT4 is not written yet). */
+ * f16 or f32 group scales, K multiples of 32, and the Q8 or TILE recipe as MXFP4 (F32 stands for
+ * "no preference": Q8; BF16 refused). */
 static moe_status check_int4_problem(const moe_expert_problem *p)
 {
     if (p->weight_dtype != MOE_DTYPE_I32 && p->weight_dtype != MOE_DTYPE_U8 &&
@@ -198,11 +200,10 @@ static moe_status check_int4_problem(const moe_expert_problem *p)
         return moe_error(MOE_EDTYPE,
                          "moe_select_experts: INT4 group scales of dtype %s, not bf16, f16 or f32",
                          moe_dtype_name(p->scale_dtype));
-    if (p->recipe == MOE_RECIPE_BF16 || p->recipe == MOE_RECIPE_TILE)
+    if (p->recipe == MOE_RECIPE_BF16)
         return moe_error(MOE_EUNSUPPORTED,
-                         "moe_select_experts: INT4 expert weights have no %s recipe (their "
-                         "recipe is q8)",
-                         p->recipe == MOE_RECIPE_BF16 ? "bf16" : "tile");
+                         "moe_select_experts: INT4 expert weights have no bf16 recipe (their "
+                         "recipes are q8 and tile)");
     if (p->hidden >= 1 && p->intermediate >= 1 &&
         (p->hidden % MOE_EXPERT_MXBLOCK != 0 || p->intermediate % MOE_EXPERT_MXBLOCK != 0))
         return moe_error(MOE_ESHAPE,

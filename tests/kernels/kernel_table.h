@@ -44,6 +44,7 @@ static inline bool same_fn(moe_kernel_family f, moe_kernel_fn a, moe_kernel_fn b
     case MOE_KERNEL_FAMILY_EXPERT_FP8_TILE:
     case MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE: return a.expert_set == b.expert_set;
     case MOE_KERNEL_FAMILY_EXPERT_INT4_Q8: return a.expert_set == b.expert_set;
+    case MOE_KERNEL_FAMILY_EXPERT_INT4_TILE: return a.expert_set == b.expert_set;
     case MOE_KERNEL_FAMILY_GATE_XF32_WF32:
     case MOE_KERNEL_FAMILY_GATE_XF32_WBF16:
     case MOE_KERNEL_FAMILY_GATE_XF32_WF16:

@@ -138,8 +138,8 @@ static moe_expert_problem int4_problem(moe_expert_recipe recipe)
     return p;
 }
 
-/* The INT4 ladder is MXFP4's without the AMX-INT8 set (the tile recipe for INT4 is a later
- * step): the same names with int4, the same instructions in the reason. */
+/* The Q8 INT4 ladder is MXFP4's without the AMX-INT8 set: the same names with int4, the same
+ * instructions in the reason (the tile recipe's ladder: test_tile_ladder_of). */
 static void test_int4_ladder(const moe_cpu_caps *caps, size_t ncaps)
 {
     for (size_t c = 0; c < ncaps; c++) {
@@ -280,18 +280,20 @@ static const moe_kernel *tile_amx_set(moe_kernel_family f)
     return NULL;
 }
 
-/* bf16, FP8 and MXFP4 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
+/* bf16, FP8, MXFP4 and INT4 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
  * avx512amxbf16 of each format's family, the reason naming the arithmetic that runs
  * (tdpbf16ps tiles, or the tile unit's arithmetic as FMA chains, or in portable C). Made-up
  * machines: AMX-BF16 with the OS's grant of the tile data (amx_bf16 allowed) and without it
  * (the CPU's AMX flags, but amx_bf16 not allowed); AVX512-BF16 alone; AVX-512 alone; AVX2
  * alone; nothing. Names spelled out from kernels/expert_bf16_tile.inc,
- * kernels/expert_fp8_tile.inc and kernels/expert_mxfp4_tile.inc. */
+ * kernels/expert_fp8_tile.inc, kernels/expert_mxfp4_tile.inc and kernels/expert_int4_tile.inc. */
 static void test_tile_ladder_of(int fmt)
 {
     const bool fp8 = fmt == MOE_EXPERT_FMT_FP8_BLOCK, mx = fmt == MOE_EXPERT_FMT_MXFP4;
+    const bool i4 = fmt == MOE_EXPERT_FMT_INT4_GROUP;
     const moe_kernel_family fam = fp8  ? MOE_KERNEL_FAMILY_EXPERT_FP8_TILE
                                   : mx ? MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE
+                                  : i4 ? MOE_KERNEL_FAMILY_EXPERT_INT4_TILE
                                        : MOE_KERNEL_FAMILY_EXPERT_BF16_TILE;
     const moe_kernel *amx = tile_amx_set(fam);
     const char *fma = "recipe tile (bf16 activations, the tile unit's arithmetic as two FMA chains "
@@ -314,12 +316,14 @@ static void test_tile_ladder_of(int fmt)
         const moe_cpu_caps norm = moe_cpu_caps_normalize(cases[c].caps);
         const char *want = fp8  ? "moe_expert_fp8_tile_8x16__ref"
                            : mx ? "moe_expert_mxfp4_tile_8x16__ref"
+                           : i4 ? "moe_expert_int4_tile_8x16__ref"
                                 : "moe_expert_bf16_tile_8x16__ref";
         const char *recipe = "the tile unit's arithmetic in portable C";
 #ifdef MOE_COMPILED_AVX2
         if (norm.avx2)
             want = fp8  ? "moe_expert_fp8_tile_4x16__avx2"
                    : mx ? "moe_expert_mxfp4_tile_4x16__avx2"
+                   : i4 ? "moe_expert_int4_tile_4x16__avx2"
                         : "moe_expert_bf16_tile_4x16__avx2",
             recipe = fma;
 #endif
@@ -327,6 +331,7 @@ static void test_tile_ladder_of(int fmt)
         if (norm.avx2 && norm.avx512)
             want = fp8  ? "moe_expert_fp8_tile_12x16__avx512"
                    : mx ? "moe_expert_mxfp4_tile_12x16__avx512"
+                   : i4 ? "moe_expert_int4_tile_12x16__avx512"
                         : "moe_expert_bf16_tile_12x16__avx512",
             recipe = fma;
 #endif
@@ -334,7 +339,9 @@ static void test_tile_ladder_of(int fmt)
             want = amx->name;
             recipe = "recipe tile (activations rounded to bf16, tdpbf16ps tiles), as requested";
         }
-        moe_expert_problem p = mx ? mxfp4_problem(MOE_RECIPE_TILE) : problem(fmt, MOE_RECIPE_TILE);
+        moe_expert_problem p = mx   ? mxfp4_problem(MOE_RECIPE_TILE)
+                               : i4 ? int4_problem(MOE_RECIPE_TILE)
+                                    : problem(fmt, MOE_RECIPE_TILE);
         moe_expert_choice ch;
         CHECK_STATUS(moe_select_experts(&cases[c].caps, &p, &ch), MOE_OK);
         CHECKF(!strcmp(ch.set->name, want), "%s: %s, want %s", cases[c].what, ch.set->name, want);
@@ -355,6 +362,25 @@ static void test_tile_ladder_of(int fmt)
             moe_expert_choice ch2;
             CHECK_STATUS(moe_select_experts(&cases[c].caps, &q, &ch2), MOE_OK);
             CHECK(ch2.set == ch.set && !strcmp(ch2.reason, ch.reason));
+        }
+        if (i4) {
+            /* INT4: every scale dtype takes the tile; q8 asked for, or no preference, keeps q8. */
+            const moe_dtype sd[] = {MOE_DTYPE_F16, MOE_DTYPE_F32};
+            for (size_t d = 0; d < 2; d++) {
+                moe_expert_problem q = p;
+                q.scale_dtype = sd[d];
+                moe_expert_choice ch2;
+                CHECK_STATUS(moe_select_experts(&cases[c].caps, &q, &ch2), MOE_OK);
+                CHECK(ch2.set == ch.set);
+            }
+            const moe_expert_recipe others[] = {MOE_RECIPE_Q8, MOE_RECIPE_F32};
+            for (size_t o = 0; o < 2; o++) {
+                moe_expert_problem q = int4_problem(others[o]);
+                CHECK_STATUS(moe_select_experts(&cases[c].caps, &q, &ch), MOE_OK);
+                CHECK(ch.recipe == MOE_RECIPE_Q8 &&
+                      ch.kernel->family == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8);
+                CHECK(strstr(ch.reason, "requested") == NULL);
+            }
         }
         if (!mx) continue;
         /* MXFP4 with a block scale outside 2^-125..2^125: the Q8 set of the same machine,
@@ -384,6 +410,7 @@ static void test_tile_ladder(void)
     test_tile_ladder_of(MOE_EXPERT_FMT_BF16);
     test_tile_ladder_of(MOE_EXPERT_FMT_FP8_BLOCK);
     test_tile_ladder_of(MOE_EXPERT_FMT_MXFP4);
+    test_tile_ladder_of(MOE_EXPERT_FMT_INT4_GROUP);
 }
 
 static void test_ladder(void)
@@ -578,17 +605,16 @@ static void test_errors(void)
     p.hidden = (int64_t)1 << 41;
     expect_error(&caps, &p, MOE_EOVERFLOW, "hidden 2199023255552");
 
-    /* INT4: words, scales, the 32-block, and the recipe (no bf16 or tile recipe yet). */
+    /* INT4: words, scales, the 32-block, and the recipe (no bf16 recipe). */
     p = int4_problem(MOE_RECIPE_Q8);
     p.weight_dtype = MOE_DTYPE_BF16;
     expect_error(&caps, &p, MOE_EDTYPE, "INT4 expert weights of dtype bf16");
     p = int4_problem(MOE_RECIPE_Q8);
     p.scale_dtype = MOE_DTYPE_F8_E8M0;
     expect_error(&caps, &p, MOE_EDTYPE, "INT4 group scales of dtype f8_e8m0");
-    p = int4_problem(MOE_RECIPE_TILE);
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "INT4 expert weights have no tile recipe");
     p = int4_problem(MOE_RECIPE_BF16);
-    expect_error(&caps, &p, MOE_EUNSUPPORTED, "INT4 expert weights have no bf16 recipe");
+    expect_error(&caps, &p, MOE_EUNSUPPORTED,
+                 "INT4 expert weights have no bf16 recipe (their recipes are q8 and tile)");
     p = int4_problem(MOE_RECIPE_Q8);
     p.intermediate = 2048 + 8;
     expect_error(&caps, &p, MOE_ESHAPE, "INT4 hidden 7168 and intermediate 2056");

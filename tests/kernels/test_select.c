@@ -43,7 +43,8 @@ static bool is_expert(moe_kernel_family f)
            f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
            f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_F32_F32 ||
            f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE ||
-           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE || f == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8;
+           f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE || f == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8 ||
+           f == MOE_KERNEL_FAMILY_EXPERT_INT4_TILE;
 }
 
 static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
@@ -52,9 +53,9 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
     const bool fp8 = f == MOE_KERNEL_FAMILY_EXPERT_FP8_F32 ||
                      f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16 ||
                      f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE;
-    const bool tile = f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE ||
-                      f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE ||
-                      f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE;
+    const bool tile =
+        f == MOE_KERNEL_FAMILY_EXPERT_BF16_TILE || f == MOE_KERNEL_FAMILY_EXPERT_FP8_TILE ||
+        f == MOE_KERNEL_FAMILY_EXPERT_MXFP4_TILE || f == MOE_KERNEL_FAMILY_EXPERT_INT4_TILE;
     const bool bf16 =
         f == MOE_KERNEL_FAMILY_EXPERT_BF16_BF16 || f == MOE_KERNEL_FAMILY_EXPERT_FP8_BF16;
     moe_expert_problem p = {
@@ -73,11 +74,11 @@ static moe_status select_expert(moe_kernel_family f, const moe_cpu_caps *caps,
         p.scale_dtype = MOE_DTYPE_F8_E8M0;
         p.recipe = tile ? MOE_RECIPE_TILE : MOE_RECIPE_Q8;
     }
-    if (f == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8) {
+    if (f == MOE_KERNEL_FAMILY_EXPERT_INT4_Q8 || f == MOE_KERNEL_FAMILY_EXPERT_INT4_TILE) {
         p.format = MOE_EXPERT_FMT_INT4_GROUP;
         p.weight_dtype = MOE_DTYPE_I32;
         p.scale_dtype = MOE_DTYPE_BF16;
-        p.recipe = MOE_RECIPE_Q8;
+        p.recipe = tile ? MOE_RECIPE_TILE : MOE_RECIPE_Q8;
     }
     if (f == MOE_KERNEL_FAMILY_EXPERT_F32_F32) {
         p.format = MOE_EXPERT_FMT_F32;

@@ -188,16 +188,18 @@ static bool same_bits_but_nan(const float *a, const float *b, size_t n)
     return true;
 }
 
-/* The tile recipe on bf16, FP8 and MXFP4 experts (routed, shared and dense groups: DeepSeek-V3
- * in bf16 and FP8; gpt-oss's stacked tensors and biases, in bf16 and MXFP4; DeepSeek-V4's MXFP4
- * routed experts beside FP8 shared ones): at every level tokens alone = batches of 1..300
+/* The tile recipe on bf16, FP8, MXFP4 and INT4 experts (routed, shared and dense groups:
+ * DeepSeek-V3 in bf16, FP8 and INT4; gpt-oss's stacked tensors and biases, in bf16 and MXFP4;
+ * DeepSeek-V4's MXFP4 routed experts beside FP8 shared ones; Kimi-K2's INT4 experts, group 32):
+ * at every level tokens alone = batches of 1..300
  * (best level; 64 above the reference, 32 on it) = 1 and 2 threads, and the same bits at every
  * level, the portable reference's included. */
 static void test_tile(const char *dir, const moe_cpu_caps *caps, const char **names,
                       size_t n_levels)
 {
-    static const char *const families[] = {"deepseek_v3", "deepseek_v3_fp8", "qwen3_moe",
-                                           "gpt_oss",     "gpt_oss_mxfp4",   "deepseek_v4_mxfp4"};
+    static const char *const families[] = {"deepseek_v3",  "deepseek_v3_fp8", "qwen3_moe",
+                                           "gpt_oss",      "gpt_oss_mxfp4",   "deepseek_v4_mxfp4",
+                                           "kimi_k2_int4", "deepseek_v3_int4"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const fam_case *fc = NULL;
         for (size_t i = 0; i < N_FAM_CASES; i++)

@@ -471,14 +471,14 @@ static void run_level(const moe_model *m, ref_layer *r, const fam_case *fc,
         const moe_expert_group *g0 = l->routed ? l->routed : l->always;
         const char *rname = fx_recipe_name(g0->ks->recipe);
         /* MXFP4 groups run the tile recipe when it is asked (the fixtures' scales, 2^-8 ..
-         * 2^-6, fold into bf16) and Q8 otherwise, INT4 groups their one, Q8, and f32 / f16
-         * groups theirs, F32; the others the asked one. */
+         * 2^-6, fold into bf16) and Q8 otherwise, INT4 groups likewise (any finite scale), and
+         * f32 / f16 groups theirs, F32; the others the asked one. */
         bool all_f32 = true;
         for (const moe_expert_group *g = g0; g; g = g == l->always ? NULL : l->always) {
             const int f = g->ks->format;
             all_f32 = all_f32 && f == MOE_EXPERT_FMT_F32;
             const bool tile = recipe == MOE_RECIPE_TILE;
-            const bool q8 = (f == MOE_EXPERT_FMT_MXFP4 && !tile) || f == MOE_EXPERT_FMT_INT4_GROUP;
+            const bool q8 = (f == MOE_EXPERT_FMT_MXFP4 || f == MOE_EXPERT_FMT_INT4_GROUP) && !tile;
             CHECKF(g->ks->recipe == (q8                        ? MOE_RECIPE_Q8
                                      : f == MOE_EXPERT_FMT_F32 ? MOE_RECIPE_F32
                                                                : (moe_expert_recipe)recipe),
