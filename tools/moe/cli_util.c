@@ -19,20 +19,31 @@ void cli_args_init(cli_args *a, const char *prog, int argc, char **argv)
 
 const char *cli_peek(const cli_args *a) { return a->i < a->argc ? a->argv[a->i] : NULL; }
 
+/* The line is built first and written with one call: several processes writing to one
+ * stream (mpirun's ranks) then do not interleave inside each other's lines. A message longer
+ * than the buffer goes out in buffer-sized pieces. */
 void cli_print_error(const char *prog, const char *message)
 {
-    fprintf(stderr, "%s: ", prog);
-    for (const unsigned char *p = (const unsigned char *)message; *p; p++) {
+    char line[8192];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s: ", prog);
+    if (n >= sizeof line) n = sizeof line - 1;
+    for (const unsigned char *p = (const unsigned char *)message;; p++) {
+        if (n + 5 > sizeof line) { /* room for the longest escape and the newline */
+            fwrite(line, 1, n, stderr);
+            n = 0;
+        }
+        if (!*p) break;
         if (*p == '\n')
-            fputs("\\n", stderr);
+            n += (size_t)snprintf(line + n, sizeof line - n, "\\n");
         else if (*p == '\t')
-            fputs("\\t", stderr);
+            n += (size_t)snprintf(line + n, sizeof line - n, "\\t");
         else if (*p < 0x20 || *p == 0x7F)
-            fprintf(stderr, "\\x%02X", *p);
+            n += (size_t)snprintf(line + n, sizeof line - n, "\\x%02X", *p);
         else
-            fputc(*p, stderr);
+            line[n++] = (char)*p;
     }
-    fputc('\n', stderr);
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr);
 }
 
 static int vfail(const char *prog, int code, const char *fmt, va_list ap)
