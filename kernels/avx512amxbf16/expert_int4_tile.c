@@ -39,14 +39,6 @@ typedef struct i4_streams {
     const unsigned char *codes[4], *scale[4];
 } i4_streams;
 
-/* A pending scale step: acc = fma(C, s, acc) (acc = +0 first) for each token and stream. */
-typedef struct scale_step {
-    const float (*s)[ROWS][ROWS]; /* C, the stored sum tiles */
-    float (*acc)[ROWS][ROWS];     /* the totals, in the same order */
-    __m512 sc[4];                 /* each stream's 16 rows' scales of the group */
-    size_t nb, m, next;           /* streams, tokens, and the next token */
-    bool first;                   /* group 0: acc = +0 before */
-} scale_step;
 
 /* A call: its tokens, the B buffers, the totals and the pending vector work. */
 typedef struct i4_call {
@@ -59,22 +51,6 @@ typedef struct i4_call {
     scale_step sc;
     epilogue e;
 } i4_call;
-
-INLINE void scale_token(const scale_step *s, size_t i)
-{
-    for (size_t j = 0; j < s->nb; j++) {
-        const size_t blk = sums_block(i, j);
-        float *acc = s->acc[blk][i % ROWS];
-        const __m512 prev = s->first ? _mm512_setzero_ps() : _mm512_load_ps(acc);
-        _mm512_store_ps(acc, _mm512_fmadd_ps(_mm512_load_ps(s->s[blk][i % ROWS]), s->sc[j], prev));
-    }
-}
-
-static void scale_finish(scale_step *s)
-{
-    while (s->next < s->m)
-        scale_token(s, s->next++);
-}
 
 /* The vector work after a chunk's products: units tokens of the scale step, then (the scale
  * step done, so the epilogue's group has all its blocks) one token of the epilogue. */

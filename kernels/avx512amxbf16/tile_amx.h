@@ -194,6 +194,32 @@ INLINE void chunk_products(const unsigned char *pa, long sa, const unsigned char
  * only groups of at most 2 streams have, each 16 tokens the next two blocks). */
 INLINE size_t sums_block(size_t i, size_t j) { return i / ROWS * 2 + j; }
 
+/* A pending scale step of the sets whose sums start from +0 per scale block (FP8: a 128-K
+ * block, INT4: a group): acc = fma(C, s, acc) (acc = +0 first) for each token and stream. */
+typedef struct scale_step {
+    const float (*s)[ROWS][ROWS]; /* C, the stored sum tiles */
+    float (*acc)[ROWS][ROWS];     /* the totals, in the same order */
+    __m512 sc[4];                 /* each stream's scales of the block */
+    size_t nb, m, next;           /* streams, tokens, and the next token */
+    bool first;                   /* the first block: acc = +0 before */
+} scale_step;
+
+INLINE void scale_token(const scale_step *s, size_t i)
+{
+    for (size_t j = 0; j < s->nb; j++) {
+        const size_t blk = sums_block(i, j);
+        float *acc = s->acc[blk][i % ROWS];
+        const __m512 prev = s->first ? _mm512_setzero_ps() : _mm512_load_ps(acc);
+        _mm512_store_ps(acc, _mm512_fmadd_ps(_mm512_load_ps(s->s[blk][i % ROWS]), s->sc[j], prev));
+    }
+}
+
+static inline void scale_finish(scale_step *s)
+{
+    while (s->next < s->m)
+        scale_token(s, s->next++);
+}
+
 /* The epilogue of a group of tiles, token by token. Output q of a token is tile q of the
  * group: gate/up from B streams 2q (gate) and 2q + 1 (up), down from stream q. */
 typedef struct epilogue {
