@@ -2,7 +2,10 @@
 """Run the MoE blocks of a Hugging Face transformers model with libmoe.
 
 ``patch(model)`` replaces the MoE block of every MoE layer of a loaded transformers model
-(DeepSeek-V2, DeepSeek-V3 / Kimi-K2, DeepSeek-V4, Qwen3-MoE, Mixtral, gpt-oss) with a
+(DeepSeek-V2, DeepSeek-V3 / Kimi-K2, DeepSeek-V4, Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3.2,
+GLM-4.5 / GLM-5 / GLM-4.7-Flash, MiniMax-M2, Qwen3-Next, ERNIE-4.5; and the language model of
+the vision-language Kimi-K2.5, Qwen3.5-MoE and Llama-4, whole or as their text-only
+``Qwen3_5MoeForCausalLM`` / ``Llama4ForCausalLM`` loaded from the same folder) with a
 ``LibmoeBlock``: a ``torch.nn.Module`` that runs libmoe's layer, built from the same
 checkpoint, and keeps the block's forward contract, so ``model(...)`` and
 ``model.generate(...)`` run with libmoe's MoE blocks. ``unpatch(model)`` puts the original
@@ -10,11 +13,15 @@ blocks back. Everything it cannot serve exactly is a ``PatchError``, never a sil
 
 What the block returns (``hidden_states`` is ``[B, S, H]`` or ``[T, H]``, any float dtype):
 
-- every family but gpt-oss: the block output, same shape and dtype as the input;
+- every family but gpt-oss and Llama-4: the block output, same shape and dtype as the input;
 - gpt-oss (``GptOssMLP`` returns ``(hidden_states, router_scores)``): the same tuple, where
   the second element is libmoe's ``[T, K]`` combine weights (the softmax over the k
   selected logits, as transformers' ``router_scores``) in the input's dtype, in libmoe's id
-  order (transformers' decoder discards it).
+  order (transformers' decoder discards it);
+- Llama-4 (``Llama4TextMoe`` returns ``(hidden_states [T, H], router_logits [T, E])``): the
+  same tuple, the output flattened to ``[T, H]`` as transformers' is, and the logits the
+  router weight the block held gives (``x @ W.T``, checked equal to the checkpoint's; the
+  decoder discards them).
 
 The router logits transformers records for ``output_router_logits`` come from forward
 hooks on its router module; a patched block has no router module, so they are absent for
@@ -30,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +57,8 @@ class _Family:
     block: str  # the MoE block class on decoder_layer.mlp
     dense: tuple[str, ...]  # the dense MLP classes a non-MoE layer may hold
     returns_scores: bool  # the block returns (hidden, router_scores)
+    attr: str = "mlp"  # the decoder layer's attribute that holds the block
+    returns_logits: bool = False  # the block returns (hidden [T, H], router_logits [T, E])
 
 
 _FAMILIES = {
@@ -69,22 +77,35 @@ _FAMILIES = {
     "minimax_m2": _Family("MiniMaxM2SparseMoeBlock", (), False),
     "qwen3_next": _Family("Qwen3NextSparseMoeBlock", ("Qwen3NextMLP",), False),
     "ernie4_5_moe": _Family("Ernie4_5_MoeSparseMoeBlock", ("Ernie4_5_MoeMLP",), False),
+    # Language models of vision-language wrappers (their text config in config.text_config).
+    "qwen3_5_moe": _Family("Qwen3_5MoeSparseMoeBlock", (), False),
+    "llama4": _Family("Llama4TextMoe", ("Llama4TextMLP",), False, "feed_forward", True),
 }
+# The wrappers and text-only classes whose language model is one of _FAMILIES: model_type ->
+# (the _FAMILIES entry of its decoder's block, libmoe's family of the checkpoint folder).
+# Kimi-K2.5's language model is transformers' DeepSeek-V3 (its text_config says deepseek_v3);
+# Qwen3_5MoeForCausalLM and Llama4ForCausalLM load the text model from the wrapper's folder.
+_TEXT_MODELS = {"kimi_k25": ("deepseek_v3", "kimi_k25"),
+                "qwen3_5_moe": ("qwen3_5_moe", "qwen3_5_moe"),
+                "qwen3_5_moe_text": ("qwen3_5_moe", "qwen3_5_moe"),
+                "llama4": ("llama4", "llama4"), "llama4_text": ("llama4", "llama4")}
 # libmoe's family names a transformers model_type may correspond to (Kimi-K2 loads as V3).
 _LIBMOE_FAMILIES = {"deepseek_v3": ("deepseek_v3", "kimi_k2")}
+_BLOCK_ATTRS = tuple(sorted({f.attr for f in _FAMILIES.values()}))
 
 
 class LibmoeBlock(nn.Module):
     """One MoE block run by libmoe; holds the libmoe layer and the block it replaced."""
 
     def __init__(self, layer, index: int, kind: str, hidden_size: int, returns_scores: bool,
-                 original: nn.Module):
+                 original: nn.Module, returns_logits: bool = False):
         super().__init__()
         self.layer = layer
         self.layer_index = index
         self.kind = kind
         self.hidden_size = hidden_size
         self.returns_scores = returns_scores
+        self.returns_logits = returns_logits
         object.__setattr__(self, "original", original)  # not a submodule: no parameters
 
     def extra_repr(self) -> str:
@@ -112,17 +133,30 @@ class LibmoeBlock(nn.Module):
         if self.returns_scores:
             out, _, weights = self.layer(x, ids, return_routing=True)
             return (out.to(device, dtype).reshape(shape), weights.to(device, dtype))
-        return self.layer(x, ids).to(device, dtype).reshape(shape)
+        out = self.layer(x, ids).to(device, dtype)
+        if self.returns_logits:  # Llama4TextMoe: ([T, H], router_logits [T, E])
+            flat = hidden_states.reshape(-1, self.hidden_size)
+            weight = self.original.router.weight
+            return out, nn.functional.linear(flat.to(weight.dtype), weight).to(dtype)
+        return out.reshape(shape)
 
 
-def _family(config) -> tuple[str, _Family]:
+def _family(config):
+    """(the _FAMILIES key of the decoder's block, its _Family, the language model's config,
+    the libmoe families the checkpoint may be) of a model's CONFIG."""
     model_type = getattr(config, "model_type", None)
     if model_type == "kimi_k2":
         model_type = "deepseek_v3"
+    if model_type in _TEXT_MODELS:
+        family, libmoe_family = _TEXT_MODELS[model_type]
+        text = getattr(config, "text_config", None) or config
+        return family, _FAMILIES[family], text, (libmoe_family,)
     if model_type not in _FAMILIES:
+        known = sorted(set(_FAMILIES) | set(_TEXT_MODELS))
         raise PatchError(f"model_type {model_type!r} is not a family libmoe.transformers "
-                         f"serves (known: {', '.join(sorted(_FAMILIES))})")
-    return model_type, _FAMILIES[model_type]
+                         f"serves (known: {', '.join(known)})")
+    return model_type, _FAMILIES[model_type], config, _LIBMOE_FAMILIES.get(model_type,
+                                                                          (model_type,))
 
 
 def _check_config(family: str, config) -> None:
@@ -192,12 +226,22 @@ class _Checkpoint:
             self._open[file] = self._safe_open(os.path.join(self._path, file), "pt")
         return self._open[file]
 
+    # Other spellings of a name transformers' save-time conversion gives: (prefix, stored
+    # prefix). DeepSeek-V4 files may drop the leading 'model.'; the text-only Llama-4 and
+    # Qwen3.5-MoE classes name the wrapper's tensors without its prefix; transformers saves
+    # Kimi-K2.5's layers as 'blocks', the hub's files say 'layers'.
+    _SPELLINGS = (("model.", ""), ("model.layers.", "language_model.model.layers."),
+                  ("model.layers.", "model.language_model.layers."),
+                  ("language_model.model.blocks.", "language_model.model.layers."))
+
     def name(self, name: str) -> str | None:
-        """The stored spelling of NAME (DeepSeek-V4 files may drop the leading 'model.')."""
+        """The stored spelling of NAME."""
         if name in self._names:
             return name
-        short = name.removeprefix("model.")
-        return short if short in self._names else None
+        for prefix, stored in self._SPELLINGS:
+            if name.startswith(prefix) and stored + name[len(prefix):] in self._names:
+                return stored + name[len(prefix):]
+        return None
 
     def get(self, name: str) -> torch.Tensor:
         file = self._files[name] if self._files is not None else "model.safetensors"
@@ -312,16 +356,18 @@ def _check_glu_constants(family: str, config, prefix: str, block: nn.Module, pat
 
 # ---- patch / unpatch -----------------------------------------------------------------------
 
-_LAYER_NAME = re.compile(r"(?:^|\.)layers\.(\d+)$")
-
-
-def _decoder_layers(model: nn.Module):
-    found = []
+def _decoder_layers(model: nn.Module, text_config=None):
+    """(index, name, decoder layer) of the language model's layers: the ``layers`` of the
+    module built from TEXT_CONFIG (the model's own config, or a wrapper's text_config), not a
+    vision tower's."""
+    if text_config is None:
+        text_config = getattr(model.config, "text_config", None) or model.config
     for name, module in model.named_modules():
-        m = _LAYER_NAME.search(name)
-        if m and hasattr(module, "mlp"):
-            found.append((int(m.group(1)), name, module))
-    return found
+        layers = getattr(module, "layers", None)
+        if getattr(module, "config", None) is text_config and isinstance(layers, nn.ModuleList):
+            prefix = f"{name}.layers" if name else "layers"
+            return [(i, f"{prefix}.{i}", layer) for i, layer in enumerate(layers)]
+    return []
 
 
 def _model_path(model, path) -> str:
@@ -350,9 +396,11 @@ def patch(model: nn.Module, path: str | os.PathLike | None = None, *, threads: i
     - libmoe opens the checkpoint (its errors are chained: a config field it refuses, such
       as DeepSeek-V4's ``norm_topk_prob`` false, a ``hidden_act`` other than silu or
       ``mlp_bias``), it is the same family with the same layer count and hidden size;
-    - every decoder layer's ``mlp`` is the family's MoE block exactly where libmoe's layer
-      is 'moe' or 'hash' (DeepSeek-V4: hash exactly where transformers' block is), and a
-      known dense MLP elsewhere;
+    - every decoder layer of the language model (the ``layers`` of the module built from the
+      model's config, or from a vision-language wrapper's ``text_config``) holds the family's
+      MoE block on ``mlp`` (Llama-4: ``feed_forward``) exactly where libmoe's layer of the
+      same index is 'moe' or 'hash' (DeepSeek-V4: hash exactly where transformers' block
+      is), and a known dense MLP elsewhere;
     - gpt-oss ``swiglu_alpha`` and ``swiglu_limit``, DeepSeek-V4 ``swiglu_limit``: the
       values each block computes with equal the checkpoint's config.json, which libmoe reads;
     - weights: every parameter and buffer of every MoE block (router weight and bias,
@@ -365,46 +413,48 @@ def patch(model: nn.Module, path: str | os.PathLike | None = None, *, threads: i
 
     Nothing is replaced unless every check passes.
     """
-    family, spec = _family(model.config)
-    _check_config(family, model.config)
+    family, spec, text, libmoe_families = _family(model.config)
+    _check_config(family, text)
     path = _model_path(model, path)
     try:
         lib = libmoe.open(path)
     except libmoe.MoeError as e:
         raise PatchError(f"libmoe cannot open {path}: {e}") from e
     info = lib.info
-    if info.family not in _LIBMOE_FAMILIES.get(family, (family,)):
-        raise PatchError(f"{path} is a {info.family} checkpoint; the model is {family}")
-    n_layers, hidden = model.config.num_hidden_layers, model.config.hidden_size
+    if info.family not in libmoe_families:
+        raise PatchError(f"{path} is a {info.family} checkpoint; the model is "
+                         f"{model.config.model_type}")
+    n_layers, hidden = text.num_hidden_layers, text.hidden_size
     if (info.n_layers, info.hidden_size) != (n_layers, hidden):
         raise PatchError(f"{path}: {info.n_layers} layers of hidden size {info.hidden_size}; "
                          f"the model has {n_layers} of {hidden}")
-    layers = _decoder_layers(model)
+    layers = _decoder_layers(model, text)
     if sorted(i for i, _, _ in layers) != list(range(n_layers)):
         raise PatchError(f"found decoder layers {sorted(i for i, _, _ in layers)}, expected "
                          f"0..{n_layers - 1}")
     ckpt = _Checkpoint(path)
     plan = []
     for i, name, decoder in sorted(layers, key=lambda x: x[0]):
-        mlp, kind = decoder.mlp, lib.layer_info(i).kind
+        where = f"{name}.{spec.attr}"
+        mlp, kind = getattr(decoder, spec.attr, None), lib.layer_info(i).kind
         cls = type(mlp).__name__
         if isinstance(mlp, LibmoeBlock):
-            raise PatchError(f"{name}.mlp is already patched")
+            raise PatchError(f"{where} is already patched")
         if cls == spec.block:
             if kind not in ("moe", "hash"):
-                raise PatchError(f"{name}.mlp is {cls}, but libmoe's layer {i} is {kind}")
+                raise PatchError(f"{where} is {cls}, but libmoe's layer {i} is {kind}")
             if family == "deepseek_v4" and bool(mlp.is_hash) != (kind == "hash"):
-                raise PatchError(f"{name}.mlp {'is' if mlp.is_hash else 'is not'} hash-routed, "
+                raise PatchError(f"{where} {'is' if mlp.is_hash else 'is not'} hash-routed, "
                                  f"but libmoe's layer {i} is {kind}")
-            _check_weights(model, f"{name}.mlp", mlp, ckpt)
-            _check_glu_constants(family, model.config, f"{name}.mlp", mlp, path)
+            _check_weights(model, where, mlp, ckpt)
+            _check_glu_constants(family, text, where, mlp, path)
             plan.append((i, decoder, mlp, kind))
         elif cls in spec.dense:
             if kind != "dense":
-                raise PatchError(f"{name}.mlp is the dense {cls}, but libmoe's layer {i} is "
+                raise PatchError(f"{where} is the dense {cls}, but libmoe's layer {i} is "
                                  f"{kind}")
         else:
-            raise PatchError(f"{name}.mlp is a {cls}, not a block libmoe.transformers serves "
+            raise PatchError(f"{where} is a {cls}, not a block libmoe.transformers serves "
                              f"for {family} ({spec.block})")
     blocks = []
     for i, decoder, mlp, kind in plan:
@@ -412,9 +462,10 @@ def patch(model: nn.Module, path: str | os.PathLike | None = None, *, threads: i
             layer = lib.layer(i, threads=threads, recipe=recipe)
         except libmoe.MoeError as e:
             raise PatchError(f"libmoe cannot build layer {i} of {path}: {e}") from e
-        blocks.append((decoder, LibmoeBlock(layer, i, kind, hidden, spec.returns_scores, mlp)))
+        blocks.append((decoder, LibmoeBlock(layer, i, kind, hidden, spec.returns_scores, mlp,
+                                            spec.returns_logits)))
     for decoder, block in blocks:
-        decoder.mlp = block
+        setattr(decoder, spec.attr, block)
     model._libmoe_model = lib
     return model
 
@@ -423,11 +474,14 @@ def unpatch(model: nn.Module) -> nn.Module:
     """Puts back every block patch() replaced and detaches register_experts_backend's layers;
     returns MODEL."""
     for _, _, decoder in _decoder_layers(model):
-        if isinstance(decoder.mlp, LibmoeBlock):
-            decoder.mlp = decoder.mlp.original
-        experts = getattr(decoder.mlp, "experts", None)
-        if experts is not None and "libmoe_layer" in experts.__dict__:
-            del experts.__dict__["libmoe_layer"]
+        for attr in _BLOCK_ATTRS:
+            block = getattr(decoder, attr, None)
+            if isinstance(block, LibmoeBlock):
+                block = block.original
+                setattr(decoder, attr, block)
+            experts = getattr(block, "experts", None)
+            if experts is not None and "libmoe_layer" in experts.__dict__:
+                del experts.__dict__["libmoe_layer"]
     if hasattr(model, "_libmoe_model"):
         del model._libmoe_model
     if "_libmoe_previous_experts" in model.__dict__:
@@ -464,14 +518,17 @@ def register_experts_backend(model: nn.Module, path: str | os.PathLike | None = 
     """
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
-    family, spec = _family(model.config)
+    family, spec, text, _ = _family(model.config)
+    if family == "llama4":
+        raise PatchError("Llama4TextExperts is not dispatched through transformers' experts "
+                         "registry (it takes no ids and weights): use patch()")
     patched = patch(model, path, threads=threads, recipe=recipe)
     ALL_EXPERTS_FUNCTIONS.register("libmoe", _libmoe_experts_forward)
-    for _, _, decoder in _decoder_layers(patched):
-        if isinstance(decoder.mlp, LibmoeBlock):
-            block = decoder.mlp
-            decoder.mlp = block.original
-            object.__setattr__(decoder.mlp.experts, "libmoe_layer", block.layer)
+    for _, _, decoder in _decoder_layers(patched, text):
+        block = getattr(decoder, spec.attr)
+        if isinstance(block, LibmoeBlock):
+            setattr(decoder, spec.attr, block.original)
+            object.__setattr__(block.original.experts, "libmoe_layer", block.layer)
     del model._libmoe_model
     model.__dict__["_libmoe_previous_experts"] = model.config._experts_implementation
     model.config._experts_implementation = "libmoe"

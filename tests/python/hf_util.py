@@ -14,9 +14,12 @@ tf.utils.logging.disable_progress_bar()
 FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v4", "qwen3_moe", "mixtral", "gpt_oss"]
 FAMILIES += ["deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite", "minimax_m2", "kimi_k25"]
 FAMILIES += ["qwen3_next", "qwen3_5_moe", "ernie4_5_moe", "llama4"]
-# libmoe.transformers.patch() serves all but the vision-language wrappers (Kimi-K2.5,
-# Qwen3.5-MoE, Llama-4), whose decoder layers it does not walk; it refuses them (test_hf_patch).
-PATCHED = [f for f in FAMILIES if f not in ("kimi_k25", "qwen3_5_moe", "llama4")]
+# libmoe.transformers.patch() serves every family, the vision-language wrappers' language
+# models (Kimi-K2.5, Qwen3.5-MoE, Llama-4) included (test_hf_patch).
+PATCHED = list(FAMILIES)
+# The vision-language families whose text model transformers also loads alone from the
+# wrapper's folder (AutoModelForCausalLM: Qwen3_5MoeForCausalLM, Llama4ForCausalLM).
+TEXT_ONLY = ["qwen3_5_moe", "llama4"]
 # The families whose MoE block is DeepSeek-V3's router (sigmoid keys + correction bias, groups
 # by top-2 sum) and MiniMax-M2's (the same keys in one group, the bias on the block).
 V3_ROUTERS = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "glm4_moe_lite",
@@ -41,13 +44,16 @@ _ATTN = {
     "glm4_moe_lite": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16,
                           qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
     "minimax_m2": {},
-    "kimi_k25": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=16,
-                     qk_rope_head_dim=8, v_head_dim=16),
+    # head_dim is the rope width DeepSeek-V3's attention rotates (as for deepseek_v3 above).
+    "kimi_k25": dict(num_key_value_heads=4, head_dim=8, kv_lora_rank=16, q_lora_rank=16,
+                     qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
     "qwen3_next": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
                        linear_value_head_dim=16,
                        layer_types=["linear_attention", "full_attention", "linear_attention"]),
+    # A full-attention layer, as Qwen3-Next's above: transformers' generate needs one.
     "qwen3_5_moe": dict(linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
-                        linear_value_head_dim=16),
+                        linear_value_head_dim=16,
+                        layer_types=["linear_attention", "full_attention", "linear_attention"]),
     "ernie4_5_moe": {}, "llama4": {},
 }
 # Families whose text model sits inside a vision-language model: their fields go to
@@ -154,6 +160,11 @@ def moe_blocks(model):
         if hasattr(block, "experts"):
             out.append((i, block))
     return out
+
+
+def block_of(layer):
+    """The MoE block or dense MLP of a decoder layer (Llama-4 names it feed_forward)."""
+    return layer.mlp if hasattr(layer, "mlp") else layer.feed_forward
 
 
 def router(block):
