@@ -2,11 +2,12 @@
 """Every family and expert format through the Python API, checked against reference.py (an
 independent float64 reading of the checkpoint): routing exact up to near ties, weights to
 1e-5, the block output to 1e-5 relative (f32 recipe: fp32 accumulation only), 1e-2 with bf16
-activations, 2e-2 for MXFP4 experts (activations quantised per 32-block to int8,
+activations, 2e-2 for MXFP4 and INT4 experts (activations quantised per 32-block to int8,
 docs/layer.md). The last test checks the binding adds no arithmetic: the CLI's `moe run`
 output, bit for bit."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable
 
@@ -31,8 +32,41 @@ CASES = [
     ("mixtral", "bf16", 0, 1e-5),
     ("gpt_oss", "mxfp4", 1, 2e-2),
     ("gpt_oss", "bf16", 0, 1e-5),
+    # DeepSeek-V3's router under other model_types (groups, scaling, mlp_layer_types).
+    ("deepseek_v32", "fp8", 1, 1e-5),
+    ("deepseek_v32", "fp8", 0, 1e-5),
+    ("glm4_moe", "bf16", 1, 1e-5),
+    ("glm4_moe", "fp8", 1, 1e-5),
+    ("glm_moe_dsa", "fp8", 1, 1e-5),
+    ("glm_moe_dsa", "bf16", 0, 1e-5),
+    ("glm4_moe_lite", "bf16", 1, 1e-5),
+    ("kimi_k25", "bf16", 1, 1e-5),       # text_config, language_model.model.layers
+    ("kimi_k25", "fp8", 1, 1e-5),
+    ("kimi_k25", "bf16", 0, 1e-5),
+    ("minimax_m2", "fp8", 1, 1e-5),      # noaux_tc in one group, the bias on the block
+    ("minimax_m2", "bf16", 0, 1e-5),
+    # The shared expert times sigmoid(x · shared_expert_gate).
+    ("qwen3_next", "bf16", 1, 1e-5),
+    ("qwen3_next", "fp8", 0, 1e-5),
+    ("qwen3_5_moe", "bf16", 0, 1e-5),    # text_config, model.language_model.layers
+    ("qwen3_5_moe", "fp8", 1, 1e-5),
+    # softmax_bias: the bias on the probabilities, the floor moe_norm_min.
+    ("ernie4_5_moe", "bf16", 1, 1e-5),
+    ("ernie4_5_moe", "fp8", 1, 1e-5),
+    ("ernie4_5_moe", "bf16", 0, 1e-5),
+    # sigmoid_top1, the weight scaling the expert's input; stacked input-major experts.
+    ("llama4", "bf16", 0, 1e-5),
+    ("llama4", "bf16", 1, 1e-5),
+    # INT4 pack-quantized routed experts (q8 recipe), bf16 shared experts and dense layer.
+    ("kimi_k2", "int4", 1, 2e-2),
+    ("deepseek_v3", "int4", 1, 2e-2),
+    ("kimi_k2", "int4", 0, 1e-5),
 ]
 T = 7
+# The routed experts' format each `moe gen --dtype` gives.
+EXPERT_FORMAT = {"bf16": "bf16", "fp8": "fp8_block", "mxfp4": "mxfp4", "int4": "int4_group"}
+# `moe gen` options a family needs beyond conftest's GEN_SHAPE (Llama-4 routes one expert).
+GEN_EXTRA = {"llama4": ("--topk", "1")}
 
 
 def inputs(seed: int, H: int, vocab: int):
@@ -45,7 +79,7 @@ def with_reference(checkpoint, family: str, dtype: str, index: int,
                    make: Callable[[libmoe.Model, int], Any] = libmoe.Model.layer):
     """(MAKE(model, INDEX), the float64 reference of layer INDEX, the model's info) for the
     generated FAMILY/DTYPE checkpoint; the model is closed, what MAKE built outlives it."""
-    d = checkpoint(family, dtype)
+    d = checkpoint(family, dtype, *GEN_EXTRA.get(family, ()))
     with libmoe.open(d) as model:
         return make(model, index), LayerRef(Checkpoint(d), index), model.info
 
@@ -59,11 +93,46 @@ def test_forward_matches_reference(checkpoint, family, dtype, index, tol):
         assert layer.info.kind == "dense"
         got = layer(x)
     else:
+        assert layer.info.expert_format == EXPERT_FORMAT[dtype]
         got, ids, w = layer(x, tok, return_routing=True)
         assert ids.dtype == np.int32 and w.dtype == np.float32 and ids.shape == (T, ref.K)
         assert same_routing(ids, w, routing) == []
     assert got.shape == x.shape and got.dtype == np.float32
     assert rel_error(got, want) <= tol
+
+
+def rewritten(checkpoint, tmp_path, family: str, dtype: str, **fields) -> str:
+    """A folder with the generated FAMILY/DTYPE checkpoint's tensors and its config.json with
+    FIELDS replaced (a value `moe gen` does not write)."""
+    d = checkpoint(family, dtype)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(fields)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "model.safetensors").symlink_to(os.path.join(d, "model.safetensors"))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("family,field,value", [("ernie4_5_moe", "moe_norm_min", 0.6),
+                                                ("qwen3_next", "norm_topk_prob", False)])
+def test_routing_field_not_generated(checkpoint, tmp_path, family, field, value):
+    """Routing fields whose generated value changes nothing visible: ERNIE's moe_norm_min
+    floor where it binds (the selected probabilities sum below it on some tokens, checked),
+    Qwen3-Next without renormalisation."""
+    d = rewritten(checkpoint, tmp_path, family, "bf16", **{field: value})
+    ref = LayerRef(Checkpoint(d), 1)
+    with libmoe.open(d) as model:
+        layer = model.layer(1)
+    x, _ = inputs(6, 128, 512)
+    want, routing = ref.forward(x.astype(np.float64))
+    got, ids, w = layer(x, return_routing=True)
+    assert same_routing(ids, w, routing) == []
+    assert rel_error(got, want) <= 1e-5
+    s = np.take_along_axis(ref.scores(ref.logits(x.astype(np.float64))), routing.ids, 1)
+    if field == "moe_norm_min":
+        assert 0 < int((s.sum(1) < value).sum()) < T  # the floor binds on some tokens only
+    else:
+        assert np.allclose(routing.weights, s) and (s.sum(1) < 0.99).all()
 
 
 @pytest.mark.parametrize("family,dtype,index", [("deepseek_v3", "fp8", 1),
@@ -129,10 +198,14 @@ def test_tile_recipe(checkpoint, family, dtype, index):
 
 
 @pytest.mark.parametrize("family,dtype,index,tol", [("deepseek_v3", "fp8", 1, 1e-5),
-                                                    ("gpt_oss", "mxfp4", 1, 2e-2)])
+                                                    ("gpt_oss", "mxfp4", 1, 2e-2),
+                                                    ("qwen3_5_moe", "bf16", 1, 1e-5),
+                                                    ("llama4", "bf16", 1, 1e-5),
+                                                    ("kimi_k2", "int4", 1, 2e-2)])
 def test_experts_only(checkpoint, family, dtype, index, tol):
     """The caller's ids (int32 and int64) and weights (float64, converted): the reference's
-    sum over those experts, with and without the shared experts."""
+    sum over those experts, with and without the shared experts (Qwen3.5-MoE's gated;
+    Llama-4's weights scale each expert's input, docs/layer.md)."""
     layer, ref, _ = with_reference(checkpoint, family, dtype, index)
     rng = np.random.default_rng(9)
     x = rng.standard_normal((T, 128)).astype(np.float32)
@@ -149,7 +222,10 @@ def test_experts_only(checkpoint, family, dtype, index, tol):
                                                 ("mixtral", "bf16", 1),
                                                 ("gpt_oss", "mxfp4", 0),
                                                 ("deepseek_v4", "mxfp4", 0),
-                                                ("deepseek_v4", "mxfp4", 1)])
+                                                ("deepseek_v4", "mxfp4", 1),
+                                                ("minimax_m2", "fp8", 0),
+                                                ("ernie4_5_moe", "bf16", 1),
+                                                ("llama4", "bf16", 0)])
 def test_router(checkpoint, family, dtype, index):
     router, ref, _ = with_reference(checkpoint, family, dtype, index, libmoe.Model.router)
     rng = np.random.default_rng(4)
