@@ -39,10 +39,11 @@ def is_patched(model):
 
 
 # Every family patch() serves as transformers saves it (f32; the vision-language ones whole,
-# and as the text-only class loaded from the same folder), and a DeepSeek-V4 FP8 `moe gen`
-# checkpoint loaded by transformers (dequantised to f32).
+# and as the text-only class loaded from the same folder), and DeepSeek-V4 and Kimi-K2.5 FP8
+# `moe gen` checkpoints loaded by transformers (dequantised to f32; Kimi-K2.5's tensors under
+# the hub's language_model.model.layers, where transformers saves language_model.model.blocks).
 GENERATE = [(f, "saved") for f in hu.PATCHED] + [(f, "text-only") for f in hu.TEXT_ONLY]
-GENERATE += [("deepseek_v4", "gen-fp8")]
+GENERATE += [("deepseek_v4", "gen-fp8"), ("kimi_k25", "gen-fp8")]
 
 
 def source_model(hf_saved, hf_gen, family, source):
