@@ -12,11 +12,13 @@
  *   1. moe_ep_route        each rank routes its own tokens: ids [T, K], weights [T, K]
  *   2. moe_ep_send_plan    the (token, slot) pairs per destination rank, tagged t·K + k; the
  *                          caller sends, for each, the token's hidden row and the expert id
+ *                          (and its weight w[t,k] where moe_ep_info.scales_input is set)
  *   3. moe_ep_experts      each rank runs its experts on the rows it received: one output row
  *                          (unweighted) per row received
  *   4. (transport)         the output rows go back to the ranks they came from
  *   5. moe_ep_combine      at each token's home rank: the shared experts, then
  *                          out[t] = Σ_k w[t,k] · y[t,k] in slot order, + the shared output
+ *                          (weight 1 where the weights scaled the experts' inputs instead)
  *
  * Every token's output (and its ids and weights) is bit for bit moe_layer_forward's on one
  * process, whatever n, the placement, and how the tokens are spread over the ranks: every row
@@ -70,6 +72,11 @@ typedef struct moe_ep_info {
      * formats and recipes, the packed layout of an expert, the placement table. Equal on every
      * rank of one layer; ranks whose fingerprints differ cannot run a forward together. */
     uint64_t fingerprint;
+    /* 1 where the routing weights scale the experts' inputs (Llama-4: expert e computes
+     * mlp(x · w), added with weight 1): step 3 forms x · w on the expert's rank, so each row
+     * travels with its weight (moe_ep_rows_args.weights). 0: the rows travel alone. Written
+     * when info->size covers it. */
+    int scales_input;
 } moe_ep_info;
 
 MOE_API moe_status moe_ep_get_info(const moe_layer *layer, moe_ep_info *info);
@@ -100,7 +107,8 @@ MOE_API moe_status moe_ep_route(const moe_layer *layer, const moe_forward_args *
  * [0, E) (MOE_ERANGE naming the token and slot). Writes counts[r] (n_ranks entries: the pairs
  * rank r receives) and tags[T·K]: rank 0's tags, then rank 1's, ..., each rank's ascending,
  * tag = t·K + k for token t, slot k. The row to send for tag g is hidden row g / K with
- * expert ids[g]. Pairs for this rank itself are among them (the caller runs them locally). */
+ * expert ids[g] (and, where moe_ep_info.scales_input is set, weight weights[g] of step 1).
+ * Pairs for this rank itself are among them (the caller runs them locally). */
 MOE_API moe_status moe_ep_send_plan(const moe_layer *layer, size_t n_tokens, const int32_t *ids,
                                     size_t *counts, int64_t *tags);
 
@@ -116,10 +124,16 @@ typedef struct moe_ep_rows_args {
     void *workspace;        /* moe_ep_workspace_size(layer, 0, n_rows) bytes, 64-byte aligned */
     size_t workspace_size;
     moe_trace *trace; /* optional */
+    /* [n_rows]: each row's routing weight, step 1's weights[g] for the row of tag g, finite.
+     * Required where moe_ep_info.scales_input is set (args->size must cover it: else
+     * MOE_EINVAL); not read otherwise. */
+    const float *weights;
 } moe_ep_rows_args;
 
 /* Step 3: runs each row through its expert; row r's output is what the one-process forward
- * computes for that (token, expert) before the combine. */
+ * computes for that (token, expert) before the combine. Where the weights scale the experts'
+ * inputs, row r runs as x_r · weights[r], formed here as the one-process forward forms it
+ * (the f32 product, rounded to bf16 for the bf16 and tile recipes: docs/layer.md). */
 MOE_API moe_status moe_ep_experts(const moe_layer *layer, const moe_ep_rows_args *args);
 
 /* Step 5's arguments: this rank's tokens, their weights and their returned expert rows. */
@@ -137,8 +151,9 @@ typedef struct moe_ep_combine_args {
     moe_trace *trace; /* optional */
 } moe_ep_combine_args;
 
-/* Step 5: out[t] = Σ_k weights[t,k] · y[t·K + k] in slot order, + the shared experts' output
- * of hidden[t] (which this step computes): moe_layer_forward's output, bit for bit. */
+/* Step 5: out[t] = Σ_k weights[t,k] · y[t·K + k] in slot order (Σ_k 1 · y[t·K + k] where the
+ * weights scaled the experts' inputs), + the shared experts' output of hidden[t] (which this
+ * step computes): moe_layer_forward's output, bit for bit. */
 MOE_API moe_status moe_ep_combine(const moe_layer *layer, const moe_ep_combine_args *args);
 
 #ifdef __cplusplus

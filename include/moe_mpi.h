@@ -47,7 +47,7 @@ typedef struct moe_mpi_stats {
     double experts_s;     /* this rank's experts on the rows it received */
     double return_s;      /* the output rows back to their tokens' ranks */
     double combine_s;     /* shared experts and the combine */
-    uint64_t bytes_sent;  /* rows, ids and outputs this rank sent to other ranks */
+    uint64_t bytes_sent;  /* rows, ids (llama4: weights) and outputs sent to other ranks */
     size_t rows_received; /* rows this rank's experts ran */
 } moe_mpi_stats;
 

@@ -7,11 +7,14 @@
 
 #define INFO_MIN_SIZE (offsetof(moe_ep_info, fingerprint) + sizeof(uint64_t))
 #define ROWS_MIN_SIZE (offsetof(moe_ep_rows_args, trace) + sizeof(moe_trace *))
+#define ROWS_WEIGHTS_SIZE (offsetof(moe_ep_rows_args, weights) + sizeof(const float *))
+#define INFO_SCALES_SIZE (offsetof(moe_ep_info, scales_input) + sizeof(int))
 #define COMBINE_MIN_SIZE (offsetof(moe_ep_combine_args, trace) + sizeof(moe_trace *))
 #define FWD_MIN_SIZE (offsetof(moe_forward_args, trace) + sizeof(moe_trace *))
 
 static int n_experts(const moe_layer *l) { return l->plan.moe ? l->plan.ld->routing.n_experts : 0; }
 static int top_k(const moe_layer *l) { return l->plan.moe ? l->plan.ld->routing.top_k : 0; }
+static bool scales_input(const moe_layer *l) { return l->plan.moe && l->plan.ld->scale_input; }
 
 /* ---- Placement ---------------------------------------------------------------------------- */
 
@@ -34,6 +37,7 @@ moe_status moe_ep_get_info(const moe_layer *layer, moe_ep_info *info)
     info->packed_bytes = moe_layer_rank_bytes(p, p->ep.rank);
     info->expert_bytes = p->moe ? p->groups[MOE_LG_ROUTED].group.expert_stride : 0;
     info->fingerprint = moe_layer_fingerprint(p);
+    if (info->size >= INFO_SCALES_SIZE) info->scales_input = scales_input(layer);
     return MOE_OK;
 }
 
@@ -215,6 +219,17 @@ moe_status moe_ep_experts(const moe_layer *layer, const moe_ep_rows_args *args)
                              e < 0 || e >= e_n ? "outside [0, E): not an expert" : "not one",
                              p->ep.rank);
     }
+    const float *w = scales_input(layer) && args->size >= ROWS_WEIGHTS_SIZE ? args->weights : NULL;
+    if (scales_input(layer) && !w)
+        return moe_error(MOE_EINVAL,
+                         EXPERTS ": layer %d: its routing weights scale the experts' inputs "
+                                 "(llama4): args->weights (each row's weight from moe_ep_route) "
+                                 "is %s",
+                         p->index, args->size < ROWS_WEIGHTS_SIZE ? "beyond args->size" : "NULL");
+    for (size_t r = 0; w && r < args->n_rows; r++)
+        if (!(w[r] - w[r] == 0.0f))
+            return moe_error(MOE_EVALUE, EXPERTS ": layer %d: weights[%zu] = %g is not finite",
+                             p->index, r, (double)w[r]);
     moe_forward_args fa;
     memset(&fa, 0, sizeof fa);
     fa.size = sizeof fa;
@@ -226,7 +241,7 @@ moe_status moe_ep_experts(const moe_layer *layer, const moe_ep_rows_args *args)
     fa.workspace = args->workspace;
     fa.workspace_size = args->workspace_size;
     fa.trace = args->trace;
-    return moe_layer_forward_part(layer, &fa, MOE_PART_ROWS, args->experts, NULL, NULL);
+    return moe_layer_forward_part(layer, &fa, MOE_PART_ROWS, args->experts, w, NULL);
 }
 
 /* ---- Step 5: the combine ------------------------------------------------------------------ */

@@ -361,12 +361,14 @@ static void use_callers_routing(fwd *f, const moe_experts_args *x)
     if (!x->shared) f->job.always = NULL;
 }
 
-/* One step of expert parallelism's (moe_layer_forward_part): the job's routing and outputs. */
+/* One step of expert parallelism's (moe_layer_forward_part): the job's routing and outputs
+ * (ROWS: each row's expert and, for scale_input, its weight; COMBINE: weights and rows). */
 static void use_part(fwd *f, const int32_t *ids, const float *weights, const float *y)
 {
     moe_experts_job *j = &f->job;
     if (f->part == MOE_PART_ROWS) {
         j->ids = ids;
+        j->weights = weights; /* scale_input: each row's weight scales its input; else NULL */
         j->top_k = 1;
         j->always = NULL;
         j->rows_out = true;

@@ -203,7 +203,8 @@ size_t moe_layer_part_workspace(const moe_layer_plan *plan, size_t n_tokens, moe
 
 /* Runs PART of a forward whose arguments the caller checked: ARGS' rows, workspace and
  * outputs; ROUTE writes ids_out and weights_out; ROWS reads ids (the rows' experts, top_k 1)
- * and writes out; COMBINE reads weights and y (rows t·K + k) and writes out. */
+ * and, for a scale_input layer, weights (each row's input scale), and writes out; COMBINE
+ * reads weights and y (rows t·K + k) and writes out. */
 moe_status moe_layer_forward_part(const moe_layer *layer, const moe_forward_args *args,
                                   moe_layer_part part, const int32_t *ids, const float *weights,
                                   const float *y);

@@ -65,12 +65,6 @@ moe_status moe_layer_placement_make(moe_layer_plan *p, const moe_ep_placement *p
     ep->rank = pl->rank;
     ep->n_ranks = pl->n_ranks;
     if (!p->moe) return MOE_OK; /* a dense layer: every rank packs its MLP */
-    if (p->ld->scale_input)
-        return moe_error(MOE_EUNSUPPORTED,
-                         "layer %d: a placement for a layer whose routing weights scale the "
-                         "experts' inputs (llama4): the rows moe_ep_experts runs carry no "
-                         "weights, so it is not placed over ranks (create it without one)",
-                         p->index);
     const int e_n = p->ld->routing.n_experts;
     ep->expert_rank = moe_malloc((size_t)e_n * sizeof(int32_t));
     ep->slot = moe_malloc((size_t)e_n * sizeof(int32_t));
@@ -178,6 +172,9 @@ moe_status moe_layer_placement_render(const moe_layer_plan *p, char **out)
             put(&t, "routed experts %s\n",
                 ep->table ? "by the caller's table (placement->expert_rank)"
                           : "in contiguous ranges (expert e on rank floor(e·n/E))");
+        if (ep->expert_rank && p->ld->scale_input)
+            put(&t, "    rows travel with their routing weights: the expert's rank forms x * w "
+                    "(moe_ep_rows_args.weights), as one process does\n");
         for (int r = 0; r < ep->n_ranks && ep->expert_rank; r++) {
             put(&t, "    rank %d: experts ", r);
             put_runs(&t, p, r);
@@ -244,6 +241,7 @@ uint64_t moe_layer_fingerprint(const moe_layer_plan *p)
     FEED(&h, r->norm_topk_prob);
     FEED(&h, r->routed_scaling_factor);
     FEED(&h, ld->n_shared);
+    FEED(&h, ld->scale_input);
     feed_mlp(&h, &ld->experts);
     feed_mlp(&h, &ld->shared);
     feed_mlp(&h, &ld->dense);

@@ -18,6 +18,7 @@ typedef struct fwd {
     moe_layer_info li;
     size_t h, k, xb; /* hidden, top_k, bytes of one input element */
     size_t tk;       /* T · K */
+    bool scales;     /* the weights scale the experts' inputs: each row travels with its weight */
     void *ws;        /* the steps' workspace */
     int32_t *ids;    /* [T, K] */
     float *w;        /* [T, K] */
@@ -26,8 +27,10 @@ typedef struct fwd {
     int *scount, *sdisp, *rcount, *rdisp; /* rows to / from each rank */
     unsigned char *sx;                    /* rows sent, in tag order */
     int32_t *sex;                         /* their experts */
+    float *sw;                            /* their weights (scales only) */
     unsigned char *rx;                    /* rows received */
     int32_t *rex;
+    float *rw;
     float *ry;    /* outputs of the rows received */
     float *sy;    /* outputs of the rows sent, back in tag order */
     float *yhome; /* [T · K, H] by tag */
@@ -49,8 +52,10 @@ static void forward_free(fwd *f)
     free(f->rdisp);
     free(f->sx);
     free(f->sex);
+    free(f->sw);
     free(f->rx);
     free(f->rex);
+    free(f->rw);
     free(f->ry);
     free(f->sy);
     free(f->yhome);
@@ -95,6 +100,9 @@ static moe_status check_local(fwd *f)
     if (st) return st;
     f->h = (size_t)f->li.hidden_size;
     f->k = (size_t)f->li.top_k;
+    moe_ep_info ei = {.size = sizeof ei};
+    if ((st = moe_ep_get_info(f->l, &ei))) return st;
+    f->scales = ei.scales_input != 0;
     if (a->hidden_size != f->h)
         return moe_error(MOE_EINVAL,
                          FWD ": layer %d: args->hidden_size = %zu, but the model's hidden size is "
@@ -173,6 +181,7 @@ static moe_status route(fwd *f)
     f->tags = alloc_n(f->tk, sizeof(int64_t));
     f->sx = alloc_n(f->tk, rb);
     f->sex = alloc_n(f->tk, sizeof(int32_t));
+    f->sw = f->scales ? alloc_n(f->tk, sizeof(float)) : NULL;
     f->sy = alloc_n(f->tk * f->h, sizeof(float));
     f->yhome = alloc_n(f->tk * f->h, sizeof(float));
     f->scount = alloc_n(n, sizeof(int));
@@ -180,8 +189,8 @@ static moe_status route(fwd *f)
     f->rcount = alloc_n(n, sizeof(int));
     f->rdisp = alloc_n(n, sizeof(int));
     f->ws = alloc_ws(moe_ep_workspace_size(f->l, t_n, 0));
-    if (!f->ids || !f->w || !f->out || !f->tags || !f->sx || !f->sex || !f->sy || !f->yhome ||
-        !f->scount || !f->sdisp || !f->rcount || !f->rdisp || !f->ws)
+    if (!f->ids || !f->w || !f->out || !f->tags || !f->sx || !f->sex || (f->scales && !f->sw) ||
+        !f->sy || !f->yhome || !f->scount || !f->sdisp || !f->rcount || !f->rdisp || !f->ws)
         return oom("this rank's routing buffers");
     if (t_n == 0) {
         memset(f->scount, 0, n * sizeof(int));
@@ -211,6 +220,7 @@ static moe_status route(fwd *f)
         const size_t tag = (size_t)f->tags[i];
         memcpy(f->sx + i * rb, (const unsigned char *)a->hidden + tag / f->k * rb, rb);
         f->sex[i] = f->ids[tag];
+        if (f->scales) f->sw[i] = f->w[tag];
     }
     return MOE_OK;
 }
@@ -224,7 +234,8 @@ static void prefix(const int *count, int *disp, int n)
     }
 }
 
-/* Step 3: counts, then rows and their experts to the experts' ranks. */
+/* Step 3: counts, then rows and their experts (and weights, where they scale the inputs) to
+ * the experts' ranks. */
 static moe_status dispatch(fwd *f)
 {
     MPI_Alltoall(f->scount, 1, MPI_INT, f->rcount, 1, MPI_INT, f->comm);
@@ -240,7 +251,8 @@ static moe_status dispatch(fwd *f)
         f->rx = alloc_n(f->rows, f->h * f->xb);
         f->rex = alloc_n(f->rows, sizeof(int32_t));
         f->ry = alloc_n(f->rows * f->h, sizeof(float));
-        if (!f->rx || !f->rex || !f->ry) st = oom("the rows received");
+        f->rw = f->scales ? alloc_n(f->rows, sizeof(float)) : NULL;
+        if (!f->rx || !f->rex || !f->ry || (f->scales && !f->rw)) st = oom("the rows received");
     }
     st = moe_mpi_agree(f->comm, st);
     if (st) return st;
@@ -250,6 +262,9 @@ static moe_status dispatch(fwd *f)
                   f->comm);
     MPI_Alltoallv(f->sex, f->scount, f->sdisp, MPI_INT32_T, f->rex, f->rcount, f->rdisp,
                   MPI_INT32_T, f->comm);
+    if (f->scales)
+        MPI_Alltoallv(f->sw, f->scount, f->sdisp, MPI_FLOAT, f->rw, f->rcount, f->rdisp, MPI_FLOAT,
+                      f->comm);
     return MOE_OK;
 }
 
@@ -271,7 +286,8 @@ static moe_status experts(fwd *f)
                                          .experts = f->rex,
                                          .y = f->ry,
                                          .workspace = ws,
-                                         .workspace_size = wsb};
+                                         .workspace_size = wsb,
+                                         .weights = f->rw};
             st = moe_ep_experts(f->l, &ra);
             free(ws);
         }
@@ -310,13 +326,14 @@ static moe_status combine_home(fwd *f)
     return moe_mpi_agree(f->comm, st);
 }
 
-/* The bytes this rank sent to other ranks: rows and experts out, outputs back. */
+/* The bytes this rank sent to other ranks: rows, experts (and weights) out, outputs back. */
 static uint64_t bytes_sent(const fwd *f)
 {
     uint64_t b = 0;
     for (int r = 0; r < f->n; r++)
         if (r != f->rank)
-            b += (uint64_t)f->scount[r] * (f->h * f->xb + sizeof(int32_t)) +
+            b += (uint64_t)f->scount[r] *
+                     (f->h * f->xb + sizeof(int32_t) + (f->scales ? sizeof(float) : 0)) +
                  (uint64_t)f->rcount[r] * f->h * sizeof(float);
     return b;
 }

@@ -85,12 +85,19 @@ ep_fails() {
 v4=$tmp/v4
 gpt=$tmp/gpt
 qwen=$tmp/qwen
+l4=$tmp/l4
 "$moe" gen --family deepseek_v4 --dtype mxfp4 --layers 2 --hash-layers 1 --hidden 256 \
   --experts 8 --topk 2 --intermediate 64 --vocab 1000 --seed 9 --out "$v4" >/dev/null
 "$moe" gen --family gpt_oss --dtype mxfp4 --layers 1 --hidden 256 --experts 8 --topk 4 \
   --intermediate 64 --seed 4 --out "$gpt" >/dev/null
 "$moe" gen --family qwen3_moe --dtype fp8 --layers 1 --hidden 256 --experts 16 --topk 4 \
   --intermediate 64 --seed 6 --out "$qwen" >/dev/null
+# Llama-4: the routing weight scales the expert's input, so each row travels with its weight.
+"$moe" gen --family llama4 --dtype bf16 --layers 1 --hidden 256 --experts 8 --intermediate 64 \
+  --seed 8 --out "$l4" >/dev/null
+"$moe" inspect --ranks 2 "$l4" >"$tmp/inspect_l4.txt"
+check "inspect --ranks 2: llama4's rows travel with their weights" \
+  grep -q "rows travel with their routing weights" "$tmp/inspect_l4.txt"
 # NAME MODEL LAYER ROUTER-OUTPUTS INPUT-IDS
 cases=(
   "v3 $v3 1 yes no"
@@ -99,6 +106,7 @@ cases=(
   "v4-score $v4 1 yes yes"
   "gpt-mxfp4 $gpt 0 yes no"
   "qwen-fp8 $qwen 0 yes no"
+  "llama4 $l4 0 yes no"
 )
 for c in "${cases[@]}"; do
   read -r name model layer routed ids <<<"$c"

@@ -958,6 +958,50 @@ static int ep_nan_weight(void)
     return st;
 }
 
+/* A llama4 layer (its weights scale the experts' inputs), rank 1 of 2 (experts 8-15): three
+ * rows whose weights are NULL, or whose row 1 has weight inf. */
+static int ep_llama4_rows(bool inf)
+{
+    const fam_case *l4 = NULL;
+    for (size_t i = 0; i < N_FAM_CASES; i++)
+        if (!strcmp(fam_cases[i].name, "llama4")) l4 = &fam_cases[i];
+    REQUIRE(l4);
+    char d[128];
+    fx_write_model(fresh_dir(d, sizeof d), l4->config, 25);
+    moe_model *m = fx_open(d, false);
+    const moe_ep_placement pl = {sizeof pl, 1, 2, NULL, 0};
+    moe_layer *l = NULL;
+    REQUIRE(moe_layer_create_ep(m, l4->moe_layer, NULL, &pl, &l) == MOE_OK);
+    fwd_io b;
+    io_make(&b, l, 3);
+    const size_t wsb = moe_ep_workspace_size(l, 0, 3);
+    void *ws = aligned_alloc(64, (wsb + 63) / 64 * 64);
+    REQUIRE(ws);
+    const int32_t ex[3] = {8, 9, 15};
+    const float w[3] = {0.5f, INFINITY, 0.25f};
+    poison(&b);
+    const moe_ep_rows_args a = {.size = sizeof a,
+                                .n_rows = 3,
+                                .hidden_size = b.h,
+                                .rows = b.x,
+                                .rows_dtype = MOE_DTYPE_F32,
+                                .experts = ex,
+                                .y = b.out,
+                                .workspace = ws,
+                                .workspace_size = wsb,
+                                .weights = inf ? w : NULL};
+    const moe_status st = moe_ep_experts(l, &a);
+    if (!io_untouched(&b)) C.untouched = false;
+    free(ws);
+    io_free(&b);
+    moe_layer_destroy(l);
+    moe_model_close(m);
+    return st;
+}
+
+static int ep_llama4_no_weights(void) { return ep_llama4_rows(false); }
+static int ep_llama4_inf_weight(void) { return ep_llama4_rows(true); }
+
 /* ---- moe_layer_forward ---- */
 
 static int fw_null_layer(void)
@@ -1962,6 +2006,14 @@ static const matrix_case cases[] = {
      "'model.layers.1.mlp.experts.4.gate_proj.weight_scale' holds a NaN or infinite group "
      "scale at [2, 3]; INT4 scales must be finite",
      i4_scale_nan},
+    /* expert parallelism of a layer whose weights scale the experts' inputs (llama4) */
+    {"moe_ep_experts", "a llama4 layer's rows without their weights", "moe_ep_experts(l, &args)",
+     false, MOE_EINVAL,
+     "moe_ep_experts: layer 1: its routing weights scale the experts' inputs (llama4): "
+     "args->weights (each row's weight from moe_ep_route) is NULL",
+     ep_llama4_no_weights},
+    {"moe_ep_experts", "a llama4 row's weight inf", "moe_ep_experts(l, &args)", false, MOE_EVALUE,
+     "moe_ep_experts: layer 1: weights[1] = inf is not finite", ep_llama4_inf_weight},
 };
 
 #define N_CASES (sizeof cases / sizeof cases[0])

@@ -2,7 +2,7 @@
 #include "fwd_io.h"
 #include "moe_ep.h"
 
-enum { T = 13, THREADS = 2, MAX_RANKS = 4 };
+enum { T_MAX = 13, THREADS = 2, MAX_RANKS = 4 };
 
 /* The one-process forward's outputs for T tokens: what every rank's share must reproduce. */
 typedef struct want {
@@ -10,14 +10,15 @@ typedef struct want {
     int32_t *ids;
 } want;
 
-/* One simulated run: n ranks, a placement table (NULL: contiguous), the tokens per rank, the
- * hidden rows in f32 or bf16, the token ids in i32 or i64. */
+/* One simulated run: n ranks, a placement table (NULL: contiguous), the tokens per rank (t in
+ * all), the hidden rows in f32 or bf16, the token ids in i32 or i64. */
 typedef struct sim {
     const moe_model *m;
     int layer;
     const moe_layer_options *o;
     int n;
     const int32_t *table;
+    size_t t;
     size_t count[MAX_RANKS];
     bool bf16;
     bool ids64;
@@ -43,7 +44,8 @@ static moe_layer *placed(const sim *s, int rank, int e)
 }
 
 /* The steps of moe_ep.h, the transport a few memcpys: rank r's tokens are rows
- * first[r] .. first[r] + count[r] - 1 of the batch. */
+ * first[r] .. first[r] + count[r] - 1 of the batch. Where the layer says its weights scale the
+ * experts' inputs (llama4), each row travels with its weight; else with none. */
 static void run_steps(const sim *s, const void *x, const int32_t *tok32, const int64_t *tok64,
                       const want *wt, size_t h, size_t e, size_t k)
 {
@@ -56,7 +58,12 @@ static void run_steps(const sim *s, const void *x, const int32_t *tok32, const i
         l[r] = placed(s, r, (int)e);
         first[r + 1] = first[r] + s->count[r];
     }
-    REQUIRE(first[n] == T);
+    REQUIRE(first[n] == s->t);
+    moe_ep_info info = {.size = sizeof info};
+    REQUIRE(moe_ep_get_info(l[0], &info) == MOE_OK);
+    const bool scales = info.scales_input != 0;
+    CHECKF(scales == (l[0]->plan.ld->scale_input), "%s: scales_input %d", s->what,
+           info.scales_input);
     int32_t *ids[MAX_RANKS];
     float *w[MAX_RANKS], *logits[MAX_RANKS], *yhome[MAX_RANKS];
     int64_t *tags[MAX_RANKS];
@@ -108,8 +115,8 @@ static void run_steps(const sim *s, const void *x, const int32_t *tok32, const i
             rows += to[r][d];
         unsigned char *in = malloc(rows * h * xb + 4);
         int32_t *ex = malloc(rows * 4 + 4);
-        float *y = malloc(rows * h * 4 + 4);
-        REQUIRE(in && ex && y);
+        float *y = malloc(rows * h * 4 + 4), *rw = malloc(rows * 4 + 4);
+        REQUIRE(in && ex && y && rw);
         size_t at = 0;
         for (int r = 0; r < n; r++) {
             size_t off = 0;
@@ -120,6 +127,7 @@ static void run_steps(const sim *s, const void *x, const int32_t *tok32, const i
                 const size_t t = first[r] + (size_t)g / k;
                 memcpy(in + at * h * xb, (const char *)x + t * h * xb, h * xb);
                 ex[at] = ids[r][g];
+                rw[at] = w[r][g];
                 int owner = -1;
                 CHECK(moe_ep_expert_rank(l[d], ex[at], &owner) == MOE_OK && owner == d);
             }
@@ -134,7 +142,8 @@ static void run_steps(const sim *s, const void *x, const int32_t *tok32, const i
                                .experts = ex,
                                .y = y,
                                .workspace = ws,
-                               .workspace_size = wsb};
+                               .workspace_size = wsb,
+                               .weights = scales ? rw : NULL};
         CHECKF(moe_ep_experts(l[d], &ra) == MOE_OK, "%s: rank %d experts: %s", s->what, d,
                moe_last_error());
         at = 0;
@@ -149,6 +158,7 @@ static void run_steps(const sim *s, const void *x, const int32_t *tok32, const i
         free(in);
         free(ex);
         free(y);
+        free(rw);
     }
     /* 5. combine at home */
     for (int r = 0; r < n; r++) {
@@ -209,40 +219,41 @@ static void run_dense(const sim *s, const void *x, const want *wt, size_t h)
     }
 }
 
-/* Tokens per rank: even, uneven (the last rank most), and with rank 0 (and for n 4, rank 2)
- * empty. */
-static void spread(int n, int kind, size_t *count)
+/* T tokens over the ranks: even, uneven (the last rank most), and with rank 0 (and for n 4, rank 2)
+ * empty. (One token: on rank 0, rank 0, and the last rank.) */
+static void spread(size_t t, int n, int kind, size_t *count)
 {
-    size_t left = T;
+    size_t left = t;
     for (int r = 0; r < n; r++) {
-        if (kind == 0) count[r] = T / (size_t)n + ((size_t)r < T % (size_t)n);
-        if (kind == 1) count[r] = r + 1 < n ? (size_t)r + 1 : left;
+        if (kind == 0) count[r] = t / (size_t)n + ((size_t)r < t % (size_t)n);
+        if (kind == 1) count[r] = r + 1 < n ? ((size_t)r + 1 < left ? (size_t)r + 1 : left) : left;
         if (kind == 2) {
             const bool empty = r == 0 || (n == 4 && r == 2);
             const int full = n == 4 ? 2 : n - 1; /* ranks that hold tokens */
-            count[r] = empty ? 0 : (r + 1 < n ? T / (size_t)full : left);
+            count[r] = empty ? 0 : (r + 1 < n ? t / (size_t)full : left);
         }
         left -= count[r];
     }
 }
 
-/* The one-process forward of LAYER (recipe in O), with the hidden rows in f32 or bf16. */
-static void one_process(const moe_model *m, int layer, const moe_layer_options *o, const void *x,
-                        bool bf16, const int32_t *tok, want *wt, size_t *h, size_t *e, size_t *k)
+/* The one-process forward of T tokens of LAYER (recipe in O), the hidden rows in f32 or bf16. */
+static void one_process(const moe_model *m, int layer, const moe_layer_options *o, size_t t,
+                        const void *x, bool bf16, const int32_t *tok, want *wt, size_t *h,
+                        size_t *e, size_t *k)
 {
     moe_layer *l = NULL;
     REQUIRE(moe_layer_create(m, layer, o, &l) == MOE_OK);
     *h = (size_t)l->plan.desc->hidden;
     *e = l->plan.moe ? (size_t)l->plan.ld->routing.n_experts : 1;
     *k = l->plan.moe ? (size_t)l->plan.ld->routing.top_k : 1;
-    wt->out = malloc(T * *h * 4);
-    wt->logits = malloc(T * *e * 4);
-    wt->w = malloc(T * *k * 4);
-    wt->ids = malloc(T * *k * 4);
+    wt->out = malloc(t * *h * 4);
+    wt->logits = malloc(t * *e * 4);
+    wt->w = malloc(t * *k * 4);
+    wt->ids = malloc(t * *k * 4);
     size_t wsb;
-    void *ws = fx_workspace(l, T, &wsb);
+    void *ws = fx_workspace(l, t, &wsb);
     REQUIRE(wt->out && wt->logits && wt->w && wt->ids);
-    moe_forward_args a = fx_args(T, *h, x, wt->out, ws, wsb);
+    moe_forward_args a = fx_args(t, *h, x, wt->out, ws, wsb);
     a.hidden_dtype = bf16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
     a.token_ids = tok;
     a.token_id_dtype = MOE_DTYPE_I32;
@@ -264,8 +275,8 @@ static void want_free(want *wt)
     free(wt->ids);
 }
 
-/* Every n, spread and placement for one layer and recipe. */
-static void check_layer(const moe_model *m, int layer, int recipe, const char *name)
+/* Every n, spread and placement for T tokens (at most T_MAX) of one layer and recipe. */
+static void check_layer(const moe_model *m, int layer, int recipe, size_t t, const char *name)
 {
     const moe_layer_options o = fx_options(THREADS, recipe);
     moe_model_info mi = {.size = sizeof mi};
@@ -274,21 +285,22 @@ static void check_layer(const moe_model *m, int layer, int recipe, const char *n
     moe_layer_info li = {.size = sizeof li};
     REQUIRE(moe_model_get_layer_info(m, layer, &li) == MOE_OK);
     const bool moe = li.kind != MOE_LAYER_DENSE;
-    float *x = malloc(T * hh * 4);
-    uint16_t *xb = malloc(T * hh * 2);
-    int32_t tok[T];
-    int64_t tok64[T];
+    REQUIRE(t >= 1 && t <= T_MAX);
+    float *x = malloc(t * hh * 4);
+    uint16_t *xb = malloc(t * hh * 2);
+    int32_t tok[T_MAX];
+    int64_t tok64[T_MAX];
     REQUIRE(x && xb);
-    fx_hidden(5, T * hh, x);
-    for (size_t i = 0; i < T * hh; i++)
+    fx_hidden(5, t * hh, x);
+    for (size_t i = 0; i < t * hh; i++)
         xb[i] = moe_f32_to_bf16(x[i]);
-    for (size_t t = 0; t < T; t++)
-        tok64[t] = tok[t] = (int32_t)((t * 37 + 11) % 1000);
+    for (size_t i = 0; i < t; i++)
+        tok64[i] = tok[i] = (int32_t)((i * 37 + 11) % 1000);
     for (int bf = 0; bf < 2; bf++) {
         want wt;
         size_t h, e, k;
         const void *xin = bf ? (const void *)xb : x;
-        one_process(m, layer, &o, xin, bf, tok, &wt, &h, &e, &k);
+        one_process(m, layer, &o, t, xin, bf, tok, &wt, &h, &e, &k);
         int32_t table[2][64];
         REQUIRE(e <= 64);
         for (int n = 1; n <= MAX_RANKS; n++) {
@@ -300,17 +312,18 @@ static void check_layer(const moe_model *m, int layer, int recipe, const char *n
                 for (int kind = 0; kind < (n > 1 ? 3 : 1); kind++) {
                     if (bf && (pk != 1 || kind != 1)) continue; /* bf16 input: one case */
                     char what[160];
-                    snprintf(what, sizeof what, "%s layer %d recipe %s %s input n %d %s %s", name,
-                             layer, fx_recipe_name(recipe), bf ? "bf16" : "f32", n,
+                    snprintf(what, sizeof what,
+                             "%s layer %d recipe %s %zu tokens %s input n %d %s %s", name, layer,
+                             fx_recipe_name(recipe), t, bf ? "bf16" : "f32", n,
                              pk == 0   ? "contiguous"
                              : pk == 1 ? "scattered table"
                                        : "skewed table",
                              kind == 0   ? "even"
                              : kind == 1 ? "uneven"
                                          : "empty ranks");
-                    sim s = {m,  layer,          &o,  n, pk ? table[pk - 1] : NULL, {0},
+                    sim s = {m,  layer,          &o,  n, pk ? table[pk - 1] : NULL, t, {0},
                              bf, (n + kind) % 2, what};
-                    spread(n, kind, s.count);
+                    spread(t, n, kind, s.count);
                     if (moe)
                         run_steps(&s, xin, tok, tok64, &wt, h, e, k);
                     else
@@ -371,6 +384,9 @@ static void check_bytes(const moe_model *m, int layer, const char *name)
             CHECKF(strstr(moe_layer_explain(l), line) != NULL, "%s: explain: %s", name,
                    moe_layer_explain(l));
             CHECKF(strstr(moe_layer_explain(l), "(this rank)") != NULL, "%s", name);
+            CHECKF(!strstr(moe_layer_explain(l), "rows travel with their routing weights") ==
+                       !one->plan.ld->scale_input,
+                   "%s: explain: %s", name, moe_layer_explain(l));
             /* The whole forward needs every expert: steps only. */
             fwd_io b;
             io_make(&b, one, 3);
@@ -474,6 +490,10 @@ static void check_errors(const moe_model *m, int layer, bool hash)
     CHECK(moe_ep_experts(l, &ra) == MOE_EDTYPE);
     ra.rows_dtype = MOE_DTYPE_F32;
     CHECK(all_poison(y, sizeof y));
+    moe_ep_info info = {.size = sizeof info};
+    CHECK(moe_ep_get_info(l, &info) == MOE_OK && info.scales_input == 0);
+    const float nan_w[4] = {NAN, NAN, NAN, NAN};
+    ra.weights = nan_w; /* not read: this layer's weights apply in the combine */
     CHECK(moe_ep_experts(l, &ra) == MOE_OK);
     /* combine: a NaN weight */
     float *yk = calloc(4 * b.k * b.h, 4);
@@ -528,21 +548,66 @@ static void check_reads_own(const char *dir, const char *config)
     fx_remove_model(dir);
 }
 
-/* A layer whose routing weights scale the experts' inputs (llama4) is not placed over ranks:
- * the rows moe_ep_experts runs carry no weights. Created with a placement it is
- * MOE_EUNSUPPORTED naming the reason, and no layer is written to *out. */
-static void check_scale_input_refused(const moe_model *m, int layer, const char *name)
+/* A layer whose routing weights scale the experts' inputs (llama4): moe_ep_get_info says so
+ * (where info->size covers the field), and step 3 needs each row's weight: missing (NULL, or
+ * beyond args->size) is MOE_EINVAL, a non-finite one MOE_EVALUE naming the row, y untouched. */
+static void check_scale_input_errors(const moe_model *m, int layer)
 {
     const moe_layer_options o = fx_options(THREADS, MOE_RECIPE_F32);
-    for (int n = 1; n <= 2; n++) {
-        moe_ep_placement pl = {sizeof pl, 0, n, NULL, 0};
-        moe_layer *l = NULL;
-        CHECKF(moe_layer_create_ep(m, layer, &o, &pl, &l) == MOE_EUNSUPPORTED, "%s n %d", name,
-               n);
-        CHECKF(l == NULL, "%s n %d: a layer came back", name, n);
-        CHECKF(strstr(moe_last_error(), "scale the experts' inputs") != NULL, "%s: %s", name,
-               moe_last_error());
-    }
+    moe_ep_placement pl = {sizeof pl, 1, 2, NULL, 0}; /* experts 8-15 */
+    moe_layer *l = NULL;
+    REQUIRE(moe_layer_create_ep(m, layer, &o, &pl, &l) == MOE_OK);
+    moe_ep_info info;
+    memset(&info, POISON, sizeof info);
+    info.size = offsetof(moe_ep_info, scales_input); /* an older caller's struct */
+    CHECK(moe_ep_get_info(l, &info) == MOE_OK && all_poison(&info.scales_input, sizeof(int)));
+    info.size = sizeof info;
+    CHECK(moe_ep_get_info(l, &info) == MOE_OK && info.scales_input == 1);
+    CHECKF(strstr(moe_layer_explain(l), "rows travel with their routing weights") != NULL, "%s",
+           moe_layer_explain(l));
+    fwd_io b;
+    io_make(&b, l, 3);
+    const size_t wsb = moe_ep_workspace_size(l, 0, 3);
+    void *ws = ws_alloc(wsb);
+    const int32_t ex[3] = {8, 15, 8};
+    float w[3] = {0.25f, 0.5f, 0.75f};
+    float *y = malloc(3 * b.h * 4);
+    REQUIRE(y);
+    memset(y, POISON, 3 * b.h * 4);
+    moe_ep_rows_args ra = {.size = sizeof ra,
+                           .n_rows = 3,
+                           .hidden_size = b.h,
+                           .rows = b.x,
+                           .rows_dtype = MOE_DTYPE_F32,
+                           .experts = ex,
+                           .y = y,
+                           .workspace = ws,
+                           .workspace_size = wsb,
+                           .weights = NULL};
+    CHECKF(moe_ep_experts(l, &ra) == MOE_EINVAL && strstr(moe_last_error(), "args->weights") &&
+               strstr(moe_last_error(), "is NULL"),
+           "%s", moe_last_error());
+    ra.weights = w;
+    ra.size = offsetof(moe_ep_rows_args, weights); /* an older caller's struct */
+    CHECKF(moe_ep_experts(l, &ra) == MOE_EINVAL && strstr(moe_last_error(), "beyond args->size"),
+           "%s", moe_last_error());
+    ra.size = sizeof ra;
+    w[1] = INFINITY;
+    CHECKF(moe_ep_experts(l, &ra) == MOE_EVALUE &&
+               strstr(moe_last_error(), "weights[1] = inf is not finite"),
+           "%s", moe_last_error());
+    CHECK(all_poison(y, 3 * b.h * 4));
+    w[1] = 0.5f;
+    CHECK(moe_ep_experts(l, &ra) == MOE_OK && !all_poison(y, 3 * b.h * 4));
+    /* The weight is each row's own: rows 0 and 2 share an expert, and row 2 with row 0's
+     * input and weight computes row 0's output. */
+    memcpy(b.x + 2 * b.h, b.x, b.h * 4);
+    w[2] = w[0];
+    CHECK(moe_ep_experts(l, &ra) == MOE_OK && !memcmp(y, y + 2 * b.h, b.h * 4));
+    free(y);
+    free(ws);
+    io_free(&b);
+    moe_layer_destroy(l);
 }
 
 int main(void)
@@ -554,19 +619,24 @@ int main(void)
         fx_write_model(dir, fc->config, 1300 + i);
         moe_model *m = fx_open(dir, false);
         const int layers[2] = {fc->moe_layer, fc->other_layer};
+        const bool llama4 = !strcmp(fc->name, "llama4");
         for (int li = 0; li < 2; li++) {
             if (layers[li] < 0) continue;
-            if (li == 0 && !strcmp(fc->name, "llama4")) {
-                check_scale_input_refused(m, layers[li], fc->name);
-                continue;
-            }
-            check_layer(m, layers[li], MOE_RECIPE_F32, fc->name);
+            check_layer(m, layers[li], MOE_RECIPE_F32, T_MAX, fc->name);
             if (li == 0) {
-                check_layer(m, layers[li], MOE_RECIPE_BF16, fc->name);
-                check_layer(m, layers[li], MOE_RECIPE_TILE, fc->name);
+                check_layer(m, layers[li], MOE_RECIPE_BF16, T_MAX, fc->name);
+                check_layer(m, layers[li], MOE_RECIPE_TILE, T_MAX, fc->name);
                 check_bytes(m, layers[li], fc->name);
             }
+            /* One token (every other rank empty), each recipe where the weights scale the
+             * experts' inputs. */
+            if (li == 0) check_layer(m, layers[li], MOE_RECIPE_F32, 1, fc->name);
+            if (li == 0 && llama4) {
+                check_layer(m, layers[li], MOE_RECIPE_BF16, 1, fc->name);
+                check_layer(m, layers[li], MOE_RECIPE_TILE, 1, fc->name);
+            }
         }
+        if (llama4) check_scale_input_errors(m, fc->moe_layer);
         if (!strcmp(fc->name, "deepseek_v3")) check_errors(m, 1, false);
         if (!strcmp(fc->name, "deepseek_v4_fp8")) check_errors(m, 0, true);
         moe_model_close(m);

@@ -26,11 +26,11 @@ typedef struct want {
     int32_t *ids;
 } want;
 
-static void one_process(const moe_model *m, int layer, const float *x, const int32_t *tok, want *wt)
+static void one_process(const moe_model *m, int layer, const moe_layer_options *o, const void *x,
+                        moe_dtype xdt, const int32_t *tok, want *wt)
 {
-    const moe_layer_options o = fx_options(THREADS, MOE_RECIPE_F32);
     moe_layer *l = NULL;
-    REQUIRE(moe_layer_create(m, layer, &o, &l) == MOE_OK);
+    REQUIRE(moe_layer_create(m, layer, o, &l) == MOE_OK);
     moe_layer_info li = {.size = sizeof li};
     REQUIRE(moe_layer_get_info(l, &li) == MOE_OK);
     wt->h = (size_t)li.hidden_size;
@@ -42,6 +42,7 @@ static void one_process(const moe_model *m, int layer, const float *x, const int
     void *ws = fx_workspace(l, T, &wsb);
     REQUIRE(wt->out && wt->w && wt->ids);
     moe_forward_args a = fx_args(T, wt->h, x, wt->out, ws, wsb);
+    a.hidden_dtype = xdt;
     a.token_ids = tok;
     a.token_id_dtype = MOE_DTYPE_I32;
     if (li.kind != MOE_LAYER_DENSE) {
@@ -68,19 +69,26 @@ static void share(int kind, size_t *first, size_t *count)
     *count = T * (before + r) / parts - *first;
 }
 
-static void check_layer(const moe_model *m, int layer, const char *name)
+/* LAYER over the ranks with RECIPE, the hidden rows in f32 or (bf16) bf16. */
+static void check_layer(const moe_model *m, int layer, const char *name, int recipe, bool bf16)
 {
     moe_model_info mi = {.size = sizeof mi};
     REQUIRE(moe_model_get_info(m, &mi) == MOE_OK);
-    const size_t h = (size_t)mi.hidden_size;
-    float *x = malloc(T * h * 4);
+    const size_t h = (size_t)mi.hidden_size, xb = bf16 ? 2 : 4;
+    const moe_dtype xdt = bf16 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+    float *xf = malloc(T * h * 4);
+    uint16_t *x16 = malloc(T * h * 2);
     int32_t tok[T];
-    REQUIRE(x);
-    fx_hidden(9, T * h, x);
+    REQUIRE(xf && x16);
+    fx_hidden(9, T * h, xf);
+    for (size_t i = 0; i < T * h; i++)
+        x16[i] = moe_f32_to_bf16(xf[i]);
+    const unsigned char *x = bf16 ? (const unsigned char *)x16 : (const unsigned char *)xf;
     for (size_t t = 0; t < T; t++)
         tok[t] = (int32_t)((t * 53 + 5) % 1000);
+    const moe_layer_options o = fx_options(THREADS, recipe);
     want wt;
-    one_process(m, layer, x, tok, &wt);
+    one_process(m, layer, &o, x, xdt, tok, &wt);
     const size_t k = wt.k;
     moe_layer_info li = {.size = sizeof li};
     REQUIRE(moe_model_get_layer_info(m, layer, &li) == MOE_OK);
@@ -89,7 +97,6 @@ static void check_layer(const moe_model *m, int layer, const char *name)
     REQUIRE(e <= 64);
     for (int i = 0; i < e; i++)
         table[i] = (int32_t)((i * 3 + 2) % size_);
-    const moe_layer_options o = fx_options(THREADS, MOE_RECIPE_F32);
     for (int pk = 0; pk < 2; pk++) {
         moe_layer *l = NULL;
         moe_status st = moe_mpi_layer_create(MPI_COMM_WORLD, m, MOE_OK, layer, &o,
@@ -108,8 +115,8 @@ static void check_layer(const moe_model *m, int layer, const char *name)
             const moe_mpi_forward_args a = {.size = sizeof a,
                                             .n_tokens = count,
                                             .hidden_size = h,
-                                            .hidden = x + first * h,
-                                            .hidden_dtype = MOE_DTYPE_F32,
+                                            .hidden = x + first * h * xb,
+                                            .hidden_dtype = xdt,
                                             .token_ids = tok + first,
                                             .token_id_dtype = MOE_DTYPE_I32,
                                             .out = out,
@@ -119,9 +126,10 @@ static void check_layer(const moe_model *m, int layer, const char *name)
             st = moe_mpi_forward(MPI_COMM_WORLD, l, &a);
             CHECKF(st == MOE_OK, "%s layer %d: %s", name, layer, moe_last_error());
             CHECKF(!memcmp(out, wt.out + first * h, count * h * 4),
-                   "%s layer %d placement %d spread %d: rank %d of %d (%zu tokens) differs from "
-                   "one process",
-                   name, layer, pk, kind, rank_, size_, count);
+                   "%s layer %d recipe %s %s input placement %d spread %d: rank %d of %d (%zu "
+                   "tokens) differs from one process",
+                   name, layer, fx_recipe_name(recipe), bf16 ? "bf16" : "f32", pk, kind, rank_,
+                   size_, count);
             if (li.top_k) {
                 CHECK(!memcmp(ids, wt.ids + first * k, count * k * 4));
                 CHECK(!memcmp(w, wt.w + first * k, count * k * 4));
@@ -135,7 +143,7 @@ static void check_layer(const moe_model *m, int layer, const char *name)
                                          .n_tokens = T,
                                          .hidden_size = h,
                                          .hidden = x,
-                                         .hidden_dtype = MOE_DTYPE_F32,
+                                         .hidden_dtype = xdt,
                                          .token_ids = tok,
                                          .token_id_dtype = MOE_DTYPE_I32,
                                          .out = out,
@@ -154,7 +162,8 @@ static void check_layer(const moe_model *m, int layer, const char *name)
         free(ids);
         moe_layer_destroy(l);
     }
-    free(x);
+    free(xf);
+    free(x16);
     free(wt.out);
     free(wt.w);
     free(wt.ids);
@@ -322,9 +331,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_FAM_CASES; i++) {
         const fam_case *fc = &fam_cases[i];
         moe_model *m = shared_model(dir, fc->config, 2100 + i);
-        /* llama4's MoE layers are not placed over ranks (test_layer_ep checks the refusal). */
-        if (strcmp(fc->name, "llama4") != 0) check_layer(m, fc->moe_layer, fc->name);
-        if (fc->other_layer >= 0) check_layer(m, fc->other_layer, fc->name);
+        check_layer(m, fc->moe_layer, fc->name, MOE_RECIPE_F32, false);
+        /* llama4: each row travels with its weight, which scales it on the expert's rank:
+         * bf16 rows too, and the product rounded to bf16 for the bf16 recipe. */
+        if (!strcmp(fc->name, "llama4"))
+            check_layer(m, fc->moe_layer, fc->name, MOE_RECIPE_BF16, true);
+        if (fc->other_layer >= 0) check_layer(m, fc->other_layer, fc->name, MOE_RECIPE_F32, false);
         done_model(m, dir);
     }
     check_faults(dir, other);
