@@ -6,19 +6,19 @@
 #include "core/error.h"
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
+#include "kernels/ref/expert_w4_pack.h"
 
 /*
  * Portable C shared by every MXFP4 kernel set: the layout belongs to the format, not to the
- * ISA (kernels/ref/expert_mxfp4_layout.h). Packing checks everything first and writes after,
- * so a rejected source leaves dst untouched; messages name the projection ("gate", "up",
- * "down"), and the engine prepends the tensor. The codes move a byte at a time (two nibbles),
- * so packing costs about a nanosecond per byte rather than per weight.
+ * ISA (kernels/ref/expert_mxfp4_layout.h). The checking and the loops over tiles are the
+ * 4-bit formats' (kernels/ref/expert_w4_pack.h: everything checked first, written after, so
+ * a rejected source leaves dst untouched); this file holds what is MXFP4's. The codes move a
+ * byte at a time (two nibbles), so packing costs about a nanosecond per byte rather than per
+ * weight.
  */
 
 #define NR MOE_MX_NR
 #define BLK MOE_MX_BLOCK
-
-static const char *const proj_names[2][2] = {{"down", "down"}, {"gate", "up"}};
 
 /* ---- Sizes --------------------------------------------------------------------------- */
 
@@ -44,14 +44,7 @@ static bool is_code_dtype(moe_dtype d)
 
 static bool is_scale_dtype(moe_dtype d) { return d == MOE_DTYPE_F8_E8M0 || d == MOE_DTYPE_U8; }
 
-static bool is_bias_dtype(moe_dtype d)
-{
-    return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F16;
-}
-
-static size_t dtype_bytes(moe_dtype d) { return moe_dtype_bits(d) / 8; }
-
-/* Row r's packed bytes; offsets were checked to fit in int64 by check_span. */
+/* Row r's packed bytes; offsets were checked to fit in int64 by moe_w4_check_span. */
 static const unsigned char *row_bytes(const moe_weight_src *s, int64_t r)
 {
     return (const unsigned char *)s->data + r * s->row_stride;
@@ -62,71 +55,16 @@ static const unsigned char *row_scales(const moe_weight_src *s, int64_t r)
     return (const unsigned char *)s->scale + r * s->scale_stride;
 }
 
-static float load_float(const unsigned char *p, moe_dtype d)
-{
-    if (d == MOE_DTYPE_F32) {
-        float f;
-        memcpy(&f, p, sizeof f);
-        return f;
-    }
-    uint16_t c;
-    memcpy(&c, p, sizeof c);
-    return d == MOE_DTYPE_BF16 ? moe_bf16_to_f32(c) : moe_f16_to_f32(c);
-}
+float moe_mx_bias_at(const moe_weight_src *s, int64_t r) { return moe_w4_bias_at(s, r); }
 
-static void store_float(unsigned char *p, moe_dtype d, float v)
-{
-    if (d == MOE_DTYPE_F32) {
-        memcpy(p, &v, sizeof v);
-        return;
-    }
-    uint16_t c = d == MOE_DTYPE_BF16 ? moe_f32_to_bf16(v) : moe_f32_to_f16(v);
-    memcpy(p, &c, sizeof c);
-}
-
-float moe_mx_bias_at(const moe_weight_src *s, int64_t r)
-{
-    if (!s->bias || r >= s->rows) return 0.0f;
-    const size_t es = dtype_bytes(s->bias_dtype);
-    return load_float((const unsigned char *)s->bias + r * s->bias_stride * (int64_t)es,
-                      s->bias_dtype);
-}
+void moe_mx_store_bias(const moe_weight_dst *d, int64_t r, float v) { moe_w4_store_bias(d, r, v); }
 
 /* ---- Validation ---------------------------------------------------------------------- */
 
-static int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
-
-/* |offset| of the farthest byte, (rows - 1)·|stride|·es + (span - 1), must fit in int64. */
-static moe_status check_span(int64_t rows, int64_t stride, int64_t span, size_t es,
-                             const char *what, const char *part)
-{
-    int64_t a, b;
-    if (stride == INT64_MIN || __builtin_mul_overflow(abs64(stride), rows - 1, &a) ||
-        __builtin_mul_overflow(a, (int64_t)es, &b) || __builtin_add_overflow(b, span, &a))
-        return moe_error(MOE_EOVERFLOW, "%s: the %s stride %lld over %lld rows overflows 64 bits",
-                         what, part, (long long)stride, (long long)rows);
-    return MOE_OK;
-}
-
-static moe_status check_bias(const moe_weight_src *s, const char *what)
-{
-    if (!s->bias) return MOE_OK;
-    if (!is_bias_dtype(s->bias_dtype))
-        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
-                         moe_dtype_name(s->bias_dtype));
-    return check_span(s->rows, s->bias_stride, 1, dtype_bytes(s->bias_dtype), what, "bias");
-}
-
 static moe_status check_src(const moe_weight_src *s, const char *what)
 {
-    if (!s) return moe_error(MOE_EINVAL, "%s: the weight source is NULL", what);
-    if (!s->data) return moe_error(MOE_EINVAL, "%s: the weight data is NULL", what);
-    if (s->rows < 1 || s->cols < 1)
-        return moe_error(MOE_ESHAPE, "%s: shape [%lld, %lld] has no elements", what,
-                         (long long)s->rows, (long long)s->cols);
-    if (s->cols > MOE_MX_MAX_K)
-        return moe_error(MOE_EOVERFLOW, "%s: %lld columns exceed the kernels' limit of 2^40", what,
-                         (long long)s->cols);
+    moe_status st = moe_w4_check_src_shape(s, what);
+    if (st) return st;
     if (s->cols % BLK != 0)
         return moe_error(MOE_ESHAPE, "%s: %lld columns are not a multiple of the MXFP4 block (32)",
                          what, (long long)s->cols);
@@ -146,9 +84,12 @@ static moe_status check_src(const moe_weight_src *s, const char *what)
     if (s->block_rows != 1 || s->block_cols != BLK)
         return moe_error(MOE_EUNSUPPORTED, "%s: scale block [%d, %d]; MXFP4 scales are [1, 32]",
                          what, s->block_rows, s->block_cols);
-    moe_status st = check_span(s->rows, s->row_stride, s->cols / 2, 1, what, "weight row");
-    if (!st) st = check_span(s->rows, s->scale_stride, s->cols / BLK, 1, what, "scale row");
-    if (!st) st = check_bias(s, what);
+    st = moe_w4_check_span(s->rows, s->row_stride, s->cols / 2, 1, what, "weight row");
+    if (!st) st = moe_w4_check_span(s->rows, s->scale_stride, s->cols / BLK, 1, what, "scale row");
+    if (!st && s->bias) st = moe_w4_check_bias_dtype(s->bias_dtype, what);
+    if (!st && s->bias)
+        st = moe_w4_check_span(s->rows, s->bias_stride, 1, moe_w4_dtype_bytes(s->bias_dtype), what,
+                               "bias");
     return st;
 }
 
@@ -165,23 +106,6 @@ static moe_status check_scales(const moe_weight_src *s, const char *what)
                                  "%lld..%lld)",
                                  what, (long long)r, (long long)b, (long long)(b * BLK),
                                  (long long)(b * BLK + BLK - 1));
-    }
-    return MOE_OK;
-}
-
-moe_status moe_mx_check_sources(const moe_weight_src *const *src, int np)
-{
-    for (int p = 0; p < np; p++) {
-        moe_status st = check_src(src[p], proj_names[np - 1][p]);
-        if (st) return st;
-    }
-    if (np == 2 && (src[0]->rows != src[1]->rows || src[0]->cols != src[1]->cols))
-        return moe_error(MOE_ESHAPE, "gate [%lld, %lld] and up [%lld, %lld] differ in shape",
-                         (long long)src[0]->rows, (long long)src[0]->cols, (long long)src[1]->rows,
-                         (long long)src[1]->cols);
-    for (int p = 0; p < np; p++) {
-        moe_status st = check_scales(src[p], proj_names[np - 1][p]);
-        if (st) return st;
     }
     return MOE_OK;
 }
@@ -260,11 +184,7 @@ static void pack_scales(const moe_weight_src *s, int64_t r0, int64_t b, unsigned
 static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsigned char *tile)
 {
     const size_t nb = (size_t)(src[0]->cols / BLK), S = moe_mx_step_blocks(np);
-    float bias[2 * NR];
-    for (int p = 0; p < np; p++)
-        for (int n = 0; n < NR; n++)
-            bias[p * NR + n] = moe_mx_bias_at(src[p], r0 + n);
-    memcpy(tile, bias, moe_mx_bias_bytes(np));
+    moe_w4_pack_bias(src, np, r0, tile);
     for (size_t s = 0; s * S < nb; s++) {
         const size_t len = moe_mx_step_len(np, nb, s);
         unsigned char *line = tile + moe_mx_step_at(np, s) + len * (size_t)np * MOE_MX_UNIT;
@@ -278,43 +198,19 @@ static void pack_tile(const moe_weight_src *const *src, int np, int64_t r0, unsi
     }
 }
 
-static moe_status pack(const moe_weight_src *const *src, int np, void *dst)
-{
-    if (!dst) return moe_error(MOE_EINVAL, "%s: the destination is NULL", proj_names[np - 1][0]);
-    moe_status st = moe_mx_check_sources(src, np);
-    if (st) return st;
-    const int64_t rows = src[0]->rows;
-    const size_t tb = tile_bytes(src[0]->cols, np);
-    for (int64_t t = 0; t < (rows + NR - 1) / NR; t++)
-        pack_tile(src, np, t * NR, (unsigned char *)dst + (size_t)t * tb);
-    return MOE_OK;
-}
-
-moe_status moe_mx_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
-{
-    const moe_weight_src *src[2] = {gate, up};
-    return pack(src, 2, dst);
-}
-
-moe_status moe_mx_pack_down(const moe_weight_src *down, void *dst)
-{
-    return pack(&down, 1, dst);
-}
-
 /* ---- Unpacking ----------------------------------------------------------------------- */
 
 moe_status moe_mx_check_dst(const moe_weight_dst *d, const char *what)
 {
-    if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
-    if (d->rows < 1 || d->cols < 1 || d->cols > MOE_MX_MAX_K || d->cols % BLK != 0)
-        return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
-                         (long long)d->cols);
+    moe_status st = moe_w4_check_dst_shape(d, what);
+    if (st) return st;
     if (!is_code_dtype(d->dtype))
-        return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds E2M1 codes",
-                         what, moe_dtype_name(d->dtype));
-    if (d->bias && !is_bias_dtype(d->bias_dtype))
-        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
-                         moe_dtype_name(d->bias_dtype));
+        return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds E2M1 codes", what,
+                         moe_dtype_name(d->dtype));
+    if (d->bias) {
+        st = moe_w4_check_bias_dtype(d->bias_dtype, what);
+        if (st) return st;
+    }
     if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);
     if (!is_scale_dtype(d->scale_dtype))
         return moe_error(MOE_EDTYPE, "%s: scale dtype %s is not f8_e8m0 (or u8)", what,
@@ -325,65 +221,51 @@ moe_status moe_mx_check_dst(const moe_weight_dst *d, const char *what)
     return MOE_OK;
 }
 
-static void unpack_one(const unsigned char *packed, int np, int p, const moe_weight_dst *d)
+static void unpack_scales(const unsigned char *tile, int np, int p, size_t b, size_t n,
+                          const moe_weight_dst *d, int64_t r)
 {
-    const size_t nb = (size_t)(d->cols / BLK), tb = tile_bytes(d->cols, np);
-    unsigned char *out = d->data, *sc = d->scale;
-    for (int64_t r = 0; r < d->rows; r++) {
-        const unsigned char *tile = packed + (size_t)(r / NR) * tb;
-        const size_t n = (size_t)(r % NR);
-        unsigned char *orow = out + (size_t)r * (nb * 16);
-        for (size_t b = 0; b < nb; b++) {
-            const unsigned char *unit = tile + moe_mx_unit_at(np, b, p);
-            for (size_t i = 0; i < 16; i++) {
-                unsigned char c[2];
-                for (size_t j = 0; j < 2; j++) {
-                    const size_t k = 2 * i + j;
-                    unsigned char byte = unit[moe_mx_code_byte(n, k)];
-                    c[j] = moe_mx_code_high(k) ? byte >> 4 : byte & 0x0F;
-                }
-                orow[b * 16 + i] = (unsigned char)(c[0] | c[1] << 4);
-            }
-            sc[(size_t)r * nb + b] = tile[moe_mx_scales_at(np, nb, b, p) + n];
-        }
-        if (d->bias) {
-            float v;
-            memcpy(&v, tile + ((size_t)p * NR + n) * sizeof v, sizeof v);
-            moe_mx_store_bias(d, r, v);
-        }
-    }
+    const size_t nb = (size_t)(d->cols / BLK);
+    ((unsigned char *)d->scale)[(size_t)r * nb + b] = tile[moe_mx_scales_at(np, nb, b, p) + n];
 }
 
-void moe_mx_store_bias(const moe_weight_dst *d, int64_t r, float v)
+/* ---- The entries: the 4-bit formats' glue with MXFP4's parts ------------------------- */
+
+static const moe_w4_format mxfp4 = {
+    .check_src = check_src,
+    .check_scales = check_scales,
+    .check_dst = moe_mx_check_dst,
+    .tile_bytes = tile_bytes,
+    .pack_tile = pack_tile,
+    .unit_at = moe_mx_unit_at,
+    .unpack_scales = unpack_scales,
+};
+
+moe_status moe_mx_check_sources(const moe_weight_src *const *src, int np)
 {
-    store_float((unsigned char *)d->bias + (size_t)r * dtype_bytes(d->bias_dtype), d->bias_dtype,
-                v);
+    return moe_w4_check_sources(&mxfp4, src, np);
 }
 
-static moe_status unpack(const void *packed, const moe_weight_dst *const *dst, int np)
+moe_status moe_mx_pack_gateup(const moe_weight_src *gate, const moe_weight_src *up, void *dst)
 {
-    if (!packed) return moe_error(MOE_EINVAL, "unpack: the packed bytes are NULL");
-    for (int p = 0; p < np; p++) {
-        moe_status st = moe_mx_check_dst(dst[p], proj_names[np - 1][p]);
-        if (st) return st;
-    }
-    if (np == 2 && (dst[0]->rows != dst[1]->rows || dst[0]->cols != dst[1]->cols))
-        return moe_error(MOE_ESHAPE, "unpack: gate and up destinations differ in shape");
-    for (int p = 0; p < np; p++)
-        unpack_one(packed, np, p, dst[p]);
-    return MOE_OK;
+    const moe_weight_src *src[2] = {gate, up};
+    return moe_w4_pack(&mxfp4, src, 2, dst);
+}
+
+moe_status moe_mx_pack_down(const moe_weight_src *down, void *dst)
+{
+    return moe_w4_pack(&mxfp4, &down, 1, dst);
 }
 
 moe_status moe_mx_unpack_gateup(const void *packed, const moe_weight_dst *gate,
                                 const moe_weight_dst *up)
 {
     const moe_weight_dst *dst[2] = {gate, up};
-    return unpack(packed, dst, 2);
+    return moe_w4_unpack(&mxfp4, packed, dst, 2);
 }
 
 moe_status moe_mx_unpack_down(const void *packed, const moe_weight_dst *down)
 {
-    return unpack(packed, &down, 1);
+    return moe_w4_unpack(&mxfp4, packed, &down, 1);
 }
 
 /* ---- Q8 activation rows (kernels/expert.h, "The Q8 recipe") -------------------------- */

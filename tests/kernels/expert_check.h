@@ -10,6 +10,7 @@
 
 #include "moe.h"
 #include "act_d.h"
+#include "guarded.h"
 #include "kernels/expert.h"
 #include "select/kernel.h"
 #include "test.h"
@@ -117,6 +118,24 @@ static inline double rel_err(const double *got, const double *want, size_t n)
         den += want[i] * want[i];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Σ w[c]·x[c] over c < k in double, in order: the float64 references' dot products, from the
+ * activations the kernels read (x double) or the f32 ones (xf). */
+static inline double dot_exact(const double *w, const double *x, int64_t k)
+{
+    double s = 0;
+    for (int64_t c = 0; c < k; c++)
+        s += w[c] * x[c];
+    return s;
+}
+
+static inline double dot_exact_f(const double *w, const float *xf, int64_t k)
+{
+    double s = 0;
+    for (int64_t c = 0; c < k; c++)
+        s += w[c] * xf[c];
+    return s;
 }
 
 /* The cases' relative errors pooled, weighted by their outputs (a block output pools many
@@ -331,6 +350,35 @@ static inline void check_kernel(const xset *xs, const runner *r, const void *con
         free(alone[t].p);
 }
 
+/* The tokens a case of K·N weights runs on: the set's mr + 2 (MAX_TOKENS at most), or 3 for
+ * the slow scalar sets on a large case. */
+static inline int set_ntokens(const xset *xs, int64_t k, int64_t n)
+{
+    if (xs->set->isa == MOE_REQ_SCALAR && k * n > LARGE) return 3;
+    return xs->set->mr + 2 < MAX_TOKENS ? xs->set->mr + 2 : MAX_TOKENS;
+}
+
+/* Every set of the list that the CPU allows: its fields (mr, nr, name, isa, the family's format
+ * and recipe), then its cases (run_set), their errors against the f32 activations pooled and the
+ * pool held to bound. */
+static inline void check_sets(const xset *sets, size_t nsets, const moe_cpu_info *info, int format,
+                              moe_expert_recipe recipe, double bound, void (*run_set)(const xset *))
+{
+    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
+    for (size_t s = 0; s < nsets; s++) {
+        const xset *xs = &sets[s];
+        if (!set_allowed(xs, allowed)) continue;
+        CHECK(xs->set->mr >= 1 && xs->set->mr <= MAX_TOKENS - 2 && xs->set->nr == NR);
+        CHECK(!strcmp(xs->set->name, xs->name) && xs->set->isa == xs->isa);
+        CHECK(xs->set->format == format && xs->set->recipe == recipe);
+        pool_sq = pool_n = 0;
+        run_set(xs);
+        const double pooled = sqrt(pool_sq / pool_n);
+        CHECKF(pooled <= bound, "%s: pooled error %.3g vs the f32 activations", xs->name, pooled);
+        fprintf(stderr, "%s: pooled error %.3g vs the f32 activations\n", xs->name, pooled);
+    }
+}
+
 /* ---- Packing at the door ---------------------------------------------------------------- */
 
 /* A rejected pack must name what it names and leave dst alone. */
@@ -347,6 +395,22 @@ static inline void expect_reject(const moe_expert_kernels *ks, const moe_weight_
     for (size_t i = 0; i < sizeof dst; i++)
         untouched = untouched && dst[i] == 0x3C;
     CHECKF(untouched, "%s: dst written on error (%s)", ks->name, needle);
+}
+
+/* Packs a (and b: gate/up) with ks into a guarded buffer of whole tiles (*tb bytes each), then
+ * unpacks it into d[0] (and d[1]) for the caller to compare with the sources. */
+static inline void *pack_unpack(const moe_expert_kernels *ks, const moe_weight_src *a,
+                                const moe_weight_src *b, const moe_weight_dst *d, guarded *g,
+                                size_t *tb)
+{
+    const bool pair = b != NULL;
+    *tb = pair ? ks->gateup_tile_bytes(a->cols) : ks->down_tile_bytes(a->cols);
+    REQUIRE(*tb > 0 && *tb % 64 == 0);
+    const size_t ntiles = (size_t)(a->rows + NR - 1) / NR;
+    void *dst = guarded_alloc(g, ntiles * *tb);
+    CHECK_STATUS(pair ? ks->pack_gateup(a, b, dst) : ks->pack_down(a, dst), MOE_OK);
+    CHECK_STATUS(pair ? ks->unpack_gateup(dst, &d[0], &d[1]) : ks->unpack_down(dst, &d[0]), MOE_OK);
+    return dst;
 }
 
 #endif

@@ -89,20 +89,14 @@ static moe_weight_src mat_src(const mat *m)
     return s;
 }
 
-static double dot_d(const mat *m, int64_t r, const double *x)
+static inline double dot_d(const mat *m, int64_t r, const double *x)
 {
-    double s = 0;
-    for (int64_t c = 0; c < m->cols; c++)
-        s += m->wd[r * m->cols + c] * x[c];
-    return s + m->bd[r];
+    return dot_exact(m->wd + r * m->cols, x, m->cols) + m->bd[r];
 }
 
-static double dot_f(const mat *m, int64_t r, const float *x)
+static inline double dot_f(const mat *m, int64_t r, const float *x)
 {
-    double s = 0;
-    for (int64_t c = 0; c < m->cols; c++)
-        s += m->wd[r * m->cols + c] * x[c];
-    return s + m->bd[r];
+    return dot_exact_f(m->wd + r * m->cols, x, m->cols) + m->bd[r];
 }
 
 /* ---- Packing, round trip ---------------------------------------------------------------- */
@@ -111,12 +105,6 @@ static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat 
                           size_t *tb)
 {
     const bool pair = b != NULL;
-    *tb = pair ? ks->gateup_tile_bytes(a->cols) : ks->down_tile_bytes(a->cols);
-    REQUIRE(*tb > 0 && *tb % 64 == 0);
-    const size_t ntiles = (size_t)(a->rows + NR - 1) / NR;
-    void *dst = guarded_alloc(g, ntiles * *tb);
-    moe_weight_src sa = mat_src(a), sb = pair ? mat_src(b) : sa;
-    CHECK_STATUS(pair ? ks->pack_gateup(&sa, &sb, dst) : ks->pack_down(&sa, dst), MOE_OK);
     const mat *src[2] = {a, b};
     moe_weight_dst d[2];
     for (int p = 0; p < (pair ? 2 : 1); p++) {
@@ -135,7 +123,8 @@ static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat 
         };
         REQUIRE(d[p].data && d[p].scale);
     }
-    CHECK_STATUS(pair ? ks->unpack_gateup(dst, &d[0], &d[1]) : ks->unpack_down(dst, &d[0]), MOE_OK);
+    moe_weight_src sa = mat_src(a), sb = pair ? mat_src(b) : sa;
+    void *dst = pack_unpack(ks, &sa, pair ? &sb : NULL, d, g, tb);
     for (int p = 0; p < (pair ? 2 : 1); p++) {
         const mat *m = src[p];
         CHECKF(!memcmp(d[p].data, m->codes, (size_t)(m->rows * m->cols / 2)),

@@ -11,6 +11,7 @@
 
 #include "expert_check.h"
 #include "guarded.h"
+#include "q8_check.h"
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_ref.h"
 #include "kernels/tile_bf16.h"
@@ -30,7 +31,6 @@ static const xset tile_sets[] = {
 };
 #define NTILE_SETS (sizeof tile_sets / sizeof tile_sets[0])
 #define BLK 32
-#define MAX_MR 64
 
 /* ---- Independent decoders (ldexp of the fields, in double; bf16: expert_check.h) ------- */
 
@@ -43,13 +43,6 @@ static double e2m1(unsigned code)
 }
 
 static double e8m0(unsigned e) { return ldexp(1.0, (int)e - 127); }
-
-static float f32_of(const unsigned char *p)
-{
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
 
 /* ---- One projection in the checkpoint layout ------------------------------------------- */
 
@@ -139,15 +132,6 @@ static moe_weight_src mat_src(const mat *m)
 
 /* ---- Q8 rows: the layout of kernels/expert.h, checked against its own definition -------- */
 
-static size_t pad64(size_t n) { return (n + 63) / 64 * 64; }
-
-/* Activation j of a prepared row, dequantised: q_j · xs_b. */
-static double q8_value(const unsigned char *row, size_t k, size_t j)
-{
-    const int8_t q = (int8_t)row[j];
-    return q * (double)f32_of(row + pad64(k) + j / BLK * 4);
-}
-
 /* Round to nearest even in double (the values are far below 2^52). */
 static double rne(double v)
 {
@@ -191,74 +175,29 @@ static bool same_row(const unsigned char *a, const unsigned char *b, size_t byte
     return memcmp(a, b, bytes) == 0;
 }
 
-/* ---- Token rows ------------------------------------------------------------------------ */
-
-#define NTOK (MAX_MR + 2)
-
-typedef struct tokens {
-    int n;
-    size_t k, bytes;
-    guarded g[NTOK];
-    const void *row[NTOK]; /* prepared rows, each ending at a PROT_NONE page */
-    float *x[NTOK];        /* the f32 values */
-    double *xq[NTOK];      /* the dequantised values the kernels read */
-} tokens;
-
-/* n rows of k values ~ sigma · N(0, 1), prepared by ks. */
-static void tokens_init(tokens *t, const moe_expert_kernels *ks, int n, size_t k, double sigma)
+/* Every token row prepare_act wrote is the one q8_expected computes, byte for byte. */
+static void check_rows(const tokens *t, const moe_expert_kernels *ks)
 {
-    t->n = n;
-    t->k = k;
-    t->bytes = ks->act_row_bytes((int64_t)k);
-    REQUIRE(t->bytes == pad64(k) + 2 * pad64(k / BLK * 4));
     unsigned char *want = malloc(t->bytes);
     REQUIRE(want);
-    for (int i = 0; i < n; i++) {
-        t->x[i] = malloc(k * sizeof(float));
-        t->xq[i] = malloc(k * sizeof(double));
-        REQUIRE(t->x[i] && t->xq[i]);
-        for (size_t c = 0; c < k; c++)
-            t->x[i][c] = (float)(sigma * gauss());
-        unsigned char *row = guarded_alloc(&t->g[i], t->bytes);
-        memset(row, 0xEE, t->bytes);
-        ks->prepare_act(k, t->x[i], row);
-        q8_expected(k, t->x[i], want);
-        CHECKF(same_row(row, want, t->bytes), "%s: prepare_act row %d (k=%zu) differs", ks->name,
-               i, k);
-        for (size_t c = 0; c < k; c++)
-            t->xq[i][c] = q8_value(row, k, c);
-        t->row[i] = row;
+    for (int i = 0; i < t->n; i++) {
+        q8_expected(t->k, t->x[i], want);
+        CHECKF(same_row(t->row[i], want, t->bytes), "%s: prepare_act row %d (k=%zu) differs",
+               ks->name, i, t->k);
     }
     free(want);
-}
-
-static void tokens_free(tokens *t)
-{
-    for (int i = 0; i < t->n; i++) {
-        guarded_free(&t->g[i]);
-        free(t->x[i]);
-        free(t->xq[i]);
-    }
 }
 
 /* ---- The float64 reference ------------------------------------------------------------- */
 
 static double dot_d(const mat *m, int64_t r, const double *x)
 {
-    const double *w = m->wd + r * m->cols;
-    double s = 0;
-    for (int64_t c = 0; c < m->cols; c++)
-        s += w[c] * x[c];
-    return s + m->bd[r];
+    return dot_exact(m->wd + r * m->cols, x, m->cols) + m->bd[r];
 }
 
 static double dot_f(const mat *m, int64_t r, const float *x)
 {
-    const double *w = m->wd + r * m->cols;
-    double s = 0;
-    for (int64_t c = 0; c < m->cols; c++)
-        s += w[c] * x[c];
-    return s + m->bd[r];
+    return dot_exact_f(m->wd + r * m->cols, x, m->cols) + m->bd[r];
 }
 
 /* ---- Packing, round trip ---------------------------------------------------------------- */
@@ -268,12 +207,6 @@ static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat 
                           size_t *tb)
 {
     const bool pair = b != NULL;
-    *tb = pair ? ks->gateup_tile_bytes(a->cols) : ks->down_tile_bytes(a->cols);
-    REQUIRE(*tb > 0 && *tb % 64 == 0);
-    const size_t ntiles = (size_t)(a->rows + NR - 1) / NR;
-    void *dst = guarded_alloc(g, ntiles * *tb);
-    moe_weight_src sa = mat_src(a), sb = pair ? mat_src(b) : sa;
-    CHECK_STATUS(pair ? ks->pack_gateup(&sa, &sb, dst) : ks->pack_down(&sa, dst), MOE_OK);
     const mat *src[2] = {a, b};
     moe_weight_dst d[2];
     for (int p = 0; p < (pair ? 2 : 1); p++) {
@@ -292,8 +225,8 @@ static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat 
         };
         REQUIRE(d[p].data && d[p].scale);
     }
-    CHECK_STATUS(pair ? ks->unpack_gateup(dst, &d[0], &d[1]) : ks->unpack_down(dst, &d[0]),
-                 MOE_OK);
+    moe_weight_src sa = mat_src(a), sb = pair ? mat_src(b) : sa;
+    void *dst = pack_unpack(ks, &sa, pair ? &sb : NULL, d, g, tb);
     for (int p = 0; p < (pair ? 2 : 1); p++) {
         const mat *m = src[p];
         CHECKF(!memcmp(d[p].data, m->codes, (size_t)(m->rows * m->cols / 2)),
@@ -312,27 +245,12 @@ static void *pack_checked(const moe_expert_kernels *ks, const mat *a, const mat 
 
 /* ---- One case: a kernel set, a shape, an activation, a bias, scales --------------------- */
 
-/* Against the exact activations the Q8 recipe must stay within docs/design.md's 2e-2 overall: the
- * cases' relative errors pooled (weighted by their outputs), as a block output pools many
- * rows. One small case alone (a single block of one row) may stray a little above it by
- * chance, so each case is only held to 5e-2. */
-#define Q8_CASE_TOL 5e-2
-
-/* The token counts around the switches of the sets' paths (expert_check.h). */
-static const m_plan mplan = {{1, 2, 3, 4, 5, 13}, 6, {7, 8, 9, 12, 13}, 5};
-
 typedef struct kcase {
     int64_t k, n;
     int kind;
     moe_dtype bias;
     int scales;
 } kcase;
-
-static int ntokens(const xset *xs, const kcase *c)
-{
-    if (xs->set->isa == MOE_REQ_SCALAR && c->k * c->n > LARGE) return 3;
-    return xs->set->mr + 2 < NTOK ? xs->set->mr + 2 : NTOK;
-}
 
 /* The activations' scale for a case: the edge scales need inputs that keep the products
  * normal (2^-127 weights against 2^100 activations, 2^127 against 2^-100). */
@@ -343,88 +261,31 @@ static double sigma_of(const kcase *c)
                                                                : 1.0;
 }
 
-static void case_gateup(const xset *xs, const kcase *c)
+static void check_case(const xset *xs, const kcase *c, bool gateup)
 {
     mat g, u;
     mat_init(&g, c->n, c->k, c->scales, c->bias);
-    mat_init(&u, c->n, c->k, c->scales, c->bias);
+    if (gateup) mat_init(&u, c->n, c->k, c->scales, c->bias);
     guarded gp, gr;
-    size_t tb, rtb;
-    const void *packed = pack_checked(xs->set, &g, &u, &gp, &tb);
-    const void *rpacked = pack_checked(xs->ref, &g, &u, &gr, &rtb);
+    runner r = {.k = (size_t)c->k, .n = (size_t)c->n, .es = 4, .gateup = gateup};
+    r.packed = pack_checked(xs->set, &g, gateup ? &u : NULL, &gp, &r.tb);
+    r.ref_packed = pack_checked(xs->ref, &g, gateup ? &u : NULL, &gr, &r.ref_tb);
     tokens tok;
-    tokens_init(&tok, xs->set, ntokens(xs, c), (size_t)c->k, sigma_of(c));
-    const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
-    double *gq = malloc(total * sizeof(double)), *uq = malloc(total * sizeof(double));
-    double *gx = malloc(total * sizeof(double)), *ux = malloc(total * sizeof(double));
-    double *wantq = malloc(total * sizeof(double)), *wantx = malloc(total * sizeof(double));
-    double *got = malloc(total * sizeof(double));
-    REQUIRE(gq && uq && gx && ux && wantq && wantx && got);
-    for (int t = 0; t < tok.n; t++)
-        for (size_t r = 0; r < n; r++) {
-            const size_t i = (size_t)t * n + r;
-            gq[i] = dot_d(&g, (int64_t)r, tok.xq[t]);
-            uq[i] = dot_d(&u, (int64_t)r, tok.xq[t]);
-            gx[i] = dot_f(&g, (int64_t)r, tok.x[t]);
-            ux[i] = dot_f(&u, (int64_t)r, tok.x[t]);
-        }
-    const moe_act_params act = clipping_act(c->kind, uq, total);
-    for (size_t i = 0; i < total; i++) {
-        wantq[i] = act_d(&act, gq[i], uq[i]);
-        wantx[i] = act_d(&act, gx[i], ux[i]);
-    }
-    runner r = {packed, rpacked, tb, rtb, (size_t)c->k, n, 4, true, &act};
+    tokens_init(&tok, xs->set, set_ntokens(xs, c->k, c->n), (size_t)c->k,
+                (gateup ? 1.0 : 0.3) * sigma_of(c));
+    check_rows(&tok, xs->set);
     char what[64];
-    snprintf(what, sizeof what, "gate/up act %d scales %d", c->kind, c->scales);
-    check_kernel(xs, &r, tok.row, tok.n, &mplan, what, got);
-    const double eq = rel_err(got, wantq, total), ex = rel_err(got, wantx, total);
-    CHECKF(eq <= 1e-5, "%s %s k=%lld n=%lld: error %.3g vs the dequantised activations", xs->name,
-           what, (long long)c->k, (long long)c->n, eq);
-    CHECKF(ex <= Q8_CASE_TOL, "%s %s k=%lld n=%lld: error %.3g vs the f32 activations", xs->name,
-           what, (long long)c->k, (long long)c->n, ex);
-    pool_add(ex, total);
-    free(gq), free(uq), free(gx), free(ux), free(wantq), free(wantx), free(got);
+    if (gateup)
+        snprintf(what, sizeof what, "gate/up act %d scales %d", c->kind, c->scales);
+    else
+        snprintf(what, sizeof what, "down scales %d", c->scales);
+    const exact_proj eg = {g.wd, g.bd}, eu = gateup ? (exact_proj){u.wd, u.bd} : eg;
+    q8_check_case(xs, &r, &tok, eg, eu, c->kind, what);
     tokens_free(&tok);
     guarded_free(&gp);
     guarded_free(&gr);
     mat_free(&g);
-    mat_free(&u);
-}
-
-static void case_down(const xset *xs, const kcase *c)
-{
-    mat d;
-    mat_init(&d, c->n, c->k, c->scales, c->bias);
-    guarded gp, gr;
-    size_t tb, rtb;
-    const void *packed = pack_checked(xs->set, &d, NULL, &gp, &tb);
-    const void *rpacked = pack_checked(xs->ref, &d, NULL, &gr, &rtb);
-    tokens tok;
-    tokens_init(&tok, xs->set, ntokens(xs, c), (size_t)c->k, 0.3 * sigma_of(c));
-    const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
-    double *wantq = malloc(total * sizeof(double)), *wantx = malloc(total * sizeof(double));
-    double *got = malloc(total * sizeof(double));
-    REQUIRE(wantq && wantx && got);
-    for (int t = 0; t < tok.n; t++)
-        for (size_t r = 0; r < n; r++) {
-            wantq[(size_t)t * n + r] = dot_d(&d, (int64_t)r, tok.xq[t]);
-            wantx[(size_t)t * n + r] = dot_f(&d, (int64_t)r, tok.x[t]);
-        }
-    runner r = {packed, rpacked, tb, rtb, (size_t)c->k, n, 4, false, NULL};
-    char what[64];
-    snprintf(what, sizeof what, "down scales %d", c->scales);
-    check_kernel(xs, &r, tok.row, tok.n, &mplan, what, got);
-    const double eq = rel_err(got, wantq, total), ex = rel_err(got, wantx, total);
-    CHECKF(eq <= 1e-5, "%s %s k=%lld n=%lld: error %.3g vs the dequantised activations", xs->name,
-           what, (long long)c->k, (long long)c->n, eq);
-    CHECKF(ex <= Q8_CASE_TOL, "%s %s k=%lld n=%lld: error %.3g vs the f32 activations", xs->name,
-           what, (long long)c->k, (long long)c->n, ex);
-    pool_add(ex, total);
-    free(wantq), free(wantx), free(got);
-    tokens_free(&tok);
-    guarded_free(&gp);
-    guarded_free(&gr);
-    mat_free(&d);
+    if (gateup) mat_free(&u);
 }
 
 /* K ∈ {32, 64, 96, 2880, 4096} (one block, a full and a short step for gate/up and down, the
@@ -438,23 +299,11 @@ static const kcase cases[] = {
     {224, 17, 2, MOE_DTYPE_BF16, SC_HIGH},      {32, 2880, 2, MOE_DTYPE_BF16, SC_TYPICAL},
 };
 
-static void test_sets(const moe_cpu_info *info)
+static void run_cases(const xset *xs)
 {
-    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
-    for (size_t s = 0; s < NSETS; s++) {
-        const xset *xs = &sets[s];
-        if (!set_allowed(xs, allowed)) continue;
-        CHECK(xs->set->mr >= 1 && xs->set->mr <= MAX_MR && xs->set->nr == NR);
-        CHECK(!strcmp(xs->set->name, xs->name) && xs->set->isa == xs->isa);
-        CHECK(xs->set->format == MOE_EXPERT_FMT_MXFP4 && xs->set->recipe == MOE_RECIPE_Q8);
-        pool_sq = pool_n = 0;
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            case_gateup(xs, &cases[c]);
-            case_down(xs, &cases[c]);
-        }
-        const double pooled = sqrt(pool_sq / pool_n);
-        CHECKF(pooled <= 2e-2, "%s: pooled error %.3g vs the f32 activations", xs->name, pooled);
-        fprintf(stderr, "%s: pooled error %.3g vs the f32 activations\n", xs->name, pooled);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        check_case(xs, &cases[c], true);
+        check_case(xs, &cases[c], false);
     }
 }
 
@@ -521,21 +370,13 @@ static void test_nonfinite(const moe_cpu_info *info)
     for (size_t s = 0; s < NSETS; s++) {
         const moe_expert_kernels *ks = sets[s].set;
         if ((sets[s].isa & ~allowed) != 0) continue;
-        unsigned char *packed = aligned_alloc(64, ks->down_tile_bytes(64));
-        unsigned char *row = malloc(ks->act_row_bytes(64));
-        REQUIRE(packed && row);
         moe_weight_src src = mat_src(&d);
-        CHECK_STATUS(ks->pack_down(&src, packed), MOE_OK);
-        ks->prepare_act(64, x, row);
         float y[16];
-        const void *rows[1] = {row};
-        ks->down(1, 64, rows, packed, y, 16, 16);
+        q8_down_one(ks, &src, 64, x, y);
         bool all_nan = true;
         for (int n = 0; n < 16; n++)
             all_nan = all_nan && isnan(y[n]);
         CHECKF(all_nan, "%s: an infinite activation did not give NaN", ks->name);
-        free(packed);
-        free(row);
     }
     mat_free(&d);
 }
@@ -554,21 +395,11 @@ static void test_pack_errors(void)
     expect_reject(ks, &sg, &su, MOE_EVALUE, "up: E8M0 scale 0xFF (NaN) at row 7, block 2");
     u.scales[7 * 3 + 2] = 0xFE; /* 2^127 is carried */
     g.scales[0] = 0x00;         /* 2^-127 too */
-    guarded gd;
-    void *dst = guarded_alloc(&gd, ks->gateup_tile_bytes(96) * 2);
-    CHECK_STATUS(ks->pack_gateup(&sg, &su, dst), MOE_OK);
-    guarded_free(&gd);
-    CHECK_STATUS(ks->pack_gateup(&sg, &su, NULL), MOE_EINVAL);
+    expect_w4_rejects(ks, &sg, &su);
 
     moe_weight_src t = su;
-    t.rows = 19;
-    expect_reject(ks, &sg, &t, MOE_ESHAPE, "differ in shape");
-    t = su;
     t.cols = 80;
     expect_reject(ks, &t, NULL, MOE_ESHAPE, "80 columns are not a multiple of the MXFP4 block");
-    t = su;
-    t.col_stride = 2;
-    expect_reject(ks, &sg, &t, MOE_EUNSUPPORTED, "up: col_stride 2");
     t = su;
     t.block_cols = 16;
     expect_reject(ks, &sg, &t, MOE_EUNSUPPORTED, "scale block [1, 16]");
@@ -582,33 +413,21 @@ static void test_pack_errors(void)
     t.scale_dtype = MOE_DTYPE_F32;
     expect_reject(ks, &sg, &t, MOE_EDTYPE, "scale dtype f32");
     t = su;
-    t.dtype = MOE_DTYPE_BF16;
-    expect_reject(ks, &sg, &t, MOE_EDTYPE, "weight dtype bf16");
-    t = su;
     t.bias = u.codes;
     t.bias_dtype = MOE_DTYPE_I32;
     expect_reject(ks, &sg, &t, MOE_EDTYPE, "bias dtype i32");
     t = su;
-    t.rows = 0;
-    expect_reject(ks, &t, NULL, MOE_ESHAPE, "down: shape [0, 96]");
-    t = su;
     t.data = NULL;
     expect_reject(ks, &t, NULL, MOE_EINVAL, "down: the weight data is NULL");
     t = su;
-    t.row_stride = INT64_MAX / 4;
-    expect_reject(ks, &t, NULL, MOE_EOVERFLOW, "stride");
-    t = su;
     t.scale_stride = INT64_MIN;
     expect_reject(ks, &t, NULL, MOE_EOVERFLOW, "scale row stride");
-    t = su;
-    t.cols = (int64_t)1 << 41;
-    expect_reject(ks, &t, NULL, MOE_EOVERFLOW, "limit of 2^40");
-    expect_reject(ks, NULL, NULL, MOE_EINVAL, "NULL");
     /* The labels checkpoints give packed codes and E8M0 bytes are accepted. */
     t = su;
     t.dtype = MOE_DTYPE_I8;
     t.scale_dtype = MOE_DTYPE_U8;
-    dst = guarded_alloc(&gd, ks->down_tile_bytes(96) * 2);
+    guarded gd;
+    void *dst = guarded_alloc(&gd, ks->down_tile_bytes(96) * 2);
     CHECK_STATUS(ks->pack_down(&t, dst), MOE_OK);
     guarded_free(&gd);
 
@@ -727,10 +546,10 @@ static void test_registry(void)
 typedef struct btokens {
     int n;
     size_t k;
-    guarded g[NTOK];
-    const void *row[NTOK]; /* bf16 codes, each row ending at a PROT_NONE page */
-    float *x[NTOK];        /* the f32 values before the rounding */
-    double *xb[NTOK];      /* the bf16 values the kernels read */
+    guarded g[MAX_TOKENS];
+    const void *row[MAX_TOKENS]; /* bf16 codes, each row ending at a PROT_NONE page */
+    float *x[MAX_TOKENS];        /* the f32 values before the rounding */
+    double *xb[MAX_TOKENS];      /* the bf16 values the kernels read */
 } btokens;
 
 static void btokens_init(btokens *t, int n, size_t k, double sigma)
@@ -790,12 +609,6 @@ static float tile_statement(const mat *m, int64_t r, const uint16_t *x)
  * 16, two above. */
 static const m_plan tile_mplan = {{1, 2, 3, 4, 16, 17}, 6, {2, 3, 4, 15, 16, 17}, 6};
 
-static int tile_ntokens(const xset *xs, const kcase *c)
-{
-    if (xs->set->isa == MOE_REQ_SCALAR && c->k * c->n > LARGE) return 3;
-    return xs->set->mr + 2 < NTOK ? xs->set->mr + 2 : NTOK;
-}
-
 /* The tokens in one panel, one stride apart (k + 3 codes: the AMX set then loads its A tiles
  * straight from the rows; check_kernel's rows lie apart and go through its gather), forwards
  * and backwards (a negative stride), m of 3, 16 and the set's MR, through the multi-tile
@@ -811,7 +624,7 @@ static void check_panel(const xset *xs, const runner *r, const btokens *tok, con
         for (int back = 0; back < 2; back++) {
             guarded g;
             uint16_t *base = guarded_alloc(&g, m * ld * sizeof(uint16_t));
-            const void *rows[NTOK];
+            const void *rows[MAX_TOKENS];
             for (size_t i = 0; i < m; i++) {
                 uint16_t *row = base + (back ? m - 1 - i : i) * ld;
                 memcpy(row, tok->row[i], k * sizeof(uint16_t));
@@ -849,7 +662,8 @@ static void case_tile(const xset *xs, const kcase *c, bool gateup)
     const void *packed = pack_checked(xs->set, &g, gateup ? &u : NULL, &gp, &tb);
     const void *rpacked = pack_checked(xs->ref, &g, gateup ? &u : NULL, &gr, &rtb);
     btokens tok;
-    btokens_init(&tok, tile_ntokens(xs, c), (size_t)c->k, (gateup ? 1.0 : 0.3) * sigma_of(c));
+    btokens_init(&tok, set_ntokens(xs, c->k, c->n), (size_t)c->k,
+                 (gateup ? 1.0 : 0.3) * sigma_of(c));
     const size_t n = (size_t)c->n, total = (size_t)tok.n * n;
     double *gb = malloc(total * sizeof(double)), *ub = malloc(total * sizeof(double));
     double *gx = malloc(total * sizeof(double)), *ux = malloc(total * sizeof(double));
@@ -911,24 +725,12 @@ static const kcase tile_cases[] = {
     {224, 17, 2, MOE_DTYPE_BF16, SC_FOLD_HIGH}, {32, 2880, 2, MOE_DTYPE_BF16, SC_TYPICAL},
 };
 
-static void test_tile_sets(const moe_cpu_info *info)
+static void run_tile_cases(const xset *xs)
 {
-    const uint32_t allowed = moe_cpu_caps_mask(&info->allowed);
-    for (size_t s = 0; s < NTILE_SETS; s++) {
-        const xset *xs = &tile_sets[s];
-        if (!set_allowed(xs, allowed)) continue;
-        CHECK(xs->set->mr >= 1 && xs->set->mr <= MAX_MR && xs->set->nr == NR);
-        CHECK(!strcmp(xs->set->name, xs->name) && xs->set->isa == xs->isa);
-        CHECK(xs->set->format == MOE_EXPERT_FMT_MXFP4 && xs->set->recipe == MOE_RECIPE_TILE);
-        CHECK(!xs->set->act_row_bytes && !xs->set->prepare_act);
-        pool_sq = pool_n = 0;
-        for (size_t c = 0; c < sizeof tile_cases / sizeof tile_cases[0]; c++) {
-            case_tile(xs, &tile_cases[c], true);
-            case_tile(xs, &tile_cases[c], false);
-        }
-        const double pooled = sqrt(pool_sq / pool_n);
-        CHECKF(pooled <= 1e-2, "%s: pooled error %.3g vs the f32 activations", xs->name, pooled);
-        fprintf(stderr, "%s: pooled error %.3g vs the f32 activations\n", xs->name, pooled);
+    CHECK(!xs->set->act_row_bytes && !xs->set->prepare_act);
+    for (size_t c = 0; c < sizeof tile_cases / sizeof tile_cases[0]; c++) {
+        case_tile(xs, &tile_cases[c], true);
+        case_tile(xs, &tile_cases[c], false);
     }
 }
 
@@ -991,8 +793,9 @@ int main(void)
     test_strided(&moe_expert_mxfp4_q8_8x16__ref);
     test_strided(&moe_expert_mxfp4_tile_8x16__ref);
     test_nonfinite(&info);
-    test_sets(&info);
+    check_sets(sets, NSETS, &info, MOE_EXPERT_FMT_MXFP4, MOE_RECIPE_Q8, 2e-2, run_cases);
     test_tile_pack();
-    test_tile_sets(&info);
+    check_sets(tile_sets, NTILE_SETS, &info, MOE_EXPERT_FMT_MXFP4, MOE_RECIPE_TILE, 1e-2,
+               run_tile_cases);
     return TEST_END();
 }

@@ -133,14 +133,18 @@ static void set_tail(builder *b, json_t *c, const gen_options *o)
     set_str(b, c, "hidden_act", "silu");
 }
 
-/* DeepSeek-V2, DeepSeek-V3/R1 and Kimi-K2 share one config schema. */
-static void build_deepseek(builder *b, json_t *c, const gen_options *o)
+/* The tail, then the quantization_config of --dtype fp8 where the family's FP8 releases use
+ * DeepSeek-V3's block FP8. */
+static void set_tail_fp8(builder *b, json_t *c, const gen_options *o)
 {
-    bool v2 = o->family == MOE_FAMILY_DEEPSEEK_V2, kimi = o->family == MOE_FAMILY_KIMI_K2;
-    if (v2)
-        set_head(b, c, "deepseek_v2", "DeepseekV2ForCausalLM");
-    else
-        set_head(b, c, kimi ? "kimi_k2" : "deepseek_v3", "DeepseekV3ForCausalLM");
+    set_tail(b, c, o);
+    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+}
+
+/* The sizes and expert counts of DeepSeek-V3's schema, which V2, Kimi-K2, V3.2 and the GLM
+ * MoE configs share. */
+static void set_v3_experts(builder *b, json_t *c, const gen_options *o)
+{
     set_int(b, c, "hidden_size", o->hidden);
     set_int(b, c, "intermediate_size", o->dense_intermediate);
     set_int(b, c, "moe_intermediate_size", o->intermediate);
@@ -149,6 +153,17 @@ static void build_deepseek(builder *b, json_t *c, const gen_options *o)
     set_int(b, c, "num_experts_per_tok", o->topk);
     set_int(b, c, "n_group", o->groups);
     set_int(b, c, "topk_group", o->topk_group);
+}
+
+/* DeepSeek-V2, DeepSeek-V3/R1 and Kimi-K2 share one config schema. */
+static void build_deepseek(builder *b, json_t *c, const gen_options *o)
+{
+    bool v2 = o->family == MOE_FAMILY_DEEPSEEK_V2, kimi = o->family == MOE_FAMILY_KIMI_K2;
+    if (v2)
+        set_head(b, c, "deepseek_v2", "DeepseekV2ForCausalLM");
+    else
+        set_head(b, c, kimi ? "kimi_k2" : "deepseek_v3", "DeepseekV3ForCausalLM");
+    set_v3_experts(b, c, o);
     if (v2) {
         set_str(b, c, "topk_method", o->groups > 1 ? "group_limited_greedy" : "greedy");
         set_str(b, c, "scoring_func", "softmax");
@@ -162,8 +177,7 @@ static void build_deepseek(builder *b, json_t *c, const gen_options *o)
     }
     set_int(b, c, "first_k_dense_replace", o->first_dense);
     set_int(b, c, "moe_layer_freq", 1);
-    set_tail(b, c, o);
-    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    set_tail_fp8(b, c, o);
     if (o->dtype == GEN_DTYPE_INT4) put(b, c, "quantization_config", int4_quant(b, o));
 }
 
@@ -192,30 +206,43 @@ static void build_deepseek_v4(builder *b, json_t *c, const gen_options *o)
     put(b, c, "quantization_config", q);
 }
 
-static void build_qwen3(builder *b, json_t *c, const gen_options *o)
+/* Qwen3-MoE's fields after the head; Qwen3-Next's (shared_expert) add the one shared expert's
+ * width: --shared experts of --intermediate, as bench presets count it. */
+static void set_qwen3_moe(builder *b, json_t *c, const gen_options *o, bool shared_expert)
 {
-    set_head(b, c, "qwen3_moe", "Qwen3MoeForCausalLM");
     set_int(b, c, "hidden_size", o->hidden);
     set_int(b, c, "moe_intermediate_size", o->intermediate);
+    if (shared_expert)
+        set_int(b, c, "shared_expert_intermediate_size", o->intermediate * o->shared);
     set_int(b, c, "intermediate_size", o->dense_intermediate);
     set_int(b, c, "num_experts", o->experts);
     set_int(b, c, "num_experts_per_tok", o->topk);
     set_bool(b, c, "norm_topk_prob", true);
     set_int(b, c, "decoder_sparse_step", 1);
     put(b, c, "mlp_only_layers", json_array());
-    set_tail(b, c, o);
-    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    set_tail_fp8(b, c, o);
+}
+
+static void build_qwen3(builder *b, json_t *c, const gen_options *o)
+{
+    set_head(b, c, "qwen3_moe", "Qwen3MoeForCausalLM");
+    set_qwen3_moe(b, c, o, false);
+}
+
+/* The sizes and expert counts of Mixtral's schema, which gpt-oss and MiniMax-M2 keep. */
+static void set_mixtral_experts(builder *b, json_t *c, const gen_options *o)
+{
+    set_int(b, c, "hidden_size", o->hidden);
+    set_int(b, c, "intermediate_size", o->intermediate);
+    set_int(b, c, "num_local_experts", o->experts);
+    set_int(b, c, "num_experts_per_tok", o->topk);
 }
 
 static void build_mixtral(builder *b, json_t *c, const gen_options *o)
 {
     set_head(b, c, "mixtral", "MixtralForCausalLM");
-    set_int(b, c, "hidden_size", o->hidden);
-    set_int(b, c, "intermediate_size", o->intermediate);
-    set_int(b, c, "num_local_experts", o->experts);
-    set_int(b, c, "num_experts_per_tok", o->topk);
-    set_tail(b, c, o);
-    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    set_mixtral_experts(b, c, o);
+    set_tail_fp8(b, c, o);
 }
 
 static void build_gpt_oss(builder *b, json_t *c, const gen_options *o)
@@ -223,10 +250,7 @@ static void build_gpt_oss(builder *b, json_t *c, const gen_options *o)
     static const char *const not_converted[] = {
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"};
     set_head(b, c, "gpt_oss", "GptOssForCausalLM");
-    set_int(b, c, "hidden_size", o->hidden);
-    set_int(b, c, "intermediate_size", o->intermediate);
-    set_int(b, c, "num_local_experts", o->experts);
-    set_int(b, c, "num_experts_per_tok", o->topk);
+    set_mixtral_experts(b, c, o);
     set_int(b, c, "experts_per_token", o->topk);
     set_real(b, c, "swiglu_limit", 7.0);
     set_tail(b, c, o);
@@ -279,35 +303,16 @@ static void build_v3_moe(builder *b, json_t *c, const gen_options *o)
         set_int(b, c, "first_k_dense_replace", o->first_dense);
         break;
     }
-    set_int(b, c, "hidden_size", o->hidden);
-    set_int(b, c, "intermediate_size", o->dense_intermediate);
-    set_int(b, c, "moe_intermediate_size", o->intermediate);
-    set_int(b, c, "n_routed_experts", o->experts);
-    set_int(b, c, "n_shared_experts", o->shared);
-    set_int(b, c, "num_experts_per_tok", o->topk);
-    set_int(b, c, "n_group", o->groups);
-    set_int(b, c, "topk_group", o->topk_group);
+    set_v3_experts(b, c, o);
     set_bool(b, c, "norm_topk_prob", true);
-    set_tail(b, c, o);
-    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    set_tail_fp8(b, c, o);
 }
 
-/* Qwen3-Next: Qwen3-MoE's fields plus the one shared expert (its width: --shared experts of
- * --intermediate, as bench presets count it). */
+/* Qwen3-Next: Qwen3-MoE's fields plus the one shared expert. */
 static void build_qwen3_next(builder *b, json_t *c, const gen_options *o)
 {
     set_head(b, c, "qwen3_next", "Qwen3NextForCausalLM");
-    set_int(b, c, "hidden_size", o->hidden);
-    set_int(b, c, "moe_intermediate_size", o->intermediate);
-    set_int(b, c, "shared_expert_intermediate_size", o->intermediate * o->shared);
-    set_int(b, c, "intermediate_size", o->dense_intermediate);
-    set_int(b, c, "num_experts", o->experts);
-    set_int(b, c, "num_experts_per_tok", o->topk);
-    set_bool(b, c, "norm_topk_prob", true);
-    set_int(b, c, "decoder_sparse_step", 1);
-    put(b, c, "mlp_only_layers", json_array());
-    set_tail(b, c, o);
-    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    set_qwen3_moe(b, c, o, true);
 }
 
 /* MiniMax-M2 as released: its own routing fields, and FP8 spelled by the torch dtype name
@@ -316,10 +321,7 @@ static void build_minimax_m2(builder *b, json_t *c, const gen_options *o)
 {
     static const char *const not_converted[] = {"gate", "e_score_correction_bias", "lm_head"};
     set_head(b, c, "minimax_m2", "MiniMaxM2ForCausalLM");
-    set_int(b, c, "hidden_size", o->hidden);
-    set_int(b, c, "intermediate_size", o->intermediate);
-    set_int(b, c, "num_local_experts", o->experts);
-    set_int(b, c, "num_experts_per_tok", o->topk);
+    set_mixtral_experts(b, c, o);
     set_str(b, c, "scoring_func", "sigmoid");
     set_bool(b, c, "use_routing_bias", true);
     set_int(b, c, "shared_intermediate_size", 0);
@@ -381,8 +383,7 @@ static void build_ernie(builder *b, json_t *c, const gen_options *o)
     set_int(b, c, "moe_layer_interval", 1);
     set_real(b, c, "moe_norm_min", 1e-12);
     set_bool(b, c, "use_bias", false);
-    set_tail(b, c, o);
-    if (o->dtype == GEN_DTYPE_FP8) put(b, c, "quantization_config", fp8_block_quant(b));
+    set_tail_fp8(b, c, o);
 }
 
 /* Llama-4: the text model's fields in text_config (Llama4Config nests them); every layer MoE
