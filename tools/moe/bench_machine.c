@@ -95,8 +95,12 @@ bool bench_floors_busy(const bench_floors *f, char *msg, size_t size)
             snprintf(msg, size,
                      "the machine looks busy: %s peaks at %.1f GFLOP/s on %d threads, %.2fx its "
                      "1-thread %.1f (register-only loops scale with idle cores); floors and "
-                     "efficiencies may be off: rerun on an idle machine",
-                     f->insn[k], all, f->threads, all / one, one);
+                     "efficiencies may be off: rerun on an idle machine%s",
+                     f->insn[k], all, f->threads, all / one, one,
+                     getenv("OMP_WAIT_POLICY") ? ""
+                                               : ", or with OMP_WAIT_POLICY=passive (OpenMP's "
+                                                 "spinning waits at a forward's barriers slow "
+                                                 "the cases on more than one thread most)");
             return true;
         }
     }

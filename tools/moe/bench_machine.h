@@ -40,7 +40,7 @@ void bench_floors_refresh(bench_floors *f, int threads);
 /* Whether the floors measured at the start look like a busy machine: an instruction's peak at
  * f->threads threads below 1.3 x its 1-thread peak, where those threads fit the idle physical
  * cores (register-only loops then scale with the threads). On true, one line in MSG saying
- * which figures. */
+ * which figures, and where OMP_WAIT_POLICY is unset that passive waits help. */
 bool bench_floors_busy(const bench_floors *f, char *msg, size_t size);
 
 /* Index of INSN in f->insn, or -1 when this CPU lacks it. */

@@ -931,7 +931,7 @@ int moe_cmd_bench(int argc, char **argv)
         moe_model_close(model);
         return cli_fail(PROG, 1, "out of memory for the bandwidth buffer");
     }
-    char busy[256];
+    char busy[512];
     if (bench_floors_busy(&f, busy, sizeof busy)) fprintf(stderr, "%s: warning: %s\n", PROG, busy);
     if (!o.json) bench_report_floors(stdout, &f);
     if (o.preset) {
