@@ -181,33 +181,13 @@ static int pack_experts(const moe_expert_kernels *ks, int n, packed *out)
 
 /* ---- The two phases of one expert for m tokens ------------------------------------------- */
 
-/* A set with x_chunked reads gate/up's x chunk-major (kernels/expert.h, MOE_TILE_XBLOCK): the n
- * rows of k bf16 codes at x[0 .. n) copied so, as the engine gathers them, and x[] pointed at
- * the copies. Returns the copies' buffer (to free), NULL when out of memory. */
-static void *x_chunked_copy(const void **x, size_t n, size_t k)
-{
-    uint16_t *p = aligned_alloc(64, (n + MOE_TILE_XBLOCK - 1) / MOE_TILE_XBLOCK *
-                                        moe_tile_xblock_codes(k) * sizeof(uint16_t));
-    if (!p) return NULL;
-    for (size_t r = 0; r < n; r++) {
-        uint16_t *dst = p + moe_tile_xrow_codes(k, r);
-        const uint16_t *src = x[r];
-        for (size_t k0 = 0; k0 < k; k0 += 32)
-            memcpy(dst + k0 / 32 * MOE_TILE_XCHUNK, src + k0,
-                   (k - k0 < 32 ? k - k0 : 32) * sizeof(uint16_t));
-        x[r] = dst;
-    }
-    return p;
-}
-
 typedef struct acts {
     void *x[PREFILL_T], *h[PREFILL_T];
     float *y;
     unsigned char *xbuf, *hbuf;
-    void *xc; /* x_chunked: the chunk-major copies x[] points at; else NULL */
 } acts;
 
-static int acts_init(acts *a, const moe_expert_kernels *ks, size_t es)
+static int acts_init(acts *a, size_t es)
 {
     a->xbuf = aligned_alloc(64, (size_t)PREFILL_T * H * es);
     a->hbuf = aligned_alloc(64, (size_t)PREFILL_T * I * es);
@@ -226,14 +206,11 @@ static int acts_init(acts *a, const moe_expert_kernels *ks, size_t es)
         a->x[t] = a->xbuf + (size_t)t * H * es;
         a->h[t] = a->hbuf + (size_t)t * I * es;
     }
-    a->xc = NULL;
-    if (ks->x_chunked && !(a->xc = x_chunked_copy((const void **)a->x, PREFILL_T, H))) return -1;
     return 0;
 }
 
 static void acts_free(acts *a)
 {
-    free(a->xc);
     free(a->xbuf);
     free(a->hbuf);
     free(a->y);
@@ -521,7 +498,6 @@ typedef struct mx_acts {
     float *h, *y;
     size_t xrow, hrow;
     bool tile;
-    void *xc; /* x_chunked: the chunk-major copies xq[] points at; else NULL */
 } mx_acts;
 
 static int mx_acts_init(mx_acts *a, const moe_expert_kernels *ks, const mx_shape *sh)
@@ -550,8 +526,6 @@ static int mx_acts_init(mx_acts *a, const moe_expert_kernels *ks, const mx_shape
     memset(a->h, 0, (size_t)PREFILL_T * (size_t)sh->i * sizeof(float));
     memset(a->hqbuf, 0, (size_t)PREFILL_T * a->hrow);
     free(x);
-    a->xc = NULL;
-    if (ks->x_chunked && !(a->xc = x_chunked_copy(a->xq, PREFILL_T, (size_t)sh->h))) return -1;
     return 0;
 }
 
@@ -564,7 +538,6 @@ static void *mx_h_at(const mx_acts *a, size_t NI, size_t c, size_t t)
 
 static void mx_acts_free(mx_acts *a)
 {
-    free(a->xc);
     free(a->xbuf);
     free(a->hqbuf);
     free(a->h);
@@ -851,7 +824,7 @@ int main(int argc, char **argv)
         int n = (int)((2 * llc + one - 1) / one);
         if (n < 2) n = 2;
         acts a;
-        if (pack_experts(ks, n, &pk) || acts_init(&a, ks, es)) return 1;
+        if (pack_experts(ks, n, &pk) || acts_init(&a, es)) return 1;
 
         /* Decode: passes over all n experts, so each pass streams 2 LLCs from memory. Each
          * pass follows a pass of the read floor, and the ratio is taken pass by pass: on a

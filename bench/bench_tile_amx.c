@@ -20,9 +20,7 @@
  * per expert), down tiles of K = I (64 KB, 448 per expert), m = 8, 16, 32 tokens in one panel
  * (the engine's rows, uniformly strided, K codes apart; "padded": K + 32 codes apart, so rows
  * are not a multiple of 4 KB apart; "gathered": rows 0, 3, 4, 6, 8, ... of a padded panel, no
- * one stride, so the kernels copy each chunk's rows first; gate/up's x rows are the sets'
- * chunk-major blocks, kernels/expert.h's MOE_TILE_XBLOCK, "panel" and "padded" alike). Two
- * working sets:
+ * one stride, so the kernels copy each chunk's rows first). Two working sets:
  *   L2:   2 gate/up tiles and 8 down tiles (+ the token rows: about 1.4 MB and 0.6 MB); for
  *         both phases together 1 and 4 (1.3 MB); run over and over, so they stay in L2;
  *   full: a whole expert (88 MB), every tile once per pass, so they come from beyond L2.
@@ -179,7 +177,7 @@ static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
     for (size_t i = 0; i < m; i++) {
         /* gathered: rows 0, 2, 4, ... but row 2 placed as row 3, so no one stride fits */
         const size_t r = i * step + (gathered && i == 1);
-        x[i] = w->x + moe_tile_xrow_codes(H, r); /* gate/up's x: chunk-major blocks */
+        x[i] = w->x + r * (H + pad);
         hr[i] = w->h + r * (I + pad);
     }
     int passes = 1;

@@ -154,30 +154,6 @@ typedef enum moe_expert_recipe {
  * (kernels/ref/expert_layout.h, "tile pairs") and the selection.
  */
 
-/*
- * The tile recipe's chunk-major x (sets with x_chunked; the AMX-BF16 sets). Their gate/up
- * entries read x rows laid out in blocks of MOE_TILE_XBLOCK rows, chunk by chunk: in a block,
- * the 32 codes of chunk c of the block's row s (s < 16) are at c · MOE_TILE_XCHUNK + 32s codes
- * from the block's start, so a chunk of the 16 rows is 1 KB contiguous (one tile load, one
- * page), and a block of K = k is moe_tile_xblock_codes(k) codes. x[i] points at its row's chunk
- * 0 (block start + 32s), chunk c at x[i] + c · MOE_TILE_XCHUNK; exactly k codes of each row
- * are read (the last chunk's first k - 32c). The values, and so the bits, are those of the
- * row-major rows: only where they lie changes. Down's h rows, and every other set's x rows, are
- * plain rows of k codes. The engine gathers x this way for such a set (src/experts/engine.c);
- * moe_tile_xrow_codes has the offsets.
- */
-#define MOE_TILE_XBLOCK 16
-#define MOE_TILE_XCHUNK (MOE_TILE_XBLOCK * 32)
-
-/* Codes of one block of chunk-major rows of K = k (0 for k < 1). */
-static inline size_t moe_tile_xblock_codes(size_t k) { return (k + 31) / 32 * MOE_TILE_XCHUNK; }
-
-/* Where row r of a panel of chunk-major blocks starts (its chunk 0), in codes from the first. */
-static inline size_t moe_tile_xrow_codes(size_t k, size_t r)
-{
-    return r / MOE_TILE_XBLOCK * moe_tile_xblock_codes(k) + r % MOE_TILE_XBLOCK * 32;
-}
-
 /* The E8M0 scales the tile recipe folds into bf16 weights exactly (above). */
 #define MOE_TILE_MX_SCALE_MIN 2
 #define MOE_TILE_MX_SCALE_MAX 252
@@ -376,9 +352,6 @@ typedef struct moe_expert_kernels {
      * (0: every m) and up to tiles_to_m (0: none); for the m between, the engine treats the
      * set as one without them. */
     int tiles_from_m, tiles_to_m;
-    /* The tile recipe: gate/up (gateup and gateup_tiles) reads x as chunk-major rows
-     * (MOE_TILE_XBLOCK above); false: plain rows of k codes, as every other set. */
-    bool x_chunked;
     /* The activation rows of the Q8 recipe (above): bytes of one prepared row of k values (0
      * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
      * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any

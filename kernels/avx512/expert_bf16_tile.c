@@ -30,7 +30,7 @@
 
 /* The totals over K of np projections for M tokens (tb: a gate/up tile's bytes), in DP's MXCSR:
  * entered before the first chain, left after the last sum, fenced on both sides. */
-INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x, size_t cs,
+INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
                  const unsigned char *tile, __m512 tot[][2])
 {
     const size_t tb = np == 2 ? moe_xl_tile_gateup_bytes((int64_t)k) : 0;
@@ -45,7 +45,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
         dp_fence(tot[i][1]);
     }
     for (size_t c = 0; c < moe_xl_tile_chunks((int64_t)k); c++) {
-        widen_chunk(M, x, k, cs, c, xs);
+        widen_chunk(M, x, k, c, xs);
         const size_t off = moe_xl_tile_pair_at((int64_t)k, 0, c * STEPS);
         if (np == 2) {
             chunk_dp(M, w + off, 1, up, tb, (const float(*)[CHUNK])xs, tot, 0);

@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include "kernels/avx512/expert_f32_common.h"
-#include "kernels/avx512/expert_fp8_tile.h"
 #include "kernels/avx512/expert_tile_chunk.h"
 #include "kernels/avx512/fp8_pairs.h"
 #include "kernels/mxcsr_daz_ftz.h"
@@ -62,7 +61,7 @@ INLINE void fence_sums(const size_t M, __m512 s[][2])
 /* The totals over K of np projections for M tokens: per block the chunks' chains in DP's MXCSR
  * (entered before the first chain, left after the block's last sum, fenced on both sides),
  * then the scale FMA under the caller's. */
-INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x, size_t cs,
+INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
                  const unsigned char *tile, __m512 acc[][2])
 {
     const unsigned char *sc = tile + moe_xl_bias_bytes(np);
@@ -84,7 +83,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
         const dp_state st = dp_enter();
         fence_sums(M, cb);
         for (size_t c = c0; c < c1; c++) {
-            widen_chunk(M, x, k, cs, c, xs);
+            widen_chunk(M, x, k, c, xs);
             widen_codes(np, codes, pairs, c, buf);
             for (int p = 0; p < np; p++)
                 chunk_dp(M, buf + (size_t)p * LINES_BYTES, 0, NULL, 0, (const float(*)[CHUNK])xs,
@@ -104,13 +103,6 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
 }
 
 #include "kernels/avx512/expert_tile_entries.h"
-
-void moe_tile_avx512_fp8_gateup_xchunked(size_t m, size_t k, const void *const *x, const void *tile,
-                                         const moe_act_params *act, void *h, size_t h_stride,
-                                         size_t n_valid)
-{
-    gateup_tile_xchunked(m, k, x, tile, act, h, h_stride, n_valid);
-}
 
 MOE_XL_SET(moe_expert_fp8_tile_12x16__avx512, MOE_RECIPE_TILE, MOE_REQ_AVX512, MR_TILE,
            MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_tile, .down = down_tile);

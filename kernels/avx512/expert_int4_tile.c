@@ -54,7 +54,7 @@ INLINE void fence_sums(const size_t M, __m512 s[][2])
 /* The totals over K of np projections for M tokens: per group the blocks' chains in DP's MXCSR
  * (entered before the first chain, left after the group's last sum, fenced on both sides), then
  * the scale FMA under the caller's. */
-INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x, size_t cs,
+INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
                  const unsigned char *tile, __m512 acc[][2])
 {
     const size_t nb = k / CHUNK, gc = moe_i4t_group_blocks(tile, np);
@@ -72,7 +72,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
         const dp_state st = dp_enter();
         fence_sums(M, cb);
         for (size_t c = c0; c < c0 + gc; c++) {
-            widen_chunk(M, x, k, cs, c, xs);
+            widen_chunk(M, x, k, c, xs);
             widen_block(np, tile, nb, c, buf);
             for (int p = 0; p < np; p++)
                 chunk_dp(M, buf + (size_t)p * LINES_BYTES, 0, NULL, 0, (const float(*)[CHUNK])xs,

@@ -42,7 +42,7 @@ INLINE void widen_block(const int np, const unsigned char *tile, size_t nb, size
 
 /* The totals over K of np projections for M tokens, in DP's MXCSR (entered before the first
  * chain, left after the last sum, fenced on both sides). */
-INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x, size_t cs,
+INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x,
                  const unsigned char *tile, __m512 tot[][2])
 {
     const size_t nb = k / CHUNK;
@@ -56,7 +56,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
         dp_fence(tot[i][1]);
     }
     for (size_t c = 0; c < nb; c++) {
-        widen_chunk(M, x, k, cs, c, xs);
+        widen_chunk(M, x, k, c, xs);
         widen_block(np, tile, nb, c, buf);
         for (int p = 0; p < np; p++)
             chunk_dp(M, buf + (size_t)p * LINES_BYTES, 0, NULL, 0, (const float(*)[CHUNK])xs, tot,

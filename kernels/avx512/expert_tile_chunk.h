@@ -18,9 +18,8 @@
 #define STEPS (CHUNK / 2) /* pair steps per chunk */
 
 /* A chunk of each token's row as f32: xs[i][j] the even element of pair j, xs[i][STEPS + j]
- * the odd one; zeros past k. Row i's chunk c at x[i] + c · cs (cs codes: CHUNK for plain rows,
- * MOE_TILE_XCHUNK for chunk-major ones, kernels/expert.h). */
-INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size_t cs, size_t c,
+ * the odd one; zeros past k. */
+INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size_t c,
                         float (*xs)[CHUNK])
 {
     const size_t k0 = c * CHUNK, n = k - k0 < CHUNK ? k - k0 : CHUNK;
@@ -28,7 +27,7 @@ INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     UNROLL
     for (size_t i = 0; i < M; i++) {
-        const __m512i v = _mm512_maskz_loadu_epi16(mask, x[i] + c * cs);
+        const __m512i v = _mm512_maskz_loadu_epi16(mask, x[i] + k0);
         _mm512_store_si512(xs[i], _mm512_slli_epi32(v, 16));
         _mm512_store_si512(xs[i] + STEPS, _mm512_and_si512(v, hi));
     }

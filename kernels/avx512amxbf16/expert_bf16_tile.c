@@ -34,10 +34,10 @@ INLINE void sums_m(amx_acts *a, const streams *w, epilogue *e, float (*s)[ROWS][
     for (size_t c = 0; c < a->chunks; c++) {
         acts_ready(a, c + 1);
         long sa;
-        const unsigned char *pa1, *pa = acts_rows(a, c, &sa, &pa1), *b[4];
+        const unsigned char *pa = acts_rows(a, c, &sa), *b[4];
         for (int j = 0; j < NB; j++)
             b[j] = w->b[j] + c * B_BYTES;
-        chunk_products(pa, pa1, sa, b, TWO, NB);
+        chunk_products(pa, sa, b, TWO, NB);
         epilogue_step(e);
     }
     epilogue_finish(e);
@@ -66,7 +66,7 @@ void moe_tile_amx_gateup_tiles(size_t m, size_t k, const void *const *x, const v
 {
     if (m == 0 || n_tiles == 0) return;
     amx_acts a;
-    acts_init(&a, m, k, x, true);
+    acts_init(&a, m, k, x);
     const size_t bytes = 2 * 64 + 2 * a.chunks * B_BYTES, g = group_tiles(m, 2);
     epilogue e = {.act = act, .out_bytes = h_stride * sizeof(uint16_t)};
     for (size_t t = 0; t < n_tiles; t += g) {
@@ -92,7 +92,7 @@ void moe_tile_amx_down_tiles(size_t m, size_t k, const void *const *h, const voi
 {
     if (m == 0 || n_tiles == 0) return;
     amx_acts a;
-    acts_init(&a, m, k, h, false);
+    acts_init(&a, m, k, h);
     const size_t bytes = 64 + a.chunks * B_BYTES, g = group_tiles(m, 1);
     epilogue e = {.act = NULL, .out_bytes = y_stride * sizeof(float)};
     for (size_t t = 0; t < n_tiles; t += g) {
@@ -128,5 +128,4 @@ void moe_tile_amx_down(size_t m, size_t k, const void *const *h, const void *til
 MOE_XL_SET(moe_expert_bf16_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_MR, MOE_XL_TILE_LAYOUT, .gateup = moe_tile_amx_gateup,
            .down = moe_tile_amx_down, .gateup_tiles = moe_tile_amx_gateup_tiles,
-           .down_tiles = moe_tile_amx_down_tiles, .tiles_from_m = 0, .tiles_to_m = 0,
-           .x_chunked = true);
+           .down_tiles = moe_tile_amx_down_tiles, .tiles_from_m = 0, .tiles_to_m = 0);

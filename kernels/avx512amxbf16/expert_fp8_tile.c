@@ -5,7 +5,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/avx512/expert_fp8_tile.h"
 #include "kernels/avx512/fp8_pairs.h"
 #include "kernels/avx512amxbf16/expert_fp8_tile.h"
 #include "kernels/avx512amxbf16/tile_amx.h"
@@ -94,10 +93,10 @@ INLINE void group_m(fp8_call *f, const fp8_streams *w, float (*acc)[ROWS][ROWS],
         for (; c < end; c++) {
             acts_ready(a, c + 1);
             long sa;
-            const unsigned char *pa1, *pa = acts_rows(a, c, &sa, &pa1), *b[4];
+            const unsigned char *pa = acts_rows(a, c, &sa), *b[4];
             for (int j = 0; j < NB; j++)
                 b[j] = (const unsigned char *)f->b[c % 2][j];
-            chunk_products(pa, pa1, sa, b, TWO, NB);
+            chunk_products(pa, sa, b, TWO, NB);
             if (c + 1 < a->chunks) widen(f, w, c + 1, NB);
             vector_work(f);
         }
@@ -134,7 +133,7 @@ static void run(size_t m, size_t k, const void *const *x, const unsigned char *t
 {
     if (m == 0 || n_tiles == 0) return;
     fp8_call f;
-    acts_init(&f.a, m, k, x, np == 2);
+    acts_init(&f.a, m, k, x);
     f.pairs = (k + 1) / 2;
     f.pair_bytes = (size_t)np * 2 * MOE_XL_NR;
     f.scale_bytes = (size_t)np * sizeof(float);
@@ -211,11 +210,12 @@ static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *t
         moe_tile_amx_fp8_gateup_tiles(m, k, x, tile, n_tiles, act, h, h_stride, n_valid);
         return;
     }
-    const size_t bytes = moe_expert_fp8_tile_12x16__avx512.gateup_tile_bytes((int64_t)k);
+    const moe_expert_kernels *v = &moe_expert_fp8_tile_12x16__avx512;
+    const size_t bytes = v->gateup_tile_bytes((int64_t)k);
     for (size_t t = 0; t < n_tiles; t++)
-        moe_tile_avx512_fp8_gateup_xchunked(m, k, x, (const unsigned char *)tile + t * bytes, act,
-                                            (uint16_t *)h + t * MOE_EXPERT_NR, h_stride,
-                                            t + 1 < n_tiles ? MOE_EXPERT_NR : n_valid);
+        v->gateup(m, k, x, (const unsigned char *)tile + t * bytes, act,
+                  (uint16_t *)h + t * MOE_EXPERT_NR, h_stride,
+                  t + 1 < n_tiles ? MOE_EXPERT_NR : n_valid);
 }
 
 static void down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
@@ -248,4 +248,4 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
 MOE_XL_SET(moe_expert_fp8_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_MR, MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
-           .tiles_to_m = 0, .x_chunked = true);
+           .tiles_to_m = 0);

@@ -89,10 +89,10 @@ INLINE void group_m(i4_call *f, const i4_streams *w, float (*acc)[ROWS][ROWS], c
         for (; c < end; c++) {
             acts_ready(a, c + 1);
             long sa;
-            const unsigned char *pa1, *pa = acts_rows(a, c, &sa, &pa1), *b[4];
+            const unsigned char *pa = acts_rows(a, c, &sa), *b[4];
             for (int j = 0; j < NB; j++)
                 b[j] = (const unsigned char *)f->b[c % 2][j];
-            chunk_products(pa, pa1, sa, b, TWO, NB);
+            chunk_products(pa, sa, b, TWO, NB);
             if (c + 1 < a->chunks) widen(f, w, c + 1, NB);
             vector_work(f);
         }
@@ -129,7 +129,7 @@ static void run(size_t m, size_t k, const void *const *x, const unsigned char *t
 {
     if (m == 0 || n_tiles == 0) return;
     i4_call f;
-    acts_init(&f.a, m, k, x, np == 2);
+    acts_init(&f.a, m, k, x);
     f.gc = moe_i4t_group_blocks(tile, np);
     f.code_step = (size_t)np * MOE_I4T_CODE_BYTES;
     f.scale_step = (size_t)np * MOE_I4T_SCALE_BYTES;
@@ -199,4 +199,4 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
 MOE_XL_SET(moe_expert_int4_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_MR, MOE_I4T_SET_LAYOUT, .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
-           .tiles_to_m = 0, .x_chunked = true);
+           .tiles_to_m = 0);

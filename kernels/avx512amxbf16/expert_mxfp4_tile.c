@@ -81,10 +81,10 @@ INLINE void sums_m(mx_call *f, const mx_streams *w, epilogue *e, float (*s)[ROWS
     for (size_t c = 0; c < a->chunks; c++) {
         acts_ready(a, c + 1);
         long sa;
-        const unsigned char *pa1, *pa = acts_rows(a, c, &sa, &pa1), *b[4];
+        const unsigned char *pa = acts_rows(a, c, &sa), *b[4];
         for (int j = 0; j < NB; j++)
             b[j] = (const unsigned char *)f->b[c % 2][j];
-        chunk_products(pa, pa1, sa, b, TWO, NB);
+        chunk_products(pa, sa, b, TWO, NB);
         if (c + 1 < a->chunks) widen(f, w, c + 1, f->b[(c + 1) % 2], NB);
         epilogue_step(e);
     }
@@ -108,10 +108,10 @@ INLINE void token_block(mx_call *f, const mx_streams *w, size_t r, size_t c0, si
         SUM_TILES(LOAD_SUM, TWO, NB);
     for (size_t q = 0; q < nc; q++) {
         long sa;
-        const unsigned char *pa1, *pa = block_rows(a, t0, mt, c0 + q, &sa, &pa1), *b[4];
+        const unsigned char *pa = block_rows(a, t0, mt, c0 + q, &sa), *b[4];
         for (int j = 0; j < NB; j++)
             b[j] = (const unsigned char *)f->w->wb[r % 2][q][j];
-        chunk_products(pa, pa1, sa, b, TWO, NB);
+        chunk_products(pa, sa, b, TWO, NB);
         if (t0 == 0 && c0 + RUN_CHUNKS + q < a->chunks)
             widen(f, w, c0 + RUN_CHUNKS + q, f->w->wb[(r + 1) % 2][q], NB);
         epilogue_step(e);
@@ -216,7 +216,7 @@ static __attribute__((noinline)) void run_wide(size_t m, size_t k, const void *c
 {
     mx_call f;
     mx_wide wide;
-    acts_init(&f.a, m, k, x, np == 2);
+    acts_init(&f.a, m, k, x);
     run_call(&f, &wide, tile, n_tiles, np, act, out, out_bytes, n_valid);
 }
 
@@ -230,7 +230,7 @@ static void run(size_t m, size_t k, const void *const *x, const unsigned char *t
         return;
     }
     mx_call f;
-    acts_init(&f.a, m, k, x, np == 2);
+    acts_init(&f.a, m, k, x);
     run_call(&f, NULL, tile, n_tiles, np, act, out, out_bytes, n_valid);
 }
 
@@ -267,4 +267,4 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
 MOE_XL_SET(moe_expert_mxfp4_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_WIDEN_MR, MOE_MXT_SET_LAYOUT, .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
-           .tiles_to_m = 0, .x_chunked = true);
+           .tiles_to_m = 0);

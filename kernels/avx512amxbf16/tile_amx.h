@@ -25,14 +25,11 @@
  * two streams). The sums start at +0 (tilezero) and take chunks in K order, which is the
  * recipe's chain itself: the same bits for every m, token position and group.
  *
- * A rows: row i's chunk c is at x[i] + c·cs bytes, cs 64 for plain rows (down's h) and 1 KB
- * for gate/up's chunk-major x (MOE_TILE_XCHUNK, kernels/expert.h: one chunk of 16 rows is then
- * 1 KB contiguous, one page). When each 16 tokens' rows are one stride apart (x[16g + i] =
- * x[16g] + i·stride: the engine's panels and blocks), the full chunks load straight from the
- * rows with that stride; otherwise each chunk's rows are first copied into a 64-byte aligned
- * stack buffer, one chunk ahead of the products (two buffers). A last partial chunk (k % 32 !=
- * 0) always goes through the buffer, with masked loads that read nothing past the row's k-th
- * code and zero the rest.
+ * A rows: when x[i] = x[0] + i·stride for one stride (the engine's panels), the full chunks
+ * load straight from the rows with that stride; otherwise each chunk's rows are first copied
+ * into a 64-byte aligned stack buffer, one chunk ahead of the products (two buffers). A last
+ * partial chunk (k % 32 != 0) always goes through the buffer, with masked loads that read
+ * nothing past x[i][k - 1] and zero the rest.
  *
  * Epilogue: the sums (stored tiles, or the FP8 kernels' scaled totals in the same order) on
  * 16 lanes (AVX-512): + bias in f32 and, for gate/up, act16 (kernels/avx512/expert_shared.h,
@@ -62,9 +59,8 @@ typedef struct amx_acts {
     float sums[2][4][ROWS][ROWS] __attribute__((aligned(64))); /* tiles 4-7 stored, twice */
     tile_cfg cfg __attribute__((aligned(64)));
     const uint16_t *const *x;
-    const unsigned char *grp[MOE_TILE_AMX_WIDEN_MR / ROWS]; /* x[16g] (x[0] past m) */
-    long stride;                                            /* bytes from x[i] to x[i + 1] */
-    size_t cs;                                              /* bytes from chunk c to c + 1 */
+    const unsigned char *row0; /* x[0] */
+    long stride;               /* bytes from x[i] to x[i + 1] when uniform */
     size_t m, k, chunks;
     size_t direct; /* chunks loaded straight from the rows: k / 32 when uniform, else 0 */
 } amx_acts;
@@ -76,21 +72,19 @@ INLINE void tile_shape(tile_cfg *c, int t, size_t rows, size_t colsb)
     c->colsb[t] = (uint16_t)(rows ? colsb : 0);
 }
 
-/* Reads the call's rows (chunked: gate/up's chunk-major x, else plain rows) and configures the
- * tiles for m tokens. */
-static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x, bool chunked)
+/* Reads the call's rows and configures the tiles for m tokens. */
+static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x)
 {
     a->x = (const uint16_t *const *)x;
     a->m = m;
     a->k = k;
     a->chunks = (k + CHUNK - 1) / CHUNK;
-    a->cs = chunked ? 2 * MOE_TILE_XCHUNK : 2 * CHUNK;
-    const uintptr_t step = m > 1 ? (uintptr_t)x[1] - (uintptr_t)x[0] : 0;
+    a->row0 = x[0];
+    const uintptr_t p0 = (uintptr_t)x[0];
+    const uintptr_t step = m > 1 ? (uintptr_t)x[1] - p0 : 0;
     bool uniform = true;
-    for (size_t g = 0; g < MOE_TILE_AMX_WIDEN_MR / ROWS; g++)
-        a->grp[g] = x[g * ROWS < m ? g * ROWS : 0];
-    for (size_t i = 1; i < m && uniform; i++)
-        uniform = (uintptr_t)x[i] == (uintptr_t)a->grp[i / ROWS] + i % ROWS * step;
+    for (size_t i = 2; i < m && uniform; i++)
+        uniform = (uintptr_t)x[i] == p0 + i * step;
     a->stride = (long)step;
     a->direct = uniform ? k / CHUNK : 0;
     /* More than 32 tokens (a set that runs them in blocks of 32): every tile of 16 rows. */
@@ -114,8 +108,7 @@ INLINE void gather(amx_acts *a, size_t c)
     const size_t left = a->k - CHUNK * c;
     const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
     for (size_t i = 0; i < a->m; i++)
-        _mm512_store_si512(a->buf[c % 2][i], _mm512_maskz_loadu_epi16(
-                                                 mask, (const unsigned char *)a->x[i] + a->cs * c));
+        _mm512_store_si512(a->buf[c % 2][i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
 }
 
 /* Chunk c's A rows made ready for acts_rows: copied to the buffer unless loaded straight (call
@@ -126,57 +119,47 @@ INLINE void acts_ready(amx_acts *a, size_t c)
     if (c >= a->direct && c < a->chunks) gather(a, c);
 }
 
-/* Where chunk c's A rows of tokens 0-15 start, and (*pa1) of tokens 16-31, and (*sa) the bytes
- * from one row to the next. */
-INLINE const unsigned char *acts_rows(const amx_acts *a, size_t c, long *sa,
-                                      const unsigned char **pa1)
+/* Where chunk c's A rows start, and (*sa) the bytes from one row to the next. */
+INLINE const unsigned char *acts_rows(const amx_acts *a, size_t c, long *sa)
 {
     if (c < a->direct) {
         *sa = a->stride;
-        *pa1 = a->grp[1] + a->cs * c;
-        return a->grp[0] + a->cs * c;
+        return a->row0 + 2 * CHUNK * c;
     }
     *sa = 2 * CHUNK;
-    *pa1 = (const unsigned char *)a->buf[c % 2][ROWS];
     return (const unsigned char *)a->buf[c % 2][0];
 }
 
-/* Tokens t0 .. t0 + mt - 1's chunk c for the tile unit (t0 a multiple of 32): tokens t0 .. t0 +
- * 15 from the result, the next 16 from (*pa1), (*sa) bytes from row to row: straight from the
- * rows for a full token block of one stride, else copied into a buffer (zero rows past mt up to
- * the A tiles' 16 or 32, zeros past k). */
-static inline const unsigned char *block_rows(amx_acts *a, size_t t0, size_t mt, size_t c, long *sa,
-                                              const unsigned char **pa1)
+/* Tokens t0 .. t0 + mt - 1's chunk c for the tile unit, (*sa) bytes from row to row: straight
+ * from the rows for a full token block of one stride, else copied into a buffer (zero rows past
+ * mt up to the A tiles' 16 or 32, zeros past k). */
+static inline const unsigned char *block_rows(amx_acts *a, size_t t0, size_t mt, size_t c, long *sa)
 {
     if (c < a->direct && mt == TOKEN_BLOCK) {
         *sa = a->stride;
-        *pa1 = a->grp[t0 / ROWS + 1] + a->cs * c;
-        return a->grp[t0 / ROWS] + a->cs * c;
+        return a->row0 + (long)t0 * a->stride + 2 * CHUNK * c;
     }
     const size_t left = a->k - CHUNK * c, rows = mt > ROWS ? TOKEN_BLOCK : ROWS;
     const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
     uint16_t(*buf)[CHUNK] = a->buf[c % 2];
     for (size_t i = 0; i < rows; i++)
-        _mm512_store_si512(
-            buf[i],
-            i < mt ? _mm512_maskz_loadu_epi16(mask, (const unsigned char *)a->x[t0 + i] + a->cs * c)
-                   : _mm512_setzero_si512());
+        _mm512_store_si512(buf[i], i < mt ? _mm512_maskz_loadu_epi16(mask, a->x[t0 + i] + CHUNK * c)
+                                          : _mm512_setzero_si512());
     *sa = 2 * CHUNK;
-    *pa1 = (const unsigned char *)buf[ROWS];
     return (const unsigned char *)buf[0];
 }
 
 /*
  * One chunk's products: A rows from pa, sa bytes apart, against NB B chunks (b[j], 16 rows of
- * 64 bytes). TWO (more than 16 tokens): tokens 16-31 from pa1 in tile 1, NB ≤ 2
+ * 64 bytes). TWO (more than 16 tokens): tokens 16-31 from pa + 16·sa in tile 1, NB ≤ 2
  * streams in tiles 2 and 3, four sums. One A tile: up to 4 streams, through tiles 2 and 3
  * twice, each into its own sum (4 tdpbf16ps per A load, where a pair of streams gave 2).
  */
-INLINE void chunk_products(const unsigned char *pa, const unsigned char *pa1, long sa,
-                           const unsigned char *const *b, const bool TWO, const int NB)
+INLINE void chunk_products(const unsigned char *pa, long sa, const unsigned char *const *b,
+                           const bool TWO, const int NB)
 {
     _tile_loadd(0, pa, sa);
-    if (TWO) _tile_loadd(1, pa1, sa);
+    if (TWO) _tile_loadd(1, pa + ROWS * sa, sa);
     _tile_loadd(2, b[0], 64);
     if (NB > 1) _tile_loadd(3, b[1], 64);
     _tile_dpbf16ps(4, 0, 2);

@@ -19,7 +19,6 @@ typedef struct span {
     int copy; /* the packed expert that runs it (moe_expert_copy) */
     size_t first, n;
     const size_t *token;
-    size_t xfirst; /* chunk-major x (x_chunked): the gathered row of row first */
 } span;
 
 static span span_of(const moe_experts_job *job, bool routed, size_t a)
@@ -27,7 +26,7 @@ static span span_of(const moe_experts_job *job, bool routed, size_t a)
     span s;
     if (!routed) {
         s.e = s.copy = 0;
-        s.first = s.xfirst = 0;
+        s.first = 0;
         s.n = job->n_tokens;
         s.token = NULL;
         return s;
@@ -38,7 +37,6 @@ static span span_of(const moe_experts_job *job, bool routed, size_t a)
     s.first = p->offset[s.e];
     s.n = p->offset[s.e + 1] - s.first;
     s.token = p->token;
-    s.xfirst = job->ws.xstart ? job->ws.xstart[s.e] : 0;
     return s;
 }
 
@@ -197,10 +195,9 @@ static void chunk_run(const moe_expert_group *g, run_fn *run, bool multi, size_t
 }
 
 /* gate/up for tiles [j0, j1) of one span: each run of tiles is reused by all M-chunks while
- * it is in cache; a span of at most MR rows is the decode case, one chunk over all. act: rows
- * x_row bytes apart, or (chunked) the gathered chunk-major panel. */
+ * it is in cache; a span of at most MR rows is the decode case, one chunk over all. */
 static void gateup_span(const moe_expert_group *g, const span *s, const unsigned char *act,
-                        size_t x_row, bool chunked, unsigned char *h, int64_t j0, int64_t j1)
+                        size_t x_row, unsigned char *h, int64_t j0, int64_t j1)
 {
     const moe_expert_kernels *ks = g->ks;
     const size_t mr = (size_t)ks->mr, nr = (size_t)ks->nr, eb = g->act_elem;
@@ -214,8 +211,7 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++) {
                 const size_t r = s->first + c + i;
-                x[i] = chunked ? moe_expert_xrow(g, (unsigned char *)act, s->xfirst + c + i)
-                               : act + (s->token ? s->token[r] : r) * x_row;
+                x[i] = act + (s->token ? s->token[r] : r) * x_row;
             }
             const size_t c0 = (size_t)j * nr;
             chunk_run(g, gateup_run, moe_expert_uses_tiles(ks, true, m), m, x, tiles, j, nt,
@@ -268,59 +264,17 @@ typedef struct group_run {
     size_t y_stride;
 } group_run;
 
-/* A row of H bf16 codes (src) to row r of the chunk-major panel x_rows (x_chunked). */
-static void put_row_chunked(const moe_expert_group *g, unsigned char *x_rows, size_t r,
-                            const uint16_t *src)
-{
-    const size_t k = (size_t)g->hidden;
-    uint16_t *dst = (uint16_t *)(void *)moe_expert_xrow(g, x_rows, r);
-    for (size_t k0 = 0, c = 0; k0 < k; k0 += 32, c++)
-        memcpy(dst + c * MOE_TILE_XCHUNK, src + k0, min_size(32, k - k0) * sizeof(uint16_t));
-}
-
-/* x_chunked: each active expert's first gathered row, at a block's start, the experts in
- * ascending order (at most T·K + 15·min(E, T·K) rows, what the workspace holds). */
-static void xstart_step(moe_experts_job *job)
-{
-    const moe_route_plan *p = &job->ws.plan;
-    size_t at = 0;
-    for (size_t a = 0; a < p->n_active; a++) {
-        const int32_t e = p->active[a];
-        job->ws.xstart[e] = at;
-        at += (p->offset[e + 1] - p->offset[e] + MOE_TILE_XBLOCK - 1) / MOE_TILE_XBLOCK *
-              MOE_TILE_XBLOCK;
-    }
-}
-
-/* The tile recipe's rows: the routed group's row r (token[r]'s activations) copied to row r of
- * x_rows, so each expert's rows are one panel, xg_row_bytes apart, which a set may load as tiles
- * straight from memory; for a set with x_chunked (either group) chunk-major, each expert's rows
- * from its xstart (routed) or token t's at row t (always-on). The copy is exact: the bits do not
- * change. */
+/* The tile recipe's routed rows: row r's activations (token[r]'s) copied to row r of x_rows, so
+ * each expert's rows are one panel, xg_row_bytes apart, which a set may load as tiles straight
+ * from memory. The copy is exact: the bits do not change. */
 static void gather_phase(const moe_experts_job *job, const group_run *run)
 {
     const moe_expert_group *g = run->g;
     const unsigned char *act = job->act[g->ks->recipe];
     const size_t *token = job->ws.plan.token, x_row = g->x_row_bytes, xg_row = g->xg_row_bytes;
-    if (!g->xblock_bytes) {
 #pragma omp for schedule(static)
-        for (size_t r = 0; r < run->rows; r++)
-            memcpy(run->x_rows + r * xg_row, act + token[r] * x_row, x_row);
-        return;
-    }
-    if (!run->routed) {
-#pragma omp for schedule(static)
-        for (size_t t = 0; t < run->rows; t++)
-            put_row_chunked(g, run->x_rows, t, (const uint16_t *)(const void *)(act + t * x_row));
-        return;
-    }
-#pragma omp for schedule(dynamic, 1)
-    for (size_t a = 0; a < run->n_spans; a++) {
-        const span s = span_of(job, true, a);
-        for (size_t i = 0; i < s.n; i++)
-            put_row_chunked(g, run->x_rows, s.xfirst + i,
-                            (const uint16_t *)(const void *)(act + token[s.first + i] * x_row));
-    }
+    for (size_t r = 0; r < run->rows; r++)
+        memcpy(run->x_rows + r * xg_row, act + token[r] * x_row, x_row);
 }
 
 /* scale_input: row r of (token t, slot k) gets t's f32 activations times w[t,k], the product
@@ -336,22 +290,7 @@ static void scale_phase(const moe_experts_job *job, const group_run *run)
         const size_t t = i / k, r = job->ws.plan.row[i];
         const float w = job->weights[i], *x = job->act_f32 + t * h;
         unsigned char *dst = run->x_rows + r * xg_row;
-        if (g->xblock_bytes) { /* chunk-major: each 32-code chunk to its place */
-            const size_t e = (size_t)job->ids[i];
-            const size_t xr = job->ws.xstart[e] + r - job->ws.plan.offset[e];
-            uint16_t *y = (uint16_t *)(void *)moe_expert_xrow(g, run->x_rows, xr);
-            float p[COMBINE_CHUNK];
-            uint16_t b[COMBINE_CHUNK];
-            for (size_t c0 = 0; c0 < h; c0 += COMBINE_CHUNK) {
-                const size_t n = min_size(COMBINE_CHUNK, h - c0);
-                for (size_t c = 0; c < n; c++)
-                    p[c] = x[c0 + c] * w;
-                moe_act_round_bf16(n, p, b);
-                for (size_t c = 0; c < n; c += 32)
-                    memcpy(y + (c0 + c) / 32 * MOE_TILE_XCHUNK, b + c,
-                           min_size(32, n - c) * sizeof(uint16_t));
-            }
-        } else if (f32) {
+        if (f32) {
             float *y = (float *)(void *)dst;
             for (size_t c = 0; c < h; c++)
                 y[c] = x[c] * w;
@@ -381,8 +320,7 @@ static void gateup_phase(const moe_experts_job *job, const group_run *run)
         if (run->x_rows) s.token = NULL; /* gathered: row r's activations at row r */
         const int64_t j0 = it % ipe * per;
         const int64_t j1 = j0 + per < g->gateup_tiles ? j0 + per : g->gateup_tiles;
-        gateup_span(g, &s, act, run->x_rows ? g->xg_row_bytes : g->x_row_bytes,
-                    run->x_rows && g->xblock_bytes, run->h, j0, j1);
+        gateup_span(g, &s, act, run->x_rows ? g->xg_row_bytes : g->x_row_bytes, run->h, j0, j1);
     }
 }
 
@@ -505,10 +443,8 @@ static void run_group(moe_experts_job *job, const group_run *run, const char *pr
             char name[32];
             snprintf(name, sizeof name, "%s.gather", prefix);
             const uint64_t bytes = run->rows * (uint64_t)g->x_row_bytes;
-            moe_trace_mark(job->trace, name,
-                           g->xblock_bytes ? "rows chunk-major, in expert order (memcpy)"
-                                           : "rows in expert order (memcpy)",
-                           bytes + (run->routed ? run->rows * sizeof(size_t) : 0), bytes);
+            moe_trace_mark(job->trace, name, "rows in expert order (memcpy)",
+                           bytes + run->rows * sizeof(size_t), bytes);
         }
     }
     gateup_phase(job, run);
@@ -548,10 +484,7 @@ void moe_experts_run_team(moe_experts_job *job)
     if (job->routed && !job->y_given) {
         /* The master is the calling thread, so an error message lands in its last error. */
 #pragma omp master
-        {
-            plan_step(job);
-            if (job->status == MOE_OK && job->ws.xstart) xstart_step(job);
-        }
+        plan_step(job);
 #pragma omp barrier
         if (job->status != MOE_OK) return; /* every thread reads it after the barrier */
         const group_run run = {.g = job->routed,
@@ -570,7 +503,6 @@ void moe_experts_run_team(moe_experts_job *job)
                                .routed = false,
                                .n_spans = 1,
                                .rows = n_t,
-                               .x_rows = job->ws.x_always,
                                .h = job->ws.h_always,
                                .hq = job->ws.hq_always,
                                .y = job->out,

@@ -73,8 +73,6 @@ typedef struct moe_expert_group {
                                  (Q8) a prepared row, act_row_bytes(H) */
     size_t xg_row_bytes;      /* TILE: between the gathered routed rows (x_routed):
                                  x_row_bytes, 64 more where that is a multiple of 4 KB */
-    size_t xblock_bytes;      /* a set with x_chunked: one block of 16 gathered rows laid out
-                                 chunk-major (kernels/expert.h, MOE_TILE_XBLOCK); else 0 */
     size_t hq_row_bytes;      /* Q8: one prepared h row, act_row_bytes(I), which down reads;
                                  0 for the other recipes (down reads h itself) */
     size_t run_bytes;         /* what a run of tiles and one chunk's input rows may fill (the
@@ -187,24 +185,13 @@ void *moe_carve_take(moe_carve *c, size_t n, size_t elem);
 typedef struct moe_experts_ws {
     moe_route_plan plan;
     void *x_routed;  /* TILE or scale_input: [T·K rows] of xg_row_bytes, the activations in row
-                        order (scale_input: each scaled by its routing weight); else NULL. A
-                        set with x_chunked: blocks of 16 rows chunk-major, each expert's rows
-                        from a block's start (xstart), T·K + 15·min(E, T·K) rows at most */
-    size_t *xstart;  /* x_chunked: [E], the gathered row of each active expert's first row */
-    void *x_always;  /* an always-on group with x_chunked: its T rows chunk-major; else NULL */
+                        order (scale_input: each scaled by its routing weight); else NULL */
     void *h_routed;  /* [T·K rows, h_stride] of the routed recipe */
     void *hq_routed; /* Q8: [T·K rows] prepared h rows of hq_row_bytes; else NULL */
     float *y_routed; /* [T·K rows, H] */
     void *h_always;  /* [T rows, h_stride] of the always-on recipe */
     void *hq_always; /* Q8: [T rows] prepared h rows; else NULL */
 } moe_experts_ws;
-
-/* Row r of a chunk-major panel of group G (x_chunked): its chunk 0, kernels/expert.h. */
-static inline unsigned char *moe_expert_xrow(const moe_expert_group *g, unsigned char *panel,
-                                             size_t r)
-{
-    return panel + 2 * moe_tile_xrow_codes((size_t)g->hidden, r);
-}
 
 /* Takes the engine's arrays for T tokens from C (ROUTED / ALWAYS may be NULL). */
 void moe_experts_ws_carve(moe_carve *c, moe_experts_ws *ws, const moe_expert_group *routed,

@@ -86,12 +86,6 @@ moe_status moe_expert_group_plan(moe_expert_group *g, const moe_expert_kernels *
     }
     g->xg_row_bytes = g->x_row_bytes + (g->x_row_bytes % 4096 == 0 ? 64 : 0);
     bad = bad || g->xg_row_bytes < g->x_row_bytes;
-    /* Chunk-major x: blocks of 16 rows of H codes padded to a multiple of 32 (x_row_bytes
-     * already fits in size_t, so 16 of them with the padding fit while it is below 2^58). */
-    if (ks->x_chunked) {
-        bad = bad || g->x_row_bytes > ((size_t)1 << 58);
-        if (!bad) g->xblock_bytes = moe_tile_xblock_codes((size_t)hidden) * 2;
-    }
     bad =
         bad || part_bytes(inter, ks->nr, g->gateup_tile_bytes, &g->gateup_tiles, &g->gateup_bytes);
     bad = bad || part_bytes(hidden, ks->nr, g->down_tile_bytes, &g->down_tiles, &g->down_bytes);

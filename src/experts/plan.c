@@ -78,24 +78,13 @@ void moe_experts_ws_carve(moe_carve *c, moe_experts_ws *ws, const moe_expert_gro
         ws->plan.token = moe_carve_take(c, rows, sizeof(size_t));
         ws->plan.row = moe_carve_take(c, rows, sizeof(size_t));
         ws->plan.active = moe_carve_take(c, e, sizeof(int32_t));
-        if (routed->xblock_bytes) {
-            const size_t most = rows < e ? rows : e, pad = elems2(most, MOE_TILE_XBLOCK - 1);
-            const size_t blocks = pad == SIZE_MAX || rows > SIZE_MAX - pad
-                                      ? SIZE_MAX
-                                      : (rows + pad + MOE_TILE_XBLOCK - 1) / MOE_TILE_XBLOCK;
-            ws->x_routed = moe_carve_take(c, blocks, routed->xblock_bytes);
-            ws->xstart = moe_carve_take(c, e, sizeof(size_t));
-        } else if (routed->ks->recipe == MOE_RECIPE_TILE || routed->scale_input) {
+        if (routed->ks->recipe == MOE_RECIPE_TILE || routed->scale_input)
             ws->x_routed = moe_carve_take(c, rows, routed->xg_row_bytes);
-        }
         ws->h_routed = moe_carve_take(c, elems2(rows, routed->h_stride), routed->act_elem);
         if (routed->hq_row_bytes) ws->hq_routed = moe_carve_take(c, rows, routed->hq_row_bytes);
         ws->y_routed = moe_carve_take(c, elems2(rows, (size_t)routed->hidden), sizeof(float));
     }
     if (always) {
-        if (always->xblock_bytes)
-            ws->x_always = moe_carve_take(c, (n_tokens + MOE_TILE_XBLOCK - 1) / MOE_TILE_XBLOCK,
-                                          always->xblock_bytes);
         ws->h_always = moe_carve_take(c, elems2(n_tokens, always->h_stride), always->act_elem);
         if (always->hq_row_bytes) ws->hq_always = moe_carve_take(c, n_tokens, always->hq_row_bytes);
     }

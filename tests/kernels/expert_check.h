@@ -13,7 +13,6 @@
 #include "kernels/expert.h"
 #include "select/kernel.h"
 #include "test.h"
-#include "x_chunked.h"
 #include "xorshift.h"
 
 #define NR MOE_EXPERT_NR
@@ -194,16 +193,14 @@ static inline void run(const runner *r, const moe_expert_kernels *ks, bool ref, 
 {
     const unsigned char *packed = ref ? r->ref_packed : r->packed;
     const size_t tb = ref ? r->ref_tb : r->tb;
-    const void *xc[MAX_TOKENS];
-    void *copy = x_for_set(ks, r->gateup, m, r->k, rows, xc);
     for (size_t t = 0; t * NR < r->n; t++) {
         const size_t nv = r->n - t * NR < NR ? r->n - t * NR : NR;
         if (r->gateup)
-            ks->gateup(m, r->k, xc, packed + t * tb, r->act, o->p + t * NR * o->es, o->stride, nv);
+            ks->gateup(m, r->k, rows, packed + t * tb, r->act, o->p + t * NR * o->es, o->stride,
+                       nv);
         else
-            ks->down(m, r->k, xc, packed + t * tb, (float *)o->p + t * NR, o->stride, nv);
+            ks->down(m, r->k, rows, packed + t * tb, (float *)o->p + t * NR, o->stride, nv);
     }
-    free(copy);
 }
 
 /* The same through the set's multi-tile entry, per_call tiles a call (the last call the rest). */
@@ -211,18 +208,15 @@ static inline void run_tiles(const runner *r, const moe_expert_kernels *ks, size
                              const void *const *rows, outbuf *o, size_t per_call)
 {
     const size_t ntiles = (r->n + NR - 1) / NR;
-    const void *xc[MAX_TOKENS];
-    void *copy = x_for_set(ks, r->gateup, m, r->k, rows, xc);
     for (size_t t = 0; t < ntiles; t += per_call) {
         const size_t n = ntiles - t < per_call ? ntiles - t : per_call;
         const size_t last = t + n - 1, nv = r->n - last * NR < NR ? r->n - last * NR : NR;
         const unsigned char *tile = (const unsigned char *)r->packed + t * r->tb;
         if (r->gateup)
-            ks->gateup_tiles(m, r->k, xc, tile, n, r->act, o->p + t * NR * o->es, o->stride, nv);
+            ks->gateup_tiles(m, r->k, rows, tile, n, r->act, o->p + t * NR * o->es, o->stride, nv);
         else
-            ks->down_tiles(m, r->k, xc, tile, n, (float *)o->p + t * NR, o->stride, nv);
+            ks->down_tiles(m, r->k, rows, tile, n, (float *)o->p + t * NR, o->stride, nv);
     }
-    free(copy);
 }
 
 /* ---- Same token, same bits -------------------------------------------------------------- */

@@ -249,7 +249,7 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
     long bad = 0;
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
         rows_map R;
-        rows_place(&R, layout, c->k, (const uint16_t(*)[MAXK])xsrc, s, W->np == 2);
+        rows_place(&R, layout, c->k, (const uint16_t(*)[MAXK])xsrc, s);
         for (size_t m = 1; m <= MAXM; m++)
             for (int multi = 0; multi < 2; multi++) {
                 const void *const *x = (const void *const *)R.x;

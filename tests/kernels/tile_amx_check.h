@@ -49,41 +49,10 @@ typedef struct rows_map {
     const uint16_t *x[MAXM];
 } rows_map;
 
-/* Chunk-major rows (gate/up's x: kernels/expert.h, MOE_TILE_XBLOCK), written from that
- * statement: blocks of 16 rows; in a block chunk c of its row q (32 codes) at c · 512 + 32q
- * codes, a block ceil(k / 32) · 512 codes. Token i at row i (PANEL), MAXM - 1 - i (REVERSED: a
- * negative stride) or (13i + 5) mod MAXM (SCATTERED: no one stride); the token whose last chunk
- * lies last ends exactly at the inaccessible page. */
-static inline void rows_place_chunked(rows_map *R, int layout, size_t k,
-                                      const uint16_t (*src)[MAXK])
-{
-    const size_t chunks = (k + CHUNK - 1) / CHUNK, tail = k - CHUNK * (chunks - 1);
-    size_t off[MAXM], end = 0;
-    for (size_t i = 0; i < MAXM; i++) {
-        const size_t r = layout == PANEL      ? i
-                         : layout == REVERSED ? MAXM - 1 - i
-                                              : (13 * i + 5) % MAXM;
-        off[i] = r / ROWS * chunks * (ROWS * CHUNK) + r % ROWS * CHUNK;
-        const size_t last = off[i] + (chunks - 1) * ROWS * CHUNK + tail;
-        if (last > end) end = last;
-    }
-    uint16_t *base = guarded_alloc(&R->g, end * 2);
-    for (size_t i = 0; i < MAXM; i++) {
-        for (size_t c = 0; c < chunks; c++)
-            memcpy(base + off[i] + c * ROWS * CHUNK, src[i] + CHUNK * c,
-                   (c + 1 < chunks ? CHUNK : tail) * 2);
-        R->x[i] = base + off[i];
-    }
-}
-
-/* Token i's k codes from src[i]; chunked: gate/up's chunk-major rows (rows_place_chunked). */
+/* Token i's k codes from src[i]. */
 static inline void rows_place(rows_map *R, int layout, size_t k, const uint16_t (*src)[MAXK],
-                              uint64_t *s, bool chunked)
+                              uint64_t *s)
 {
-    if (chunked) {
-        rows_place_chunked(R, layout, k, src);
-        return;
-    }
     size_t off[MAXM], end = 0;
     for (size_t i = 0; i < MAXM; i++) {
         if (layout == SCATTERED)

@@ -303,15 +303,12 @@ static void check_trace(const moe_layer *l, const moe_trace *tr, moe_dtype in, c
         if (l->routed->ks->recipe == MOE_RECIPE_Q8) want[n++] = "experts.prepare_h";
         want[n++] = "experts.down";
         if (l->always) {
-            /* a set with chunk-major x: the always-on rows gathered too (kernels/expert.h) */
-            if (l->always->ks->x_chunked) want[n++] = "shared.gather";
             want[n++] = "shared.gate_up";
             if (l->always->ks->recipe == MOE_RECIPE_Q8) want[n++] = "shared.prepare_h";
             want[n++] = "shared.down";
         }
         want[n++] = "combine";
     } else {
-        if (l->always->ks->x_chunked) want[n++] = "dense.gather";
         want[n++] = "dense.gate_up";
         if (l->always->ks->recipe == MOE_RECIPE_Q8) want[n++] = "dense.prepare_h";
         want[n++] = "dense.down";
