@@ -110,7 +110,7 @@ def parse_args(argv):
     ap.add_argument("--reps", type=int, default=3, help="timed rounds per row [3]")
     ap.add_argument("--threads", type=int, default=2, help="torch and libmoe threads [2]")
     ap.add_argument("--recipes", default="default", help="libmoe recipes, one row each: "
-                    "default (f32), f32, bf16 [default]")
+                    "default (f32), f32, bf16, tile [default]")
     ap.add_argument("--implementations", default=",".join(IMPLEMENTATIONS),
                     help=f"transformers experts implementations [{','.join(IMPLEMENTATIONS)}]")
     ap.add_argument("--batched-mm-gb", type=float, default=2.0, help="largest weight gather "
