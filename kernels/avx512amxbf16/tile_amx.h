@@ -102,18 +102,14 @@ static void acts_init(amx_acts *a, size_t m, size_t k, const void *const *x)
     _tile_loadconfig(&a->cfg);
 }
 
-/* Chunk c of every row into dst (64-byte aligned rows): the 32 codes, or the k - 32c left
- * zero-padded. */
-INLINE void gather_into(const amx_acts *a, size_t c, uint16_t (*dst)[CHUNK])
+/* Chunk c of every row into buf[c % 2]: the 32 codes, or the k - 32c left zero-padded. */
+INLINE void gather(amx_acts *a, size_t c)
 {
     const size_t left = a->k - CHUNK * c;
     const __mmask32 mask = left >= CHUNK ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
     for (size_t i = 0; i < a->m; i++)
-        _mm512_store_si512(dst[i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
+        _mm512_store_si512(a->buf[c % 2][i], _mm512_maskz_loadu_epi16(mask, a->x[i] + CHUNK * c));
 }
-
-/* Chunk c of every row into buf[c % 2]. */
-INLINE void gather(amx_acts *a, size_t c) { gather_into(a, c, a->buf[c % 2]); }
 
 /* Chunk c's A rows made ready for acts_rows: copied to the buffer unless loaded straight (call
  * it for chunk c + 1 before chunk c's products, so the copy overlaps them and the tile loads

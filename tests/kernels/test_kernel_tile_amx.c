@@ -315,9 +315,6 @@ static const tcase cases[] = {
     {1, 128, 100, true, WIDE, 0},
     {1, 64, 128, false, NEAR_ONE, 0},
     {2, 33, 128, true, DENORMALS, 2},
-    /* from 17 tokens, K-blocks of 8 chunks over passes of 4 groups (gate/up 2 passes) */
-    {2, 290, 100, true, NEAR_ONE, 0},
-    {1, 550, 128, true, WIDE, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
