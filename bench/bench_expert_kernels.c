@@ -754,14 +754,27 @@ int main(int argc, char **argv)
     bool with_ref = false, quick = false, only_mx = false, mid = false;
     int threads = 1;
     const char *only_set = NULL;
+    static const char usage[] = "usage: bench_expert_kernels [--ref] [--quick] [--mid] [--mxfp4] "
+                                "[--threads N] [--set TEXT] [--huge]\n";
     for (int i = 1; i < argc; i++) {
-        with_ref = with_ref || !strcmp(argv[i], "--ref");
-        quick = quick || !strcmp(argv[i], "--quick");
-        only_mx = only_mx || !strcmp(argv[i], "--mxfp4");
-        mid = mid || !strcmp(argv[i], "--mid");
-        huge_pages = huge_pages || !strcmp(argv[i], "--huge");
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        if (!strcmp(argv[i], "--set") && i + 1 < argc) only_set = argv[++i];
+        if (!strcmp(argv[i], "--ref")) {
+            with_ref = true;
+        } else if (!strcmp(argv[i], "--quick")) {
+            quick = true;
+        } else if (!strcmp(argv[i], "--mxfp4")) {
+            only_mx = true;
+        } else if (!strcmp(argv[i], "--mid")) {
+            mid = true;
+        } else if (!strcmp(argv[i], "--huge")) {
+            huge_pages = true;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            only_set = argv[++i];
+        } else { /* --help, or anything else: the usage, and no run */
+            fputs(usage, strcmp(argv[i], "--help") ? stderr : stdout);
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
     }
     if (threads < 1 || threads > 64) {
         fprintf(stderr, "bench_expert_kernels: --threads must be 1..64\n");

@@ -202,8 +202,16 @@ static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
     return phase_flops(w, phase, m) / bench_median(t, REPS);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1) { /* it takes no options: --help or anything else prints what it does */
+        const bool help = !strcmp(argv[1], "--help");
+        fprintf(help ? stdout : stderr,
+                "usage: %s (no options): the tile recipe's AMX-BF16 kernels at DeepSeek-V3's "
+                "expert shape, one thread\n",
+                argv[0]);
+        return help ? 0 : 2;
+    }
     moe_cpu_info ci;
     if (moe_cpu_query(&ci) != MOE_OK || !ci.allowed.amx_bf16) {
         printf("bench_tile_amx: amx_bf16 not allowed on this CPU / OS: nothing to time\n");
