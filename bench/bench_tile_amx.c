@@ -34,6 +34,11 @@
  * 233 KB, of K = I 33 KB; a whole expert 44 MB), random E4M3 codes (no NaN) and block scales
  * 2^-8, panel rows; the same flops (the codes' widening is overhead the kernels pay).
  *
+ * First, the ceiling of the sets' inner step alone (block_ceiling): a 2x2 block of C tiles
+ * fed per chunk by four tileloadd and four tdpbf16ps, with A and B in L1, from the engine's
+ * panel rows, or streamed over a gate/up tile's span in L2 — what the kernels' loop could reach
+ * without their epilogues and bookkeeping.
+ *
  * Usage: bench_tile_amx   (no arguments; prints why and exits 0 where AMX-BF16 is not allowed)
  */
 
@@ -202,6 +207,68 @@ static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
     return phase_flops(w, phase, m) / bench_median(t, REPS);
 }
 
+/* The ceiling of the sets' inner step without their epilogues: a 2x2 block of C tiles, per
+ * 32-K chunk two A tiles and two B tiles loaded (tileloadd, 1 KB each) and four tdpbf16ps, as
+ * the AMX sets run a chunk at 32 tokens. A from one 32-row panel whose rows are `a_stride`
+ * bytes apart (64: one 2 KB block in L1; H bf16: the engine's rows), B streamed through
+ * `b_bytes` of pair lines (2 KB: in L1; a gate/up tile's span: from L2). GFLOP/s over `chunks`
+ * chunks, the median of REPS. */
+__attribute__((target("amx-tile,amx-bf16"))) static double
+block_ceiling(size_t a_stride, size_t b_bytes, size_t chunks, const uint16_t *a, const uint16_t *b)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    double t[REPS];
+    for (int r = 0; r < REPS; r++) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        const double t0 = bench_now_ns();
+        for (size_t c = 0; c < chunks; c++) {
+            const size_t ac = c % (a_stride / 64), bc = c % (b_bytes / 2048);
+            _tile_loadd(4, a + 32 * ac, a_stride);
+            _tile_loadd(5, a + 32 * ac + 16 * a_stride / 2, a_stride);
+            _tile_loadd(6, b + 1024 * bc, 64);
+            _tile_loadd(7, b + 1024 * bc + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        t[r] = bench_now_ns() - t0;
+    }
+    float c[16][16] __attribute__((aligned(64)));
+    _tile_stored(0, c, 64);
+    _tile_release();
+    bench_fsink = c[0][0];
+    return 4.0 * 2 * 16 * 16 * 32 * (double)chunks / bench_median(t, REPS);
+}
+
+static void print_block_ceilings(double peak, uint64_t *s)
+{
+    const size_t a_panel = (size_t)H * 2, b_span = tile_bytes(2, H);
+    const uint16_t *a = big(32 * a_panel, 126, s), *b = big(b_span, 121, s);
+    const struct {
+        const char *name;
+        size_t a_stride, b_bytes;
+    } cases[] = {{"A and B in L1", 64, 2048},
+                 {"A panel rows, B in L1", a_panel, 2048},
+                 {"A in L1, B over a gate/up tile (L2)", 64, b_span - 2048},
+                 {"A panel rows, B over a tile (L2)", a_panel, b_span - 2048}};
+    printf("2x2 block per chunk (4 tileloadd, 4 tdpbf16ps), no epilogue:\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const double g = block_ceiling(cases[i].a_stride, cases[i].b_bytes, 1u << 16, a, b);
+        printf("  %-38s %9.0f GFLOP/s %7.2f of peak\n", cases[i].name, g, g / peak);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) { /* it takes no options: --help or anything else prints what it does */
@@ -220,6 +287,7 @@ int main(int argc, char **argv)
     uint64_t s = 0x2545F4914F6CDD1Du;
     const double peak = bench_peak_gflops(BENCH_TDPBF16PS, 1, REPS);
     printf("tdpbf16ps peak, one thread: %.0f GFLOP/s\n", peak);
+    print_block_ceilings(peak, &s);
     printf("DeepSeek-V3 expert (H %d, I %d), bf16 and FP8, tile recipe, AMX-BF16, one thread\n", H,
            I);
     printf("%-4s %-6s %-14s %3s %-12s %-9s %9s %7s\n", "fmt", "set", "phase", "m", "entry", "rows",
