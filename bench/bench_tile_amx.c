@@ -216,11 +216,7 @@ static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
 __attribute__((target("amx-tile,amx-bf16"))) static double
 block_ceiling(size_t a_stride, size_t b_bytes, size_t chunks, const uint16_t *a, const uint16_t *b)
 {
-    struct {
-        uint8_t palette, start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    bench_tilecfg cfg = {.palette = 1};
     for (int t = 0; t < 8; t++)
         cfg.colsb[t] = 64, cfg.rows[t] = 16;
     _tile_loadconfig(&cfg);

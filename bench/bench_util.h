@@ -565,15 +565,18 @@ __attribute__((target("avx512f,avx512bw"))) static inline float bench_maddubs_zm
 }
 #undef BENCH_MADDUBS_STEP
 
+/* The palette-1 tile configuration, as LDTILECFG reads it (Intel SDM): 64 bytes. */
+typedef struct __attribute__((aligned(64))) bench_tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} bench_tilecfg;
+
 /* 12 tdpbssd per iteration into 4 sum tiles (3 each: the unit keeps several in flight), A 16
  * rows of 32 bytes and B 8 rows of 64, the kernels' shapes; tile state released after. */
 __attribute__((target("amx-tile,amx-int8"))) static inline float bench_tdpbssd_k32(uint64_t iters)
 {
-    struct {
-        uint8_t palette, start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    bench_tilecfg cfg = {.palette = 1};
     for (int t = 0; t < 4; t++)
         cfg.colsb[t] = 64, cfg.rows[t] = 16;
     cfg.colsb[4] = 32, cfg.rows[4] = 16;
@@ -602,11 +605,7 @@ __attribute__((target("amx-tile,amx-int8"))) static inline float bench_tdpbssd_k
  * (bf16 values of 1 and small: the sums stay finite and normal). */
 __attribute__((target("amx-tile,amx-bf16"))) static inline float bench_tdpbf16ps(uint64_t iters)
 {
-    struct {
-        uint8_t palette, start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    bench_tilecfg cfg = {.palette = 1};
     for (int t = 0; t < 6; t++)
         cfg.colsb[t] = 64, cfg.rows[t] = 16;
     static const uint16_t ab[16 * 32] __attribute__((aligned(64))) = {0x3F80, 0x3400, 0x3F80};

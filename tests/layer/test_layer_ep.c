@@ -404,6 +404,21 @@ static void check_bytes(const moe_model *m, int layer, const char *name)
     moe_layer_destroy(one);
 }
 
+/* Step 3's arguments for N f32 rows of B (weights NULL: none travel with them). */
+static moe_ep_rows_args f32_rows(const fwd_io *b, size_t n, const int32_t *ex, float *y, void *ws,
+                                 size_t wsb)
+{
+    return (moe_ep_rows_args){.size = sizeof(moe_ep_rows_args),
+                              .n_rows = n,
+                              .hidden_size = b->h,
+                              .rows = b->x,
+                              .rows_dtype = MOE_DTYPE_F32,
+                              .experts = ex,
+                              .y = y,
+                              .workspace = ws,
+                              .workspace_size = wsb};
+}
+
 /* Every step checks its arguments; nothing is written on error. */
 static void check_errors(const moe_model *m, int layer, bool hash)
 {
@@ -472,15 +487,7 @@ static void check_errors(const moe_model *m, int layer, bool hash)
     float y[4 * 512];
     REQUIRE(b.h <= 512);
     memset(y, POISON, sizeof y);
-    moe_ep_rows_args ra = {.size = sizeof ra,
-                           .n_rows = 4,
-                           .hidden_size = b.h,
-                           .rows = b.x,
-                           .rows_dtype = MOE_DTYPE_F32,
-                           .experts = ex,
-                           .y = y,
-                           .workspace = ws,
-                           .workspace_size = wsb};
+    moe_ep_rows_args ra = f32_rows(&b, 4, ex, y, ws, wsb);
     CHECK(moe_ep_experts(l, &ra) == MOE_ERANGE &&
           strstr(moe_last_error(), "experts[2] = 1 is not one of rank 0"));
     ex[2] = 17;
@@ -574,16 +581,7 @@ static void check_scale_input_errors(const moe_model *m, int layer)
     float *y = malloc(3 * b.h * 4);
     REQUIRE(y);
     memset(y, POISON, 3 * b.h * 4);
-    moe_ep_rows_args ra = {.size = sizeof ra,
-                           .n_rows = 3,
-                           .hidden_size = b.h,
-                           .rows = b.x,
-                           .rows_dtype = MOE_DTYPE_F32,
-                           .experts = ex,
-                           .y = y,
-                           .workspace = ws,
-                           .workspace_size = wsb,
-                           .weights = NULL};
+    moe_ep_rows_args ra = f32_rows(&b, 3, ex, y, ws, wsb); /* .weights NULL */
     CHECKF(moe_ep_experts(l, &ra) == MOE_EINVAL && strstr(moe_last_error(), "args->weights") &&
                strstr(moe_last_error(), "is NULL"),
            "%s", moe_last_error());
