@@ -47,6 +47,7 @@
 #define ROWS 16
 #define REPS 7
 #define PAD 32 /* codes added to a padded row */
+#define MAXM 128 /* the most tokens a set's call takes here */
 
 #if defined(MOE_COMPILED_AVX512AMXBF16)
 
@@ -104,10 +105,19 @@ static void wset_init(wset *w, bool fp8, size_t n_gu, size_t n_dn, uint64_t *s)
     w->dn_bytes = fp8 ? moe_xl_fp8_down_bytes(I) : tile_bytes(1, I);
     w->gu = fp8 ? fp8_tiles(n_gu, 2, H, w->gu_bytes, s) : big(n_gu * w->gu_bytes, 121, s);
     w->dn = fp8 ? fp8_tiles(n_dn, 1, I, w->dn_bytes, s) : big(n_dn * w->dn_bytes, 121, s);
-    w->x = big(2 * 32 * (H + PAD) * 2, 126, s); /* 64 rows: gathered takes every other one */
-    w->h = big(2 * 32 * (I + PAD) * 2, 126, s);
-    w->hout = big(32 * (I + 64) * 2, 126, s);
-    w->y = big(32 * (H + 64) * 4, 126, s);
+    /* 2·MAXM rows: gathered takes every other one */
+    w->x = big(2 * MAXM * (H + PAD) * 2, 126, s);
+    w->h = big(2 * MAXM * (I + PAD) * 2, 126, s);
+    w->hout = big(MAXM * (I + 64) * 2, 126, s);
+    w->y = big(MAXM * (H + 64) * 4, 126, s);
+}
+
+/* The most tokens a call of the bf16 or the FP8 set takes (its MR), at most MAXM. */
+static size_t set_mr(bool fp8)
+{
+    const int mr = fp8 ? moe_expert_fp8_tile_32x16__avx512amxbf16.mr
+                       : moe_expert_bf16_tile_32x16__avx512amxbf16.mr;
+    return (size_t)mr < MAXM ? (size_t)mr : MAXM;
 }
 
 enum { GATEUP, DOWN, BOTH };
@@ -176,7 +186,7 @@ static const char *const rows_names[N_ROWS] = {"panel", "padded", "gathered"};
 
 static double measure(const wset *w, int phase, size_t m, bool multi, int rows)
 {
-    const void *x[32], *hr[32];
+    const void *x[MAXM], *hr[MAXM];
     const bool gathered = rows == GATHERED;
     const size_t step = gathered ? 2 : 1, pad = rows == PANEL ? 0 : PAD;
     for (size_t i = 0; i < m; i++) {
@@ -298,11 +308,12 @@ int main(int argc, char **argv)
     const char *set_names[6] = {"L2", "L2", "full", "L2", "L2", "full"};
     for (int si = 0; si < 6; si += 1 + (si % 3 == 0))
         for (int phase = GATEUP; phase <= BOTH; phase++)
-            for (size_t m = 8; m <= 32; m *= 2)
+            for (size_t m = 8; m <= set_mr(sets[si].fp8); m *= 2)
                 for (int multi = 0; multi < 2; multi++)
                     for (int rows = PANEL; rows < N_ROWS; rows++) {
                         if (rows != PANEL && (m != 32 || !multi)) continue;
                         if (phase == BOTH && (!multi || rows == GATHERED)) continue;
+                        if (m > 32 && !multi) continue; /* only the multi-tile entries take more */
                         const wset *w = &sets[si % 3 == 0 && phase == BOTH ? si + 1 : si];
                         const double g = measure(w, phase, m, multi, rows);
                         printf("%-4s %-6s %-14s %3zu %-12s %-9s %9.0f %7.2f\n",

@@ -43,7 +43,7 @@ typedef struct mx_streams {
  * twice. Apart from mx_call, so that the smaller calls' stack frame stays as it was. */
 typedef struct mx_wide {
     uint16_t wb[2][RUN_CHUNKS][2][ROWS * CHUNK] __attribute__((aligned(64)));
-    float sums[2][SUMS_MAX][ROWS][ROWS] __attribute__((aligned(64)));
+    float sums[2][SUMS_BLOCKS(MOE_TILE_AMX_WIDEN_MR)][ROWS][ROWS] __attribute__((aligned(64)));
 } mx_wide;
 
 typedef struct mx_call {
@@ -91,8 +91,6 @@ INLINE void sums_m(mx_call *f, const mx_streams *w, epilogue *e, float (*s)[ROWS
     epilogue_finish(e);
     SUM_TILES(STORE_SUM, TWO, NB);
 }
-
-#define LOAD_SUM(t, j) _tile_loadd(t, s[j], 64)
 
 /* One token block (mt tokens from t0; TWO: more than 16) over run r's nc blocks from c0,
  * widened in f->w->wb[r % 2], its sums in s (+0 first: the first run); the first token block

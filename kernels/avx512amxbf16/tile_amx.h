@@ -44,7 +44,7 @@
 #define B_BYTES 1024 /* one B chunk: 16 rows of 64 bytes */
 #define MR MOE_TILE_AMX_MR
 #define TOKEN_BLOCK (2 * ROWS) /* tokens per pass of the tile unit over a run of B chunks: 32 */
-#define SUMS_MAX (2 * MOE_TILE_AMX_WIDEN_MR / ROWS) /* 16 × 16 blocks of a group's sums */
+#define SUMS_BLOCKS(mr) (2 * (mr) / ROWS) /* 16 × 16 blocks of the sums of mr tokens, 2 streams */
 
 /* The palette-1 tile configuration, as LDTILECFG reads it (Intel SDM): 64 bytes. */
 typedef struct tile_cfg {
@@ -187,6 +187,7 @@ INLINE void chunk_products(const unsigned char *pa, long sa, const unsigned char
         if (((TWO) && (NB) > 1) || (NB) > 3) OP(7, 3);                                             \
     } while (0)
 #define ZERO_SUM(t, j) _tile_zero(t)
+#define LOAD_SUM(t, j) _tile_loadd(t, s[j], 64)
 #define STORE_SUM(t, j) _tile_stored(t, s[j], 64)
 
 /* Where token i's sums against B stream j lie in a sums buffer (tiles 4-7: A0·B2, A0·B3, then

@@ -44,7 +44,7 @@
  */
 
 /* Widest MR a kernel set may have: the engine keeps MR row pointers on the stack. */
-#define MOE_EXPERTS_MAX_MR 64
+#define MOE_EXPERTS_MAX_MR 128
 
 /* The recipes (moe_expert_recipe values index the activation arrays of a job). */
 #define MOE_EXPERTS_RECIPES 4
