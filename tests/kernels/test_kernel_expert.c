@@ -42,7 +42,7 @@ static const xset sets[] = {
 #undef MOE_KERNEL
 };
 #define NSETS (sizeof sets / sizeof sets[0])
-#define MAX_MR 32
+#define MAX_MR 128 /* the engine's widest (MOE_EXPERTS_MAX_MR): every m up to a set's MR is run */
 
 /* ---- Independent decoders (ldexp of the fields, in double; dec_bf16: expert_check.h) ---- */
 
