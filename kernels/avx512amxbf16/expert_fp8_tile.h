@@ -25,13 +25,17 @@
  *   v = acc + bias[n];  gate/up: h = bf16(act(v_gate, v_up)) (nearest even);  down: y = v
  *
  * Signatures of kernels/expert.h as moe_tile_amx_gateup / _down (kernels/avx512amxbf16/
- * expert_bf16_tile.h): m ≤ MOE_TILE_AMX_MR tokens, x[i] / h[i] bf16 codes, any alignment,
+ * expert_bf16_tile.h): m ≤ MOE_TILE_AMX_FP8_MR tokens, x[i] / h[i] bf16 codes, any alignment,
  * exactly k read per row; h out bf16 codes, y out f32; n_tiles consecutive tiles in the
  * multi-tile entries (tile i at tile + i · moe_xl_fp8_{gateup,down}_bytes(k)), their outputs
  * 16 elements apart in each row, every tile but the last with 16 valid rows. They need
  * amx_bf16 in the allowed caps, run with MXCSR at its defaults and leave the tile state
  * released.
  */
+
+/* The most tokens one call takes: past 32, blocks of 32 run over each 128-K block of codes,
+ * widened once per call. */
+#define MOE_TILE_AMX_FP8_MR 64
 
 void moe_tile_amx_fp8_gateup(size_t m, size_t k, const void *const *x, const void *tile,
                              const moe_act_params *act, void *h, size_t h_stride, size_t n_valid);

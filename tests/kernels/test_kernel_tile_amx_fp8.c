@@ -14,6 +14,7 @@
 #include "kernels/ref/expert_ref.h"
 #include "kernels/tile_bf16.h"
 #include "test.h"
+#define MAXM 64 /* the AMX set's MR: past 32 tokens, blocks of 32 over each widened 128-K block */
 #include "tile_amx_check.h"
 #ifdef MOE_COMPILED_AVX512AMXBF16
 #include "kernels/avx512amxbf16/expert_fp8_tile.h"
@@ -27,7 +28,8 @@
  * E4M3 decoding), s'' = scale · 2^8; acc = +0; per 128-K block C = +0, C =
  * moe_tile_bf16_dot_ref(C, x chunk, w'' chunk, 16) per 32-K chunk (the last zero-padded), acc =
  * fmaf(C, s'', acc); v = acc + bias; gate/up moe_f32_to_bf16(moe_xr_act(v_g, v_u)), down y = v.
- * The kernels must give those bits (NaN: NaN-ness) for every m = 1..32, with token rows in one
+ * The kernels must give those bits (NaN: NaN-ness) for every m = 1..64 (the AMX set's MR: past
+ * 32 tokens in blocks of 32, the last one partial), with token rows in one
  * panel (stride positive or negative) and scattered (the gathered path), tile by tile and
  * through the multi-tile entries; nothing else in h / y is written, nothing past a row's k
  * codes or the tiles is read (both end at an inaccessible page), and the tile state is released.
@@ -321,7 +323,7 @@ static long run_kernels(const tcase *c, const weights *W, const moe_act_params *
             }
         rows_free(&R);
     }
-    /* The last call (m = 32, scattered, tiles entry) against float64, finite cases only. */
+    /* The last call (m = 64, scattered, tiles entry) against float64, finite cases only. */
     if (c->regime != SPECIALS) bad += check_float64(W, act, hbuf, ybuf, ld);
     return bad;
 }
