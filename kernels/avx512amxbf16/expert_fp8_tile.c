@@ -354,8 +354,15 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
     down_tiles(m, k, h, tile, 1, y, y_stride, n_valid);
 }
 
+/* Tiles per call past MR rows: each call widens its tiles anyway, so the engine's run kept in
+ * L2 (2 gate/up tiles beside 64 rows of DeepSeek-V3's 7168) only saved reads the widening
+ * hides, while every run read the chunk's rows again; 16 tiles keep the rows in L2 and stream
+ * the codes (at 512 rows per expert 1.15-1.2× the run of 2; 8 and 32 between: bench/NOTES.md,
+ * v30). */
+#define FP8_RUN_TILES 16
+
 /* The set: the multi-tile entries at every m, as the bf16 one. */
 MOE_XL_SET(moe_expert_fp8_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_FP8_MR, MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
-           .tiles_to_m = 0);
+           .tiles_to_m = 0, .run_tiles = FP8_RUN_TILES);

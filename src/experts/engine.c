@@ -68,19 +68,23 @@ static int64_t tiles_fit(size_t mr, size_t run_bytes, size_t tile_bytes, size_t 
 }
 
 /* The tiles [j, j1) one pass of the chunks takes from j: all of them for a span of one chunk
- * (decode: one call per tile, or one call for all with a multi-tile entry); for more rows,
- * TILES_PER_CALL with a multi-tile entry — the tile recipe's (tile: its tiles are bf16 or
- * widened to it, up to 458 KB each) no more than tiles_fit, so a bf16 gate/up run stays in L2
- * beside the chunk's rows —, else tiles_fit: the tiles are read from memory once for all
- * chunks, and a chunk's rows once per run rather than once per tile (bench/NOTES.md, v4). */
-static int64_t run_tiles(bool multi, bool tile, size_t rows, size_t mr, size_t run_bytes,
+ * (decode: one call per tile, or one call for all with a multi-tile entry); for more rows, with
+ * a multi-tile entry the set's run_tiles where it names them, else TILES_PER_CALL — the tile
+ * recipe's (tile: its tiles are bf16 or widened to it, up to 458 KB each) no more than
+ * tiles_fit, so a bf16 gate/up run stays in L2 beside the chunk's rows —, and without one
+ * tiles_fit: the tiles are read from memory once for all chunks, and a chunk's rows once per
+ * run rather than once per tile (bench/NOTES.md, v4). */
+static int64_t run_tiles(const moe_expert_kernels *ks, bool multi, size_t rows, size_t run_bytes,
                          size_t tile_bytes, size_t row_bytes, int64_t j, int64_t j1)
 {
+    const size_t mr = (size_t)ks->mr;
     int64_t want;
     if (rows <= mr) return j1 - j;
-    if (multi) {
+    if (multi && ks->run_tiles > 0) {
+        want = ks->run_tiles;
+    } else if (multi) {
         want = TILES_PER_CALL;
-        if (tile) {
+        if (ks->recipe == MOE_RECIPE_TILE) {
             const int64_t fit = tiles_fit(mr, run_bytes, tile_bytes, row_bytes);
             want = fit < want ? fit : want;
         }
@@ -205,8 +209,8 @@ static void gateup_span(const moe_expert_group *g, const span *s, const unsigned
     const unsigned char *tiles = moe_expert_gateup(g, s->copy);
     const void *x[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(moe_expert_uses_tiles(ks, true, mr), ks->recipe == MOE_RECIPE_TILE, s->n, mr,
-                       g->run_bytes, tb, x_row, j, j1);
+        nt = run_tiles(ks, moe_expert_uses_tiles(ks, true, mr), s->n, g->run_bytes, tb, x_row, j,
+                       j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++) {
@@ -236,8 +240,8 @@ static void down_span(const moe_expert_group *g, const span *s, const unsigned c
     const unsigned char *tiles = moe_expert_down(g, s->copy);
     const void *hp[MOE_EXPERTS_MAX_MR];
     for (int64_t j = j0, nt; j < j1; j += nt) {
-        nt = run_tiles(moe_expert_uses_tiles(ks, false, mr), ks->recipe == MOE_RECIPE_TILE, s->n,
-                       mr, g->run_bytes, tb, h_row, j, j1);
+        nt = run_tiles(ks, moe_expert_uses_tiles(ks, false, mr), s->n, g->run_bytes, tb, h_row, j,
+                       j1);
         for (size_t c = 0; c < s->n; c += mr) {
             const size_t m = min_size(mr, s->n - c);
             for (size_t i = 0; i < m; i++)
