@@ -17,7 +17,7 @@
 #include "xorshift.h"
 
 #define NR MOE_EXPERT_NR
-#define MAX_TOKENS 66 /* the most token rows a check takes: the largest mr (64) + 2 */
+#define MAX_TOKENS 130 /* the most token rows a check takes: the engine's widest mr (128) + 2 */
 
 /* ---- The kernel sets, from the enumerators -------------------------------------------- */
 
