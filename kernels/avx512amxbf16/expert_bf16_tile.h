@@ -24,18 +24,14 @@
  * nearest even (moe_f32_to_bf16's bits, as the bf16 recipe), down y = v.
  *
  * Signatures of kernels/expert.h (moe_expert_gateup_ukernel, moe_expert_down_ukernel and the
- * multi-tile twins): m ≤ MOE_TILE_AMX_BF16_MR tokens, x[i] / h[i] bf16 codes (uint16_t), any
+ * multi-tile twins): m ≤ MOE_TILE_AMX_MR tokens, x[i] / h[i] bf16 codes (uint16_t), any
  * alignment, exactly k of them read per row; h out bf16 codes, y out f32. They need amx_bf16
  * in the allowed caps (AMX-TILE and AMX-BF16 and the OS's grant of the tile data) and leave
  * the tile state released.
  */
 
-/* The most tokens one pass of the tile unit takes: two A tiles of 16 rows (the FP8 and INT4
- * sets' MR). */
+/* The most tokens one call takes: two A tiles of 16 rows. */
 #define MOE_TILE_AMX_MR 32
-/* Tokens per call of this (bf16) set: more than 32 run in blocks of 32 over each run of B
- * chunks, while it is in L1. */
-#define MOE_TILE_AMX_BF16_MR 128
 /* Tokens per call of the MXFP4 set, which widens its weights to bf16: more than 32 run in blocks
  * of 32 over each run of widened chunks, widened once per call. */
 #define MOE_TILE_AMX_WIDEN_MR 64
