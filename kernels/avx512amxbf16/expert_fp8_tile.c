@@ -36,7 +36,7 @@
  * and totals are the same operations as at 32 tokens or one, so the same bits; the widening
  * serves 64 tokens instead of 32. (128 tokens a call were faster at 128 rows per expert but
  * slower at 512, where the engine's calls of 128 rows, 1.8 MB of A at DeepSeek-V3's hidden size,
- * no longer leave their run of tiles in L2: bench/NOTES.md, v30.)
+ * no longer leave their run of tiles in L2: bench/NOTES.md, v31.)
  */
 
 #define BLOCK_CHUNKS (MOE_XL_KB / CHUNK) /* chunks per 128-K block: 4 */
@@ -358,7 +358,7 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
  * L2 (2 gate/up tiles beside 64 rows of DeepSeek-V3's 7168) only saved reads the widening
  * hides, while every run read the chunk's rows again; 16 tiles keep the rows in L2 and stream
  * the codes (at 512 rows per expert 1.15-1.2× the run of 2; 8 and 32 between: bench/NOTES.md,
- * v30). */
+ * v31). */
 #define FP8_RUN_TILES 16
 
 /* The set: the multi-tile entries at every m, as the bf16 one. */
