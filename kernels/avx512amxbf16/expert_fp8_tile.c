@@ -34,9 +34,9 @@
  * block's first token block), and every block of 32 tokens runs over it: its sums from +0, the
  * block's chunks, stored; the block's scale step then covers all the tokens. Each token's sums
  * and totals are the same operations as at 32 tokens or one, so the same bits; the widening
- * serves 64 tokens instead of 32. (128 tokens a call were faster at 128 rows per expert but
- * slower at 512, where the engine's calls of 128 rows, 1.8 MB of A at DeepSeek-V3's hidden size,
- * no longer leave their run of tiles in L2: bench/NOTES.md, v31.)
+ * serves 64 tokens instead of 32. (128 tokens a call, 1.8 MB of rows at DeepSeek-V3's hidden
+ * size, were faster at 128 rows per expert but slower at 512 with the engine's runs of 2 tiles,
+ * and within the noise of 64 with runs of 16: bench/NOTES.md, v31.)
  */
 
 #define BLOCK_CHUNKS (MOE_XL_KB / CHUNK) /* chunks per 128-K block: 4 */
