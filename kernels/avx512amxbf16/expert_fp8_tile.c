@@ -47,10 +47,9 @@ typedef struct fp8_streams {
     const unsigned char *codes[4], *scale[4];
 } fp8_streams;
 
-
 /* A call of more than 32 tokens: block r's chunks of 2 streams in wb[r % 2], its sums in the
- * sums buffer the previous block's pending scale step does not read, a group's totals twice. Apart from fp8_call, so that the smaller calls' stack
- * frame stays as it was. */
+ * sums buffer the previous block's pending scale step does not read, a group's totals twice. Apart
+ * from fp8_call, so that the smaller calls' stack frame stays as it was. */
 typedef struct fp8_wide {
     uint16_t wb[2][BLOCK_CHUNKS][2][ROWS * CHUNK] __attribute__((aligned(64)));
     float sums[2][SUMS_BLOCKS(MOE_TILE_AMX_FP8_MR)][ROWS][ROWS] __attribute__((aligned(64)));
@@ -210,8 +209,8 @@ static void group(fp8_call *f, const fp8_streams *w, size_t nb, float (*acc)[ROW
 
 /* The whole call over n_tiles tiles of np projections (f: its tokens set, wide: run_wide's
  * buffers or NULL); out: token 0's first output, out_bytes from one token's to the next's. */
-static void run_call(fp8_call *f, fp8_wide *wide, const unsigned char *tile, size_t n_tiles,
-                     int np, const moe_act_params *act, unsigned char *out, size_t out_bytes,
+static void run_call(fp8_call *f, fp8_wide *wide, const unsigned char *tile, size_t n_tiles, int np,
+                     const moe_act_params *act, unsigned char *out, size_t out_bytes,
                      size_t n_valid)
 {
     const size_t m = f->a.m, k = f->a.k;
