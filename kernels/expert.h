@@ -356,7 +356,7 @@ typedef struct moe_expert_kernels {
      * engine's rule, a run of tiles that stays in L2 beside a chunk's rows). A set that widens
      * its tiles in every call may ask for more, so that the chunk's rows stay in L2 while the
      * tiles stream through. */
-    int run_tiles;
+    int tiles_per_call;
     /* The activation rows of the Q8 recipe (above): bytes of one prepared row of k values (0
      * for k < 1, k not a multiple of 32, or k > 2^40), and the preparation itself, which reads
      * x[0..k) (f32, any alignment) and writes exactly act_row_bytes(k) bytes at dst (any

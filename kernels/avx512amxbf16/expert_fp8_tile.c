@@ -364,4 +364,4 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
 MOE_XL_SET(moe_expert_fp8_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_FP8_MR, MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
-           .tiles_to_m = 0, .run_tiles = FP8_RUN_TILES);
+           .tiles_to_m = 0, .tiles_per_call = FP8_RUN_TILES);

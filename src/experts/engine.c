@@ -69,7 +69,7 @@ static int64_t tiles_fit(size_t mr, size_t run_bytes, size_t tile_bytes, size_t 
 
 /* The tiles [j, j1) one pass of the chunks takes from j: all of them for a span of one chunk
  * (decode: one call per tile, or one call for all with a multi-tile entry); for more rows, with
- * a multi-tile entry the set's run_tiles where it names them, else TILES_PER_CALL — the tile
+ * a multi-tile entry the set's tiles_per_call where it names them, else TILES_PER_CALL — the tile
  * recipe's (tile: its tiles are bf16 or widened to it, up to 458 KB each) no more than
  * tiles_fit, so a bf16 gate/up run stays in L2 beside the chunk's rows —, and without one
  * tiles_fit: the tiles are read from memory once for all chunks, and a chunk's rows once per
@@ -80,8 +80,8 @@ static int64_t run_tiles(const moe_expert_kernels *ks, bool multi, size_t rows, 
     const size_t mr = (size_t)ks->mr;
     int64_t want;
     if (rows <= mr) return j1 - j;
-    if (multi && ks->run_tiles > 0) {
-        want = ks->run_tiles;
+    if (multi && ks->tiles_per_call > 0) {
+        want = ks->tiles_per_call;
     } else if (multi) {
         want = TILES_PER_CALL;
         if (ks->recipe == MOE_RECIPE_TILE) {
