@@ -42,7 +42,7 @@ static const xset sets[] = {
 #undef MOE_KERNEL
 };
 #define NSETS (sizeof sets / sizeof sets[0])
-#define MAX_MR 128 /* the engine's widest (MOE_EXPERTS_MAX_MR): every m up to a set's MR is run */
+#define MAX_MR (MAX_TOKENS - 2) /* expert_check.h's widest set: every m up to a set's MR is run */
 
 /* ---- Independent decoders (ldexp of the fields, in double; dec_bf16: expert_check.h) ---- */
 
@@ -286,7 +286,7 @@ typedef struct kcase {
     moe_dtype bias, scale;
 } kcase;
 
-#define NTOK (MAX_MR + 2)
+#define NTOK MAX_TOKENS
 
 /* Tokens for a case: MR + 2, so every m up to MR has tokens to rotate; the references on
  * large shapes take 3 (m = 1..3): their outputs do not depend on m by construction, and
