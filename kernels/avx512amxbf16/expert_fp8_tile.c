@@ -306,39 +306,30 @@ void moe_tile_amx_fp8_down(size_t m, size_t k, const void *const *h, const void 
     moe_tile_amx_fp8_down_tiles(m, k, h, tile, 1, y, y_stride, n_valid);
 }
 
-/* Below FP8_AMX_FROM tokens a call runs the AVX-512 set tile by tile (the same bits): at one
- * and two tokens its decode streamed the codes at 0.60 and 0.56 of the read floor against
- * 0.46 and 0.49 here, from four on these were ahead (bench_expert_kernels --mid, under load). */
+/* Below FP8_AMX_FROM tokens a call runs the VBMI set (the same bits), whose codes are decoded
+ * in registers: at one and two tokens the tile unit's B operand, widened in memory for one or
+ * two rows of A, was slower than that (bench/NOTES.md, v21 and v32). */
 #define FP8_AMX_FROM 3
+
+static const moe_expert_kernels *const small = &moe_expert_fp8_tile_12x16__avx512vbmi;
 
 static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *tile,
                          size_t n_tiles, const moe_act_params *act, void *h, size_t h_stride,
                          size_t n_valid)
 {
-    if (m >= FP8_AMX_FROM) {
+    if (m >= FP8_AMX_FROM)
         moe_tile_amx_fp8_gateup_tiles(m, k, x, tile, n_tiles, act, h, h_stride, n_valid);
-        return;
-    }
-    const moe_expert_kernels *v = &moe_expert_fp8_tile_12x16__avx512;
-    const size_t bytes = v->gateup_tile_bytes((int64_t)k);
-    for (size_t t = 0; t < n_tiles; t++)
-        v->gateup(m, k, x, (const unsigned char *)tile + t * bytes, act,
-                  (uint16_t *)h + t * MOE_EXPERT_NR, h_stride,
-                  t + 1 < n_tiles ? MOE_EXPERT_NR : n_valid);
+    else
+        small->gateup_tiles(m, k, x, tile, n_tiles, act, h, h_stride, n_valid);
 }
 
 static void down_tiles(size_t m, size_t k, const void *const *h, const void *tile,
                        size_t n_tiles, float *y, size_t y_stride, size_t n_valid)
 {
-    if (m >= FP8_AMX_FROM) {
+    if (m >= FP8_AMX_FROM)
         moe_tile_amx_fp8_down_tiles(m, k, h, tile, n_tiles, y, y_stride, n_valid);
-        return;
-    }
-    const moe_expert_kernels *v = &moe_expert_fp8_tile_12x16__avx512;
-    const size_t bytes = v->down_tile_bytes((int64_t)k);
-    for (size_t t = 0; t < n_tiles; t++)
-        v->down(m, k, h, (const unsigned char *)tile + t * bytes, y + t * MOE_EXPERT_NR, y_stride,
-                t + 1 < n_tiles ? MOE_EXPERT_NR : n_valid);
+    else
+        small->down_tiles(m, k, h, tile, n_tiles, y, y_stride, n_valid);
 }
 
 static void gateup_one(size_t m, size_t k, const void *const *x, const void *tile,

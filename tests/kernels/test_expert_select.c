@@ -281,12 +281,13 @@ static const moe_kernel *tile_amx_set(moe_kernel_family f)
 }
 
 /* bf16, FP8, MXFP4 and INT4 weights asked for the tile recipe: the ladder ref -> avx2 -> avx512 ->
- * avx512amxbf16 of each format's family, the reason naming the arithmetic that runs
- * (tdpbf16ps tiles, or the tile unit's arithmetic as FMA chains, or in portable C). Made-up
- * machines: AMX-BF16 with the OS's grant of the tile data (amx_bf16 allowed) and without it
- * (the CPU's AMX flags, but amx_bf16 not allowed); AVX512-BF16 alone; AVX-512 alone; AVX2
- * alone; nothing. Names spelled out from kernels/expert_bf16_tile.inc,
- * kernels/expert_fp8_tile.inc, kernels/expert_mxfp4_tile.inc and kernels/expert_int4_tile.inc. */
+ * avx512amxbf16 of each format's family (FP8: avx512vbmi before the tiles), the reason naming
+ * the arithmetic that runs (tdpbf16ps tiles, or the tile unit's arithmetic as FMA chains, or in
+ * portable C). Made-up machines: AMX-BF16 with the OS's grant of the tile data (amx_bf16
+ * allowed) and without it (the CPU's AMX flags, but amx_bf16 not allowed); AMX-BF16 without
+ * VBMI; AVX512-BF16 alone; AVX-512 alone; AVX2 alone; nothing. Names spelled out from
+ * kernels/expert_bf16_tile.inc, kernels/expert_fp8_tile.inc, kernels/expert_mxfp4_tile.inc and
+ * kernels/expert_int4_tile.inc. */
 static void test_tile_ladder_of(int fmt)
 {
     const bool fp8 = fmt == MOE_EXPERT_FMT_FP8_BLOCK, mx = fmt == MOE_EXPERT_FMT_MXFP4;
@@ -306,6 +307,7 @@ static void test_tile_ladder_of(int fmt)
         {"amx_bf16 allowed", {1, 1, 1, 1, 1, 1, 0, 1, 1}, true},
         {"amx_bf16 without the OS's grant", {1, 1, 1, 1, 1, 1, 0, 0, 0}, false},
         {"amx_bf16 without avx512_bf16", {1, 1, 0, 1, 0, 0, 0, 1, 1}, false},
+        {"amx_bf16 without avx512_vbmi", {1, 1, 1, 1, 1, 0, 0, 1, 1}, false},
         {"avx512_bf16 only", {1, 1, 1, 0, 0, 0, 0, 0, 0}, false},
         {"avx512 only", {1, 1, 0, 0, 0, 0, 0, 0, 0}, false},
         {"avx2 only", {1, 0, 0, 0, 0, 0, 0, 0, 0}, false},
@@ -335,6 +337,10 @@ static void test_tile_ladder_of(int fmt)
                         : "moe_expert_bf16_tile_12x16__avx512",
             recipe = fma;
 #endif
+#ifdef MOE_COMPILED_AVX512VBMI
+        if (fp8 && norm.avx2 && norm.avx512 && norm.avx512_vbmi)
+            want = "moe_expert_fp8_tile_12x16__avx512vbmi", recipe = fma;
+#endif
         if (cases[c].tiles && amx) {
             want = amx->name;
             recipe = "recipe tile (activations rounded to bf16, tdpbf16ps tiles), as requested";
@@ -351,9 +357,14 @@ static void test_tile_ladder_of(int fmt)
         CHECKF(!strncmp(ch.reason, want, strlen(want)) && strstr(ch.reason, recipe) != NULL,
                "%s: reason '%s' lacks '%s'", cases[c].what, ch.reason, recipe);
         /* Where the AMX set was given up for the AVX-512 one, amx_bf16 is what was missing. */
-        if (amx && !cases[c].tiles && norm.avx512_bf16)
+        if (amx && !cases[c].tiles && norm.avx512_bf16 && norm.avx512_vbmi)
             CHECKF(ch.missing == MOE_FEAT_AMX_BF16 &&
                        strstr(ch.reason, "needs amx_bf16, which is not allowed") != NULL,
+                   "%s: missing %#x, reason '%s'", cases[c].what, ch.missing, ch.reason);
+        /* The AMX-BF16 folder compiles with VBMI too (src/select/kernel.h). */
+        if (amx && !cases[c].tiles && norm.avx512_bf16 && !norm.avx512_vbmi && norm.amx_bf16)
+            CHECKF(ch.missing == MOE_FEAT_AVX512_VBMI &&
+                       strstr(ch.reason, "needs avx512_vbmi, which is not allowed") != NULL,
                    "%s: missing %#x, reason '%s'", cases[c].what, ch.missing, ch.reason);
         for (int a = 0; a < 3; a++) {
             moe_expert_problem q = p;

@@ -445,8 +445,9 @@ static bool is_bf16_recipe(const xset *xs)
 static bool tiny_x;
 #define TINY_SIGMA 0x1p-128
 
-/* The token counts around the direct/buffered switch at 8 (expert_check.h). */
-static const m_plan mplan = {{1, 8, 9, 13, 20}, 5, {7, 8, 9}, 3};
+/* The token counts around the direct/buffered switch at 8 (expert_check.h) and the FP8 tile
+ * sets' switch from the VBMI decode (1, 2) to the widened codes (3). */
+static const m_plan mplan = {{1, 2, 3, 8, 9, 13, 20}, 7, {7, 8, 9}, 3};
 
 static void case_gateup(const xset *xs, const kcase *c)
 {
