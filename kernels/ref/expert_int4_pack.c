@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_int4_layout.h"
+#include "kernels/ref/expert_src_check.h"
 #include "kernels/ref/expert_w4_pack.h"
 
 /*
@@ -55,7 +56,7 @@ float moe_i4_bias_at(const moe_weight_src *s, int64_t r) { return moe_w4_bias_at
 
 static moe_status check_src(const moe_weight_src *s, const char *what)
 {
-    moe_status st = moe_w4_check_src_shape(s, what);
+    moe_status st = moe_expert_src_check_shape(s, what);
     if (st) return st;
     if (s->cols % BLK != 0)
         return moe_error(MOE_ESHAPE, "%s: %lld columns are not a multiple of 32", what,

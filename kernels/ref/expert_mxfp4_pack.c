@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_mxfp4_layout.h"
+#include "kernels/ref/expert_src_check.h"
 #include "kernels/ref/expert_w4_pack.h"
 
 /*
@@ -63,7 +64,7 @@ void moe_mx_store_bias(const moe_weight_dst *d, int64_t r, float v) { moe_w4_sto
 
 static moe_status check_src(const moe_weight_src *s, const char *what)
 {
-    moe_status st = moe_w4_check_src_shape(s, what);
+    moe_status st = moe_expert_src_check_shape(s, what);
     if (st) return st;
     if (s->cols % BLK != 0)
         return moe_error(MOE_ESHAPE, "%s: %lld columns are not a multiple of the MXFP4 block (32)",

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "dtype/dtype.h"
 #include "kernels/ref/expert_layout.h"
+#include "kernels/ref/expert_src_check.h"
 
 /*
  * Portable C shared by every kernel set that reads a layout: the layout belongs to the format
@@ -30,9 +31,6 @@
 #define PLAIN(fmt) (PAIRS16(fmt) || (fmt) == FMT_F32)
 #define NR MOE_XL_NR
 
-/* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
-#define MAX_K ((int64_t)1 << 40)
-
 /* The largest scale a packed FP8 tile carries: scale · 2^8 must stay finite in f32. */
 #define MAX_SCALE 0x1p120f
 
@@ -42,7 +40,7 @@ static const char *const proj_names[2][2] = {{"down", "down"}, {"gate", "up"}};
 
 static size_t tile_bytes(int fmt, int64_t k, int np)
 {
-    if (k < 1 || k > MAX_K) return 0;
+    if (k < 1 || k > MOE_EXPERT_MAX_K) return 0;
     const size_t kpad = (size_t)moe_xl_kpad(k);
     if (fmt == FMT_BF16) return moe_xl_bf16_weights(np) + kpad / 2 * moe_xl_bf16_pair_bytes(np);
     if (fmt == FMT_TILE)
@@ -159,14 +157,8 @@ static moe_status check_span(int64_t rows, int64_t rs, int64_t cols, int64_t cs,
 
 static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
 {
-    if (!s) return moe_error(MOE_EINVAL, "%s: the weight source is NULL", what);
-    if (!s->data) return moe_error(MOE_EINVAL, "%s: the weight data is NULL", what);
-    if (s->rows < 1 || s->cols < 1)
-        return moe_error(MOE_ESHAPE, "%s: shape [%lld, %lld] has no elements", what,
-                         (long long)s->rows, (long long)s->cols);
-    if (s->cols > MAX_K)
-        return moe_error(MOE_EOVERFLOW, "%s: %lld columns exceed the kernels' limit of 2^40", what,
-                         (long long)s->cols);
+    moe_status st = moe_expert_src_check_shape(s, what);
+    if (st) return st;
     if (fmt == FMT_F32 && s->dtype != MOE_DTYPE_F32 && s->dtype != MOE_DTYPE_F16)
         return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the f32 expert kernels read f32 or f16",
                          what, moe_dtype_name(s->dtype));
@@ -175,8 +167,8 @@ static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
         return moe_error(MOE_EDTYPE, "%s: weight dtype %s; the %s expert kernels read %s", what,
                          moe_dtype_name(s->dtype), PAIRS16(fmt) ? "bf16" : "FP8",
                          moe_dtype_name(want));
-    moe_status st = check_span(s->rows, s->row_stride, s->cols, s->col_stride,
-                               dtype_bytes(s->dtype), what, "weight");
+    st = check_span(s->rows, s->row_stride, s->cols, s->col_stride, dtype_bytes(s->dtype), what,
+                    "weight");
     if (st) return st;
     if (s->bias) {
         if (!is_bias_dtype(s->bias_dtype))
@@ -505,7 +497,7 @@ static moe_status pack(const moe_weight_src *const *src, int np, int fmt, void *
 static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
 {
     if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
-    if (d->rows < 1 || d->cols < 1 || d->cols > MAX_K)
+    if (d->rows < 1 || d->cols < 1 || d->cols > MOE_EXPERT_MAX_K)
         return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
                          (long long)d->cols);
     const moe_dtype want = PAIRS16(fmt) ? MOE_DTYPE_BF16 : MOE_DTYPE_F8_E4M3;

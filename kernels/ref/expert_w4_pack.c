@@ -72,19 +72,6 @@ moe_status moe_w4_check_span(int64_t rows, int64_t stride, int64_t span, size_t 
     return MOE_OK;
 }
 
-moe_status moe_w4_check_src_shape(const moe_weight_src *s, const char *what)
-{
-    if (!s) return moe_error(MOE_EINVAL, "%s: the weight source is NULL", what);
-    if (!s->data) return moe_error(MOE_EINVAL, "%s: the weight data is NULL", what);
-    if (s->rows < 1 || s->cols < 1)
-        return moe_error(MOE_ESHAPE, "%s: shape [%lld, %lld] has no elements", what,
-                         (long long)s->rows, (long long)s->cols);
-    if (s->cols > MOE_MX_MAX_K)
-        return moe_error(MOE_EOVERFLOW, "%s: %lld columns exceed the kernels' limit of 2^40", what,
-                         (long long)s->cols);
-    return MOE_OK;
-}
-
 moe_status moe_w4_check_bias_dtype(moe_dtype d, const char *what)
 {
     if (!moe_w4_is_float_dtype(d))

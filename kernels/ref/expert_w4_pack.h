@@ -40,8 +40,6 @@ moe_status moe_w4_pack(const moe_w4_format *f, const moe_weight_src *const *src,
 moe_status moe_w4_unpack(const moe_w4_format *f, const void *packed,
                          const moe_weight_dst *const *dst, int np);
 
-/* The checks every source opens with: not NULL, data, elements, at most 2^40 columns. */
-moe_status moe_w4_check_src_shape(const moe_weight_src *s, const char *what);
 /* |offset| of the farthest byte, (rows - 1)·|stride|·es + (span - 1), must fit in int64. */
 moe_status moe_w4_check_span(int64_t rows, int64_t stride, int64_t span, size_t es,
                              const char *what, const char *part);

@@ -218,6 +218,24 @@ static void feed_mlp(uint64_t *h, const moe_mlp_desc *m)
     FEED(h, m->has_bias);
 }
 
+/* Every field of the model, layer, routing and MLP descriptions that the layer's math reads,
+ * and of the plan: the router weight's, correction bias's and shared gate's dtypes, the
+ * recipes, the logits dtype, each group's formats and packed expert layout, the ranks and
+ * the expert -> rank table. Left out on purpose:
+ * - this rank's own part of the placement (rank, slot, owned, n_owned): it differs by rank;
+ * - the machine's choices (allowed, each group's kernel set ks, gate_choice, cvt_bf16,
+ *   gate_bytes): each rank selects for its own CPU (what they pack shows in expert_stride);
+ * - threads, threads_default, fixed_threads: no output depends on them (docs/design.md,
+ *   principle 7);
+ * - resident_experts: a tuning of moe bench the public API cannot ask for, and a placed
+ *   layer ignores;
+ * - what follows from fed fields: moe, recipe_used, router_params (but its correction bias
+ *   dtype), gate_problem (but its weight dtype; its input dtype is each forward's), each
+ *   group's n, mlp, stacked and gate_up_halves;
+ * - what does not change the numbers: logits_origin, recipe_default, placement.table (the
+ *   table itself is fed), the tid2eid dtype (ids are read in their width), texts and tensor
+ *   pointers (cleared in a created layer), the model's n_layers, num_hash_layers (the layer's
+ *   kind is fed) and router_dtype (the router weight's own dtype is fed). */
 uint64_t moe_layer_fingerprint(const moe_layer_plan *p)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -240,13 +258,18 @@ uint64_t moe_layer_fingerprint(const moe_layer_plan *p)
     FEED(&h, r->has_router_bias);
     FEED(&h, r->norm_topk_prob);
     FEED(&h, r->routed_scaling_factor);
+    FEED(&h, r->renorm_min);
     FEED(&h, ld->n_shared);
+    FEED(&h, ld->shared_gate);
     FEED(&h, ld->scale_input);
     feed_mlp(&h, &ld->experts);
     feed_mlp(&h, &ld->shared);
     feed_mlp(&h, &ld->dense);
     FEED(&h, p->recipe);
     FEED(&h, p->logits_dtype);
+    if (p->moe) FEED(&h, p->gate_problem.weight_dtype);
+    if (p->moe && r->has_correction_bias) FEED(&h, p->router_params.correction_bias_dtype);
+    if (ld->shared_gate) FEED(&h, p->shared_gate_dtype);
     for (int id = 0; id < MOE_LG_COUNT_; id++) {
         const moe_layer_group_plan *g = &p->groups[id];
         FEED(&h, g->present);

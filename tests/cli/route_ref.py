@@ -66,6 +66,19 @@ def layer_plan(cfg, layer):
     elif mt == "mixtral":
         r.update(E=cfg["num_local_experts"], K=cfg["num_experts_per_tok"],
                  method="softmax_topk", score="softmax", norm=True)
+    elif mt == "ernie4_5_moe":
+        # Ernie4_5_MoeDecoderLayer: MoE iff start <= layer <= end (-1: the last layer) and
+        # (layer + 1) % interval == 0; Ernie4_5_MoeSparseMoeBlock selects the top-k of the
+        # softmax plus e_score_correction_bias and divides the unbiased softmax at the selected
+        # by max(their sum, moe_norm_min).
+        end = g("moe_layer_end_index", -1)
+        end = cfg["num_hidden_layers"] - 1 if end == -1 else end
+        if (not g("moe_layer_start_index", 1) <= layer <= end
+                or (layer + 1) % g("moe_layer_interval", 1)):
+            return None
+        r.update(E=g("moe_num_experts", g("num_experts")),
+                 K=g("moe_k", g("num_experts_per_tok")), method="softmax_bias",
+                 score="softmax", norm=True, norm_min=g("moe_norm_min", 1e-12), bias=True)
     elif mt == "gpt_oss":
         k = cfg.get("num_experts_per_tok", cfg.get("experts_per_token"))
         r.update(E=cfg["num_local_experts"], K=k, method="topk_softmax", score="softmax",
@@ -139,7 +152,7 @@ def select(r, z, bias, tok_row):
     s = scores(r, z)
     if r["method"] == "hash":
         return list(tok_row), None, False, False, s
-    if r["method"] == "noaux_tc":
+    if r["method"] in ("noaux_tc", "softmax_bias"):
         keys = [s[i] + bias[i] if finite(z[i]) else None for i in range(E)]
     else:
         # topk_softmax selects on the logits; softmax is monotone in the logit, so the
@@ -176,7 +189,7 @@ def weights_for(r, z, s, ids):
             if r["method"] in ("greedy", "group_limited_greedy"):
                 raise SystemExit("route_ref.py: deepseek_v2 with norm_topk_prob true: engines "
                                  "disagree on rsf (routing.md 3.4); not checked here")
-            d = sum(w)
+            d = max(sum(w), r.get("norm_min", 0.0))
             w = [x / d if d > 0 else 0.0 for x in w]
     return [x * r["rsf"] for x in w]
 
@@ -228,6 +241,8 @@ def make_case(d, cfg_path, layer, T, seed, opts):
             b = [rng.uniform(-3.0, -1.5) for _ in range(E)]
         elif r["score"] == "sqrtsoftplus":
             b = [8.0 + rng.uniform(-0.1, 0.1) for _ in range(E)]
+        elif r["method"] == "softmax_bias":  # of the probabilities' size: both decide
+            b = [rng.gauss(0, 1.0 / E) for _ in range(E)]
         else:
             b = [rng.gauss(0, 0.2) for _ in range(E)]
         npy_write(d + "/bias.npy", "<f4", (E,), b)
@@ -269,7 +284,7 @@ def check_case(d, cfg_path, layer):
         errors.append("weights: %s %r, want <f4 (%d, %d)" % (wdescr, wshape, T, K))
     if errors:
         raise Mismatch("; ".join(errors))
-    ties = nonfinite_rows = bias_moved = 0
+    ties = nonfinite_rows = bias_moved = floored = 0
     for t in range(T):
         z = list(logits[t * E:(t + 1) * E])
         ids = list(out_ids[t * K:(t + 1) * K])
@@ -306,6 +321,7 @@ def check_case(d, cfg_path, layer):
                 errors.append("%s: ids %r, reference %r: not a near-tie" % (where, ids, ref))
                 continue
         want = weights_for(r, z, s, ids)
+        floored += sum(s[i] for i in ids if finite(z[i])) < r.get("norm_min", 0.0)
         for j in range(K):
             if not finite(w[j]) or abs(w[j] - want[j]) > WTOL * abs(want[j]) + 1e-30:
                 errors.append("%s slot %d (id %d): weight %r, reference %r"
@@ -314,8 +330,11 @@ def check_case(d, cfg_path, layer):
     if errors:
         raise Mismatch("%d of %d rows differ from the reference:\n    %s"
                        % (len(errors), T, "\n    ".join(errors[:20])))
-    return ("%d rows, %d near-ties, %d all-non-finite rows, bias moved the selection of %d"
-            % (T, ties, nonfinite_rows, bias_moved))
+    summary = ("%d rows, %d near-ties, %d all-non-finite rows, bias moved the selection of %d"
+               % (T, ties, nonfinite_rows, bias_moved))
+    if "norm_min" in r:
+        summary += ", the floor %g bound on %d" % (r["norm_min"], floored)
+    return summary
 
 
 class Mismatch(Exception):

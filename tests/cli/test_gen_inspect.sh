@@ -116,6 +116,10 @@ check "16 experts grouped as one line" grep -qE 'mlp\.experts\.\{0\.\.15\}\.gate
   <<<"$("$moe" inspect "$tmp/v3-g")"
 "$moe" gen --family qwen3_moe --torch-dtype float32 --out "$tmp/q-f32" >/dev/null
 check "torch-dtype float32: f32 router" grep -q '^router  *f32$' <<<"$("$moe" inspect "$tmp/q-f32")"
+"$moe" gen --family ernie4_5_moe --out "$tmp/ernie" >/dev/null
+check "ernie4_5_moe: renorm_min 1e-12 by default" grep -q 'renorm_min=1e-12,' <<<"$("$moe" inspect "$tmp/ernie")"
+"$moe" gen --family ernie4_5_moe --norm-min 0.25 --out "$tmp/ernie-floor" >/dev/null
+check "--norm-min 0.25: renorm_min 0.25" grep -q 'renorm_min=0.25,' <<<"$("$moe" inspect "$tmp/ernie-floor")"
 
 # ---- determinism ------------------------------------------------------------------------
 
@@ -285,6 +289,10 @@ usage_error --dense-intermediate --family mixtral --out "$o" --dense-intermediat
 usage_error --hidden --family gpt_oss --out "$o" --hidden 100
 usage_error --intermediate --family deepseek_v4 --out "$o" --intermediate 48
 usage_error --torch-dtype --family mixtral --out "$o" --torch-dtype int8
+usage_error --norm-min --family mixtral --out "$o" --norm-min 0.5
+usage_error --norm-min --family ernie4_5_moe --out "$o" --norm-min -1
+usage_error --norm-min --family ernie4_5_moe --out "$o" --norm-min nan
+usage_error --norm-min --family ernie4_5_moe --out "$o" --norm-min 1e39
 usage_error --omit --family mixtral --out "$o" --omit model.layers.0.mlp.nothing
 check "usage errors wrote nothing" test ! -e "$o"
 

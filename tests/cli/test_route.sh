@@ -37,6 +37,14 @@ cat >"$small/all-dense.json" <<'EOF'
  "num_hidden_layers": 2, "mlp_only_layers": [0, 1], "vocab_size": 1000}
 EOF
 
+# ERNIE-4.5 written by moe gen with a renormalisation floor that binds: top-2 of 64 experts,
+# whose two largest probabilities mostly sum below 0.5 (route_ref.py counts the rows where
+# the floor bound, checked after the comparison).
+"$moe" gen --family ernie4_5_moe --experts 64 --topk 2 --hidden 64 --intermediate 32 \
+  --norm-min 0.5 --out "$tmp/gen-ernie-floor" >/dev/null
+ernie_floor=$tmp/gen-ernie-floor/config.json
+check "gen --norm-min 0.5 writes moe_norm_min 0.5" grep -q '"moe_norm_min": 0.5,' "$ernie_floor"
+
 # ---- Routing against the reference ------------------------------------------------------
 
 # Each case: NAME CONFIG LAYER T SEED OPTIONS (route_ref.py make-many); the inputs go to
@@ -64,6 +72,8 @@ add_case v4-small-hash "$small_v4" 1 301 17 --special --table i32 --ids i32
 add_case v4-small-hash-i64 "$small_v4" 0 45 18 --table i64 --ids i64
 add_case v4-small-hash-mixed "$small_v4" 1 23 19 --table i32 --ids i64
 add_case v4-small-grouped-score "$small_v4" 2 211 20 --special
+add_case ernie "$cfgs/ernie-4.5-21b-a3b.json" 1 97 21 --special
+add_case ernie-floor "$ernie_floor" 1 199 22 --special
 add_case t0-mixtral "$mixtral" 0 0 1
 add_case t0-v3 "$v3" 3 0 1
 add_case t0-v4-hash "$small_v4" 0 0 1
@@ -103,6 +113,8 @@ while IFS= read -r l; do
   esac
 done <"$tmp/check.log"
 check "route_ref.py check-many: exit 0 (got $rc)" test "$rc" -eq 0
+check "ernie-floor: the floor bound on some rows" \
+  grep -qE '^ok ernie-floor: .*the floor 0.5 bound on [1-9]' "$tmp/check.log"
 
 # The default layer is the first routed one: DeepSeek-V3's layer 3 (first_k_dense_replace),
 # DeepSeek-V4's layer 0 (a hash layer). The same inputs without --layer give the same bytes.

@@ -1,7 +1,10 @@
 /* cmd_gen.c — `moe gen`: write a synthetic checkpoint in a family's real names, dtypes and config.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +70,8 @@ static void help(void)
         "  --dense-intermediate D  the dense MLP's intermediate_size; those, qwen3_moe and\n"
         "                          qwen3_next only [4 x I]\n"
         "  --hash-layers N         num_hash_layers; deepseek_v4 only [1 if layers > 1, else 0]\n"
+        "  --norm-min X            moe_norm_min, the floor of the renormalisation's divisor\n"
+        "                          (w / max(sum, X)), finite and >= 0; ernie4_5_moe only [1e-12]\n"
         "\n"
         "formats:\n"
         "  --dtype bf16|fp8|mxfp4|int4  expert weights. deepseek_v2, qwen3_*, mixtral,\n"
@@ -123,7 +128,7 @@ enum {
 
 typedef struct gen_request {
     int_opt num[O_COUNT];
-    const char *family, *out, *dtype, *torch_dtype;
+    const char *family, *out, *dtype, *torch_dtype, *norm_min;
     uint64_t seed;
     bool force;
     const char *omit[MAX_OMIT];
@@ -170,7 +175,8 @@ static int parse_args(gen_request *r, int argc, char **argv)
         }
         if (cli_option(&a, "--family", &r->family) || cli_option(&a, "--out", &r->out) ||
             cli_option(&a, "--dtype", &r->dtype) ||
-            cli_option(&a, "--torch-dtype", &r->torch_dtype))
+            cli_option(&a, "--torch-dtype", &r->torch_dtype) ||
+            cli_option(&a, "--norm-min", &r->norm_min))
             continue;
         if (cli_option(&a, "--omit", &v)) {
             if (v && r->n_omit == MAX_OMIT)
@@ -316,6 +322,26 @@ static int resolve_torch_dtype(gen_request *r)
     return 0;
 }
 
+/* ERNIE-4.5's moe_norm_min: Ernie4_5_MoeConfig's 1e-12 unless given. */
+static int resolve_norm_min(gen_request *r)
+{
+    r->o.norm_min = 1e-12;
+    if (!r->norm_min) return 0;
+    if (r->o.family != MOE_FAMILY_ERNIE4_5_MOE)
+        return usage("--norm-min does not apply to %s (moe gen --help lists where it does)",
+                     moe_family_name(r->o.family));
+    /* A decimal number only: no sign, spaces, inf or nan (strtod would take them). */
+    const char *t = r->norm_min;
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(t, &end);
+    if (!(isdigit((unsigned char)t[0]) || t[0] == '.') || errno || *end || !isfinite(v) ||
+        v > FLT_MAX)
+        return usage("--norm-min '%s' is not a finite number >= 0", r->norm_min);
+    r->o.norm_min = v;
+    return 0;
+}
+
 /* Group defaults follow the real models: DeepSeek-V2/V3 route within groups (8 of 256 with
  * topk_group 4 in V3: half the groups), Kimi-K2 has one group. */
 static void default_groups(gen_request *r)
@@ -407,7 +433,8 @@ static int resolve(gen_request *r)
 {
     int rc;
     if ((rc = resolve_family(r)) || (rc = check_applicable(r, r->o.family)) ||
-        (rc = resolve_dtype(r)) || (rc = resolve_torch_dtype(r)) || (rc = resolve_shape(r)))
+        (rc = resolve_dtype(r)) || (rc = resolve_torch_dtype(r)) || (rc = resolve_norm_min(r)) ||
+        (rc = resolve_shape(r)))
         return rc;
     return 0;
 }

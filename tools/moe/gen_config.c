@@ -381,7 +381,7 @@ static void build_ernie(builder *b, json_t *c, const gen_options *o)
     set_int(b, c, "moe_layer_start_index", o->first_dense);
     set_int(b, c, "moe_layer_end_index", -1);
     set_int(b, c, "moe_layer_interval", 1);
-    set_real(b, c, "moe_norm_min", 1e-12);
+    set_real(b, c, "moe_norm_min", o->norm_min);
     set_bool(b, c, "use_bias", false);
     set_tail_fp8(b, c, o);
 }

@@ -32,6 +32,7 @@ typedef struct gen_options {
     int64_t hash_layers;        /* num_hash_layers: DeepSeek-V4 */
     int64_t vocab;
     const char *torch_dtype; /* "bfloat16", "float16" or "float32": the router dtype */
+    double norm_min;         /* ERNIE-4.5: moe_norm_min, the renormalisation's floor */
 } gen_options;
 
 const char *gen_dtype_name(gen_dtype dtype); /* "bf16", "fp8", "mxfp4", "int4" */
