@@ -1,5 +1,5 @@
 /* expert_fp8_tile.c — the AVX512-VBMI expert kernel set of the tile recipe for FP8 block weights,
- * 12x16: up to two tokens on codes decoded in registers by byte tables, more on the AVX-512 set. */
+ * 12x16: up to four tokens on codes decoded in registers by byte tables, more on the AVX-512 set. */
 #include <immintrin.h>
 
 #include "kernels/avx512/expert_f32_common.h"
@@ -28,7 +28,10 @@
  * are the reference's, and the AVX-512 and AMX-BF16 sets', at every m.
  */
 
-#define DEC_MR 2 /* tokens on the register decode: 4 chains and 4 totals each */
+/* Tokens on the register decode: 4 chains and 4 totals each (at 3 and 4 the totals spill to
+ * the stack, touched once per block). At 4 tokens 0.62-0.65 of the read floor against the
+ * AVX-512 set's 0.47 (bench/NOTES.md, v32). */
+#define DEC_MR 4
 #define BLOCK_CHUNKS (MOE_XL_KB / CHUNK)
 
 static const moe_expert_kernels *const wide = &moe_expert_fp8_tile_12x16__avx512;
@@ -206,12 +209,13 @@ static void gateup_tiles(size_t m, size_t k, const void *const *x, const void *t
         const unsigned char *tt = (const unsigned char *)tile + t * bytes;
         uint16_t *ht = (uint16_t *)h + t * NR;
         const size_t nv = t + 1 < n_tiles ? NR : n_valid;
-        if (m == 1)
-            gateup_m(1, k, x, tt, act, ht, h_stride, nv);
-        else if (m == 2)
-            gateup_m(2, k, x, tt, act, ht, h_stride, nv);
-        else
-            wide->gateup(m, k, x, tt, act, ht, h_stride, nv);
+        switch (m) {
+        case 1: gateup_m(1, k, x, tt, act, ht, h_stride, nv); break;
+        case 2: gateup_m(2, k, x, tt, act, ht, h_stride, nv); break;
+        case 3: gateup_m(3, k, x, tt, act, ht, h_stride, nv); break;
+        case 4: gateup_m(4, k, x, tt, act, ht, h_stride, nv); break;
+        default: wide->gateup(m, k, x, tt, act, ht, h_stride, nv); break;
+        }
     }
 }
 
@@ -225,13 +229,15 @@ static void down_tiles(size_t m, size_t k, const void *const *h, const void *til
         const unsigned char *tb = two ? ta + bytes : ta;
         float *ya = y + t * NR, *yb = two ? ya + NR : NULL;
         const size_t na = t + 1 < n_tiles ? NR : n_valid, nb = t + 2 < n_tiles ? NR : n_valid;
-        if (m == 1) {
-            down_m(1, k, h, ta, tb, ya, yb, y_stride, na, nb);
-        } else if (m == 2) {
-            down_m(2, k, h, ta, tb, ya, yb, y_stride, na, nb);
-        } else {
+        switch (m) {
+        case 1: down_m(1, k, h, ta, tb, ya, yb, y_stride, na, nb); break;
+        case 2: down_m(2, k, h, ta, tb, ya, yb, y_stride, na, nb); break;
+        case 3: down_m(3, k, h, ta, tb, ya, yb, y_stride, na, nb); break;
+        case 4: down_m(4, k, h, ta, tb, ya, yb, y_stride, na, nb); break;
+        default:
             wide->down(m, k, h, ta, ya, y_stride, na);
             if (two) wide->down(m, k, h, tb, yb, y_stride, nb);
+            break;
         }
     }
 }

@@ -243,7 +243,7 @@ static inline void run_tiles(const runner *r, const moe_expert_kernels *ks, size
 /* The token counts a family's checks try besides 1..3, mr / 2 and the top two: those around
  * the switches between its kernels' paths. */
 typedef struct m_plan {
-    size_t tiles[8], ntiles; /* the multi-tile check's (mr is tried too) */
+    size_t tiles[10], ntiles; /* the multi-tile check's (mr is tried too) */
     size_t edges[8], nedges; /* the every-m check keeps them where it thins out */
 } m_plan;
 

@@ -446,8 +446,8 @@ static bool tiny_x;
 #define TINY_SIGMA 0x1p-128
 
 /* The token counts around the direct/buffered switch at 8 (expert_check.h) and the FP8 tile
- * sets' switch from the VBMI decode (1, 2) to the widened codes (3). */
-static const m_plan mplan = {{1, 2, 3, 8, 9, 13, 20}, 7, {7, 8, 9}, 3};
+ * sets' switches from the VBMI decode to the widened codes (AMX-BF16: 2 to 3; VBMI: 4 to 5). */
+static const m_plan mplan = {{1, 2, 3, 4, 5, 8, 9, 13, 20}, 9, {7, 8, 9}, 3};
 
 static void case_gateup(const xset *xs, const kcase *c)
 {
