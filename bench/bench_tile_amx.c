@@ -115,7 +115,7 @@ static void wset_init(wset *w, bool fp8, size_t n_gu, size_t n_dn, uint64_t *s)
 /* The most tokens a call of the bf16 or the FP8 set takes (its MR), at most MAXM. */
 static size_t set_mr(bool fp8)
 {
-    const int mr = fp8 ? moe_expert_fp8_tile_32x16__avx512amxbf16.mr
+    const int mr = fp8 ? moe_expert_fp8_tile_64x16__avx512amxbf16.mr
                        : moe_expert_bf16_tile_32x16__avx512amxbf16.mr;
     return (size_t)mr < MAXM ? (size_t)mr : MAXM;
 }

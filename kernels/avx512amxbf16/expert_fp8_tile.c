@@ -1,5 +1,5 @@
 /* expert_fp8_tile.c — the AMX-BF16 micro-kernels of the tile recipe for FP8 (E4M3, 128 × 128
- * block scales) experts, 32x16: codes widened to bf16 chunk by chunk, one tdpbf16ps per 32-K
+ * block scales) experts, 64x16: codes widened to bf16 chunk by chunk, one tdpbf16ps per 32-K
  * chunk, the block scale on the vector units. */
 #include <immintrin.h>
 #include <stdbool.h>
@@ -352,7 +352,7 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
 #define FP8_RUN_TILES 16
 
 /* The set: the multi-tile entries at every m, as the bf16 one. */
-MOE_XL_SET(moe_expert_fp8_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
+MOE_XL_SET(moe_expert_fp8_tile_64x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_FP8_MR, MOE_XL_FP8_LAYOUT(fp8p), .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
            .tiles_to_m = 0, .tiles_per_call = FP8_RUN_TILES);

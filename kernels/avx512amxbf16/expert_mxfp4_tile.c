@@ -1,5 +1,5 @@
 /* expert_mxfp4_tile.c — the AMX-BF16 expert kernel set of the tile recipe for MXFP4 weights,
- * 32x16: each block's codes and scales widened to a bf16 B tile once per call, one tdpbf16ps per
+ * 64x16: each block's codes and scales widened to a bf16 B tile once per call, one tdpbf16ps per
  * 32-K block. */
 #include <immintrin.h>
 #include <stdbool.h>
@@ -262,7 +262,7 @@ static void down_one(size_t m, size_t k, const void *const *h, const void *tile,
  * the vector units either way, and tdpbf16ps takes the products off them (at one token of
  * gpt-oss's 2880 × 2880 experts, one thread, it streamed the codes at 8.6-8.7 GB/s where the
  * AVX-512 set did 6.2-6.8: bench_expert_kernels --mxfp4, on a shared machine). */
-MOE_XL_SET(moe_expert_mxfp4_tile_32x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
+MOE_XL_SET(moe_expert_mxfp4_tile_64x16__avx512amxbf16, MOE_RECIPE_TILE, MOE_REQ_AVX512AMXBF16,
            MOE_TILE_AMX_WIDEN_MR, MOE_MXT_SET_LAYOUT, .gateup = gateup_one, .down = down_one,
            .gateup_tiles = gateup_tiles, .down_tiles = down_tiles, .tiles_from_m = 0,
            .tiles_to_m = 0);

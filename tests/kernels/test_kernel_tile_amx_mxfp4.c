@@ -268,7 +268,7 @@ static float ybuf[MAXM * (WANT_LD + HS_PAD)];
 
 static long run_kernels(const tcase *c, const weights *W, const moe_act_params *act, uint64_t *s)
 {
-    const moe_expert_kernels *amx = &moe_expert_mxfp4_tile_32x16__avx512amxbf16;
+    const moe_expert_kernels *amx = &moe_expert_mxfp4_tile_64x16__avx512amxbf16;
     const size_t ld = ROWS * W->n_tiles + HS_PAD, last = W->rows - ROWS * (W->n_tiles - 1);
     long bad = 0;
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
@@ -313,7 +313,7 @@ int main(void)
 #ifdef MOE_COMPILED_AVX512AMXBF16
     const bool amx = info.allowed.amx_bf16;
     if (!amx) fprintf(stderr, "amx_bf16 not allowed here: the AMX kernels are not run\n");
-    CHECK(moe_expert_mxfp4_tile_32x16__avx512amxbf16.mr == MAXM); /* every m of the set tested */
+    CHECK(moe_expert_mxfp4_tile_64x16__avx512amxbf16.mr == MAXM); /* every m of the set tested */
 #else
     const bool amx = false;
     fprintf(stderr, "no AMX-BF16 kernels in this build: the AMX kernels are not run\n");

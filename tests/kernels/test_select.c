@@ -283,6 +283,12 @@ static void test_registry_shape(void)
             CHECKF(!strncmp(k->name, prefix, strlen(prefix)) && nl > sl &&
                        !strcmp(k->name + nl - sl, suffix) && strchr(k->name + strlen(prefix), 'x'),
                    "name %s, want %s<MR>x<NR>%s", k->name, prefix, suffix);
+            /* <MR>x<NR> says what the set takes: its mr tokens a call by nr rows a tile. */
+            const moe_expert_kernels *ks = k->fn.expert_set;
+            char mrnr[32];
+            snprintf(mrnr, sizeof mrnr, "_%dx%d__", ks->mr, ks->nr);
+            CHECKF(strstr(k->name, mrnr) != NULL, "%s: takes %d tokens by %d rows, named otherwise",
+                   k->name, ks->mr, ks->nr);
         } else {
             CHECKF(!strcmp(k->name, want), "name %s, want %s", k->name, want);
         }
