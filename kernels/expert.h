@@ -317,6 +317,9 @@ typedef void moe_expert_down_tiles_ukernel(size_t m, size_t k, const void *const
                                            size_t y_stride, size_t n_valid);
 
 /* One kernel set: everything that must agree with one packed layout. */
+/* K above 2^40 is refused by every expert pack and tile size: sizes below it fit in 64 bits. */
+#define MOE_EXPERT_MAX_K ((int64_t)1 << 40)
+
 typedef struct moe_expert_kernels {
     const char *name; /* moe_expert_<format>_<recipe>_<MR>x<NR>__<isa> */
     int format;       /* MOE_EXPERT_FMT_* (moe_weight_format) */

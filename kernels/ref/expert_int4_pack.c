@@ -23,7 +23,7 @@
 
 static size_t tile_bytes(int64_t k, int np)
 {
-    if (k < 1 || k > MOE_MX_MAX_K || k % BLK != 0) return 0;
+    if (k < 1 || k > MOE_EXPERT_MAX_K || k % BLK != 0) return 0;
     const size_t nb = (size_t)(k / BLK), S = moe_mx_step_blocks(np);
     const size_t full = nb / S, rest = nb % S;
     return moe_mx_bias_bytes(np) + full * MOE_I4_STEP_BYTES +
@@ -81,7 +81,7 @@ static moe_status check_src(const moe_weight_src *s, const char *what)
     if (s->cols % s->block_cols != 0)
         return moe_error(MOE_ESHAPE, "%s: group size %d does not divide %lld columns", what,
                          s->block_cols, (long long)s->cols);
-    if (s->bias) st = moe_w4_check_bias_dtype(s->bias_dtype, what);
+    if (s->bias) st = moe_expert_check_bias_dtype(s->bias_dtype, what);
     if (!st) st = moe_w4_check_span(s->rows, s->row_stride, s->cols / 2, 1, what, "weight row");
     if (!st)
         st = moe_w4_check_span(s->rows, s->scale_stride, s->cols / s->block_cols,
@@ -121,7 +121,7 @@ moe_status moe_i4_check_dst(const moe_weight_dst *d, const char *what)
         return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds int4 nibbles",
                          what, moe_dtype_name(d->dtype));
     if (d->bias) {
-        st = moe_w4_check_bias_dtype(d->bias_dtype, what);
+        st = moe_expert_check_bias_dtype(d->bias_dtype, what);
         if (st) return st;
     }
     if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);

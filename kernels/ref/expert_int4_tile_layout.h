@@ -41,8 +41,6 @@
 #define MOE_I4T_SCALE_BYTES 64 /* one block of one projection: 16 f32 */
 #define MOE_I4T_HEAD_BYTES 64
 #define MOE_I4T_PAD_CODE 0x88 /* two zeros */
-/* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
-#define MOE_I4T_MAX_K ((int64_t)1 << 40)
 
 /* The bf16 code of u - 8 for each stored nibble u (0 -> -8, 8 -> +0, 15 -> 7): exact. */
 #define MOE_I4T_BF16_TABLE                                                                         \

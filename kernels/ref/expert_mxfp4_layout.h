@@ -48,9 +48,6 @@
 /* The same plus MOE_Q8_WOFFSET: the unsigned operand of the SIMD kernels (0..24). */
 #define MOE_MX_W2U_TABLE {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0}
 
-/* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
-#define MOE_MX_MAX_K ((int64_t)1 << 40)
-
 static inline size_t moe_mx_step_blocks(int np) { return (size_t)(MOE_MX_UNITS_PER_STEP / np); }
 static inline size_t moe_mx_bias_bytes(int np) { return (size_t)np * MOE_MX_NR * sizeof(float); }
 

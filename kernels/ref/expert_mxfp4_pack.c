@@ -25,7 +25,7 @@
 
 static size_t tile_bytes(int64_t k, int np)
 {
-    if (k < 1 || k > MOE_MX_MAX_K || k % BLK != 0) return 0;
+    if (k < 1 || k > MOE_EXPERT_MAX_K || k % BLK != 0) return 0;
     const size_t nb = (size_t)(k / BLK), S = moe_mx_step_blocks(np);
     const size_t full = nb / S, rest = nb % S;
     size_t bytes = moe_mx_bias_bytes(np) + full * MOE_MX_STEP_BYTES;
@@ -87,7 +87,7 @@ static moe_status check_src(const moe_weight_src *s, const char *what)
                          what, s->block_rows, s->block_cols);
     st = moe_w4_check_span(s->rows, s->row_stride, s->cols / 2, 1, what, "weight row");
     if (!st) st = moe_w4_check_span(s->rows, s->scale_stride, s->cols / BLK, 1, what, "scale row");
-    if (!st && s->bias) st = moe_w4_check_bias_dtype(s->bias_dtype, what);
+    if (!st && s->bias) st = moe_expert_check_bias_dtype(s->bias_dtype, what);
     if (!st && s->bias)
         st = moe_w4_check_span(s->rows, s->bias_stride, 1, moe_w4_dtype_bytes(s->bias_dtype), what,
                                "bias");
@@ -209,7 +209,7 @@ moe_status moe_mx_check_dst(const moe_weight_dst *d, const char *what)
         return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds E2M1 codes", what,
                          moe_dtype_name(d->dtype));
     if (d->bias) {
-        st = moe_w4_check_bias_dtype(d->bias_dtype, what);
+        st = moe_expert_check_bias_dtype(d->bias_dtype, what);
         if (st) return st;
     }
     if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);
@@ -273,7 +273,7 @@ moe_status moe_mx_unpack_down(const void *packed, const moe_weight_dst *down)
 
 size_t moe_q8_row_bytes(int64_t k)
 {
-    if (k < 1 || k > MOE_MX_MAX_K || k % BLK != 0) return 0;
+    if (k < 1 || k > MOE_EXPERT_MAX_K || k % BLK != 0) return 0;
     return moe_q8_corr_offset((size_t)k) + moe_q8_pad64((size_t)k / BLK * 4);
 }
 

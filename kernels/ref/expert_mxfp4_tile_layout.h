@@ -34,8 +34,6 @@
 #define MOE_MXT_BLOCK MOE_EXPERT_MXBLOCK
 #define MOE_MXT_CODE_BYTES 256 /* one block of one projection: 16 pairs × 16 rows */
 #define MOE_MXT_PAD_SCALE 127
-/* K above 2^40 is refused: every size below then fits in 64 bits without further checks. */
-#define MOE_MXT_MAX_K ((int64_t)1 << 40)
 
 /* The bf16 code of e2m1(code) (code 0..15; 8 is -0), the unscaled weights: exponents 126..129. */
 #define MOE_MXT_BF16_TABLE                                                                         \

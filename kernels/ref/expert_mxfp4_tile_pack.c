@@ -20,7 +20,7 @@ static const char *const proj_names[2][2] = {{"down", "down"}, {"gate", "up"}};
 
 static size_t tile_bytes(int64_t k, int np)
 {
-    if (k < 1 || k > MOE_MXT_MAX_K || k % BLK != 0) return 0;
+    if (k < 1 || k > MOE_EXPERT_MAX_K || k % BLK != 0) return 0;
     const size_t nb = (size_t)(k / BLK);
     return moe_mxt_codes_at(np, nb, nb, 0);
 }

@@ -68,11 +68,6 @@ static bool is_scale_dtype(moe_dtype d)
     return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F8_E8M0 || d == MOE_DTYPE_U8;
 }
 
-static bool is_bias_dtype(moe_dtype d)
-{
-    return d == MOE_DTYPE_F32 || d == MOE_DTYPE_BF16 || d == MOE_DTYPE_F16;
-}
-
 /* The element's address; offsets were checked to fit in int64 by check_span. */
 static const unsigned char *at(const void *base, int64_t r, int64_t rs, int64_t c, int64_t cs,
                                size_t es)
@@ -171,9 +166,8 @@ static moe_status check_src(const moe_weight_src *s, int fmt, const char *what)
                     "weight");
     if (st) return st;
     if (s->bias) {
-        if (!is_bias_dtype(s->bias_dtype))
-            return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
-                             moe_dtype_name(s->bias_dtype));
+        st = moe_expert_check_bias_dtype(s->bias_dtype, what);
+        if (st) return st;
         st = check_span(s->rows, s->bias_stride, 1, 0, dtype_bytes(s->bias_dtype), what, "bias");
         if (st) return st;
     }
@@ -507,9 +501,10 @@ static moe_status check_dst(const moe_weight_dst *d, int fmt, const char *what)
     if (fmt != FMT_F32 && d->dtype != want)
         return moe_error(MOE_EDTYPE, "%s: destination dtype %s; this layout holds %s", what,
                          moe_dtype_name(d->dtype), moe_dtype_name(want));
-    if (d->bias && !is_bias_dtype(d->bias_dtype))
-        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
-                         moe_dtype_name(d->bias_dtype));
+    if (d->bias) {
+        const moe_status st = moe_expert_check_bias_dtype(d->bias_dtype, what);
+        if (st) return st;
+    }
     if (PLAIN(fmt)) return MOE_OK;
     if (!d->scale) return moe_error(MOE_EINVAL, "%s: the scale destination is NULL", what);
     if (!is_scale_dtype(d->scale_dtype))

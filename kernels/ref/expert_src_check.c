@@ -15,3 +15,11 @@ moe_status moe_expert_src_check_shape(const moe_weight_src *s, const char *what)
                          (long long)s->cols);
     return MOE_OK;
 }
+
+moe_status moe_expert_check_bias_dtype(moe_dtype d, const char *what)
+{
+    if (d != MOE_DTYPE_BF16 && d != MOE_DTYPE_F16 && d != MOE_DTYPE_F32)
+        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
+                         moe_dtype_name(d));
+    return MOE_OK;
+}

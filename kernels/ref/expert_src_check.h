@@ -6,12 +6,12 @@
 
 #include "kernels/expert.h"
 
-/* K above 2^40 is refused by every expert pack: sizes below it fit in 64 bits unchecked. */
-#define MOE_EXPERT_MAX_K ((int64_t)1 << 40)
-
 /* What every pack checks first, before its format's own checks: S not NULL (MOE_EINVAL), its
  * data not NULL (MOE_EINVAL), at least one row and column (MOE_ESHAPE), at most
  * MOE_EXPERT_MAX_K columns (MOE_EOVERFLOW); messages start with WHAT (the projection). */
 moe_status moe_expert_src_check_shape(const moe_weight_src *s, const char *what);
+
+/* A bias (source or destination) of bf16, f16 or f32; else MOE_EDTYPE naming WHAT. */
+moe_status moe_expert_check_bias_dtype(moe_dtype d, const char *what);
 
 #endif

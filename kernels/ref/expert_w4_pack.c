@@ -72,18 +72,10 @@ moe_status moe_w4_check_span(int64_t rows, int64_t stride, int64_t span, size_t 
     return MOE_OK;
 }
 
-moe_status moe_w4_check_bias_dtype(moe_dtype d, const char *what)
-{
-    if (!moe_w4_is_float_dtype(d))
-        return moe_error(MOE_EDTYPE, "%s: bias dtype %s is not bf16, f16 or f32", what,
-                         moe_dtype_name(d));
-    return MOE_OK;
-}
-
 moe_status moe_w4_check_dst_shape(const moe_weight_dst *d, const char *what)
 {
     if (!d || !d->data) return moe_error(MOE_EINVAL, "%s: the destination is NULL", what);
-    if (d->rows < 1 || d->cols < 1 || d->cols > MOE_MX_MAX_K || d->cols % BLK != 0)
+    if (d->rows < 1 || d->cols < 1 || d->cols > MOE_EXPERT_MAX_K || d->cols % BLK != 0)
         return moe_error(MOE_ESHAPE, "%s: destination shape [%lld, %lld]", what, (long long)d->rows,
                          (long long)d->cols);
     return MOE_OK;

@@ -43,8 +43,6 @@ moe_status moe_w4_unpack(const moe_w4_format *f, const void *packed,
 /* |offset| of the farthest byte, (rows - 1)·|stride|·es + (span - 1), must fit in int64. */
 moe_status moe_w4_check_span(int64_t rows, int64_t stride, int64_t span, size_t es,
                              const char *what, const char *part);
-/* A bias (source or destination) of bf16, f16 or f32. */
-moe_status moe_w4_check_bias_dtype(moe_dtype d, const char *what);
 /* An unpack destination's opening checks: not NULL, data, shape. */
 moe_status moe_w4_check_dst_shape(const moe_weight_dst *d, const char *what);
 
