@@ -8,6 +8,7 @@
 #include "kernels/avx512/fp8_pairs.h"
 #include "kernels/avx512amxbf16/expert_fp8_tile.h"
 #include "kernels/avx512amxbf16/tile_amx.h"
+#include "kernels/avx512vbmi/fp8_bytes.h"
 #include "kernels/inline.h"
 #include "kernels/ref/expert_layout.h"
 #include "select/kernel.h"
@@ -16,8 +17,13 @@
  * The tile configuration, the A rows, a chunk's products and the epilogue are
  * kernels/avx512amxbf16/tile_amx.h's; the groups of B streams too (gate/up: each tile's gate
  * and up; down: each tile). Per call and stream, each chunk's 16 pairs of codes are widened
- * once (fp8_bf16, kernels/avx512/fp8_pairs.h) into a 1 KB B buffer, tdpbf16ps's B operand
- * (row r the pair 16c + r; pairs past K zeros), which all the call's tokens use. Per 128-K
+ * once into a 1 KB B buffer, tdpbf16ps's B operand (row r the pair 16c + r; pairs past K
+ * zeros), which all the call's tokens use. Streams go in pairs (gate and up; two down tiles),
+ * decoded together by byte tables (kernels/avx512vbmi/fp8_bytes.h) into two mixed B tiles:
+ * each holds rows 0-3 and 8-11 (or 4-7 and 12-15) of both streams, lanes 0-7 the first's, so
+ * the pair's block scale is [s_first × 8 | s_second × 8] and the epilogue puts the rows back
+ * in order (tile_amx.h); a group's lone last stream widens alone (fp8_bf16,
+ * kernels/avx512/fp8_pairs.h). Each row's arithmetic is the same wherever its column sits. Per 128-K
  * block the sum tiles start at +0, take the block's chunks, and are stored; then each token's
  * row of each stream does acc = fma(C, s''_b, acc) on 16 lanes (MXCSR's defaults), acc kept
  * in a stack buffer in the stored tiles' order, which the epilogue reads.
@@ -63,6 +69,7 @@ typedef struct fp8_call {
     uint16_t b[2][4][ROWS * CHUNK] __attribute__((aligned(64))); /* chunk c in b[c % 2] */
     float acc[2][4][ROWS][ROWS] __attribute__((aligned(64)));    /* a group's totals, twice */
     size_t pairs;                                                /* k-pairs: ceil(k / 2) */
+    int np;                                                      /* projections per tile */
     size_t pair_bytes, scale_bytes;                              /* np · 32, np · 4 */
     size_t units;                                                /* scale tokens per chunk */
     scale_step sc;
@@ -78,23 +85,58 @@ INLINE void vector_work(fp8_call *f)
     if (f->sc.next == f->sc.m) epilogue_step(&f->e);
 }
 
+/* Pair q of streams j and j + 1 (gate and up: adjacent, one load; down: two tiles) widened to
+ * their two mixed B lines (fp8_bytes_words). */
+INLINE void widen_pair(const fp8_call *f, const fp8_dec *d, const unsigned char *s0,
+                       const unsigned char *s1, uint16_t *d0, uint16_t *d1)
+{
+    const __m512i v =
+        f->np == 2
+            ? _mm512_loadu_si512(s0)
+            : _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)s0)),
+                                 _mm256_loadu_si256((const void *)s1), 1);
+    __m512i a, b;
+    fp8_bytes_words(d, v, &a, &b);
+    _mm512_store_si512(d0, a);
+    _mm512_store_si512(d1, b);
+}
+
 /* Chunk c of NB streams widened into to[j]: 16 rows of 32 bf16 (16 pairs), zeros past the
- * last pair. */
+ * last pair. Streams 2i and 2i + 1 go together, mixed (5 operations per two lines: the byte
+ * tables of kernels/avx512vbmi/fp8_bytes.h); a last odd stream by fp8_bf16 (12 per two). */
 INLINE void widen(const fp8_call *f, const fp8_streams *w, size_t c, uint16_t (*to)[ROWS * CHUNK],
                   const int NB)
 {
     const size_t q0 = ROWS * c, n = f->pairs - q0 < ROWS ? f->pairs - q0 : ROWS;
-    for (int j = 0; j < NB; j++) {
-        uint16_t *dst = to[j];
-        const unsigned char *src = w->codes[j] + q0 * f->pair_bytes;
+    const size_t pb = f->pair_bytes;
+    const fp8_dec d = fp8_dec_init();
+    int j = 0;
+    for (; j + 1 < NB; j += 2) {
+        const unsigned char *s0 = w->codes[j] + q0 * pb, *s1 = w->codes[j + 1] + q0 * pb;
         if (n == ROWS) {
             _Pragma("GCC unroll 16") for (size_t r = 0; r < ROWS; r++)
-                _mm512_store_si512(dst + CHUNK * r, fp8_bf16(src + r * f->pair_bytes));
+            {
+                widen_pair(f, &d, s0 + r * pb, s1 + r * pb, to[j] + CHUNK * r,
+                           to[j + 1] + CHUNK * r);
+            }
         } else {
-            for (size_t r = 0; r < ROWS; r++)
-                _mm512_store_si512(dst + CHUNK * r, r < n ? fp8_bf16(src + r * f->pair_bytes)
-                                                          : _mm512_setzero_si512());
+            for (size_t r = 0; r < ROWS; r++) {
+                if (r < n) {
+                    widen_pair(f, &d, s0 + r * pb, s1 + r * pb, to[j] + CHUNK * r,
+                               to[j + 1] + CHUNK * r);
+                } else {
+                    _mm512_store_si512(to[j] + CHUNK * r, _mm512_setzero_si512());
+                    _mm512_store_si512(to[j + 1] + CHUNK * r, _mm512_setzero_si512());
+                }
+            }
         }
+    }
+    if (j < NB) {
+        uint16_t *dst = to[j];
+        const unsigned char *src = w->codes[j] + q0 * pb;
+        for (size_t r = 0; r < ROWS; r++)
+            _mm512_store_si512(dst + CHUNK * r,
+                               r < n ? fp8_bf16(src + r * pb) : _mm512_setzero_si512());
     }
 }
 
@@ -104,8 +146,14 @@ INLINE void scale_pending(fp8_call *f, const fp8_streams *w, const float (*s)[RO
 {
     f->sc.s = s;
     f->sc.acc = acc;
-    for (int j = 0; j < NB; j++)
-        f->sc.sc[j] = _mm512_set1_ps(load_f32(w->scale[j] + blk * f->scale_bytes));
+    int j = 0;
+    for (; j + 1 < NB; j += 2) { /* a mixed pair: lanes 0-7 stream j's rows, 8-15 j + 1's */
+        const __m512 v =
+            _mm512_insertf32x8(_mm512_set1_ps(load_f32(w->scale[j] + blk * f->scale_bytes)),
+                               _mm256_set1_ps(load_f32(w->scale[j + 1] + blk * f->scale_bytes)), 1);
+        f->sc.sc[j] = f->sc.sc[j + 1] = v;
+    }
+    if (j < NB) f->sc.sc[j] = _mm512_set1_ps(load_f32(w->scale[j] + blk * f->scale_bytes));
     f->sc.nb = (size_t)NB;
     f->sc.m = f->a.m;
     f->sc.next = 0;
@@ -216,6 +264,7 @@ static void run_call(fp8_call *f, fp8_wide *wide, const unsigned char *tile, siz
     const size_t m = f->a.m, k = f->a.k;
     f->w = wide;
     f->pairs = (k + 1) / 2;
+    f->np = np;
     f->pair_bytes = (size_t)np * 2 * MOE_XL_NR;
     f->scale_bytes = (size_t)np * sizeof(float);
     /* the scale step within a block's chunks: of every token block past 32 tokens */
@@ -248,6 +297,7 @@ static void run_call(fp8_call *f, fp8_wide *wide, const unsigned char *tile, siz
             epilogue_tile(&f->e, q, np, tile + (t + q) * bytes,
                           t + q + 1 < n_tiles ? ROWS : n_valid);
         f->e.n_out = n;
+        f->e.mixed = ((size_t)np * n) & ~(size_t)1; /* as widen pairs the streams */
         f->e.out = out + t * out_tile;
     }
     scale_finish(&f->sc);

@@ -11,6 +11,7 @@
 
 #include "kernels/avx512/expert_shared.h"
 #include "kernels/avx512amxbf16/expert_bf16_tile.h"
+#include "kernels/avx512vbmi/fp8_bytes.h"
 #include "kernels/expert.h"
 #include "kernels/inline.h"
 
@@ -36,7 +37,9 @@
  * moe_xr_act's twin) and the bf16 rounding of the bf16 recipe; masked stores of the n_valid
  * rows. It runs token by token, so a multi-tile call can spread a group's epilogue over the
  * next group's chunks: the vector units' work (the activation's exp and division above all)
- * then overlaps the tile unit's instead of following it.
+ * then overlaps the tile unit's instead of following it. Streams widened in mixed pairs (the FP8
+ * set's byte tables: each of the two B tiles of a pair holds half the rows of both streams,
+ * kernels/avx512vbmi/fp8_bytes.h) have their sums put back in row order here.
  */
 
 #define ROWS 16      /* tile rows: tokens per A tile, weight rows per tile */
@@ -229,6 +232,7 @@ typedef struct epilogue {
     __m512 b[4];                  /* the biases of the rows of each stream */
     __mmask16 mask[4];            /* the valid rows of each output */
     size_t n_out;                 /* tiles in the group */
+    size_t mixed;                 /* streams 0 .. mixed - 1 are mixed pairs (2j, 2j + 1) */
     unsigned char *out;           /* token 0's first output (h: bf16, y: f32) */
     size_t out_bytes;             /* bytes between tokens' outputs */
     size_t m, next;               /* tokens, and the next one to write */
@@ -236,7 +240,10 @@ typedef struct epilogue {
 
 INLINE __m512 sums_of(const epilogue *e, size_t i, size_t j)
 {
-    return _mm512_load_ps(e->s[sums_block(i, j)][i % ROWS]);
+    if (j >= e->mixed) return _mm512_load_ps(e->s[sums_block(i, j)][i % ROWS]);
+    const size_t p = j & ~(size_t)1;
+    return fp8_bytes_rows(_mm512_load_ps(e->s[sums_block(i, p)][i % ROWS]),
+                          _mm512_load_ps(e->s[sums_block(i, p + 1)][i % ROWS]), j & 1);
 }
 
 /* Token i: gate/up h = bf16(act(g + bg, u + bu)), down y = sum + b, for each tile. */

@@ -18,7 +18,7 @@
  * four chains' operands in 9 operations: per stream the even and the odd elements of 8 of its
  * rows, the stream's rows 0-3 and 8-11 in the first vector of each kind, 4-7 and 12-15 in the
  * second (lanes 0-7 the first stream, 8-15 the second). The rows are put back in order once,
- * after K (order_first, order_second).
+ * after K (fp8_bytes_rows).
  *
  * Each row's arithmetic is the AVX-512 set's, operation for operation (kernels/expert.h, "The
  * tile recipe"): per 128-K block the sums start at +0; per 32-K chunk an even and an odd chain
@@ -140,22 +140,6 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
     fence_all(M, acc);
 }
 
-/* The 16 rows of the first / second stream in order, as lanes of the two vectors of totals. */
-static const int order_first[16]
-    __attribute__((aligned(64))) = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
-static const int order_second[16]
-    __attribute__((aligned(64))) = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
-
-INLINE __m512 first_rows(const __m512 t[2])
-{
-    return _mm512_permutex2var_ps(t[0], _mm512_load_si512(order_first), t[1]);
-}
-
-INLINE __m512 second_rows(const __m512 t[2])
-{
-    return _mm512_permutex2var_ps(t[0], _mm512_load_si512(order_second), t[1]);
-}
-
 INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
                      const moe_act_params *act, uint16_t *h, size_t hs, size_t n_valid)
 {
@@ -172,8 +156,8 @@ INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsi
     const __mmask16 mask = rows_mask(n_valid);
     UNROLL
     for (size_t i = 0; i < M; i++) {
-        const __m512 g = _mm512_add_ps(first_rows(acc[i]), bg);
-        const __m512 u = _mm512_add_ps(second_rows(acc[i]), bu);
+        const __m512 g = _mm512_add_ps(fp8_bytes_rows(acc[i][0], acc[i][1], false), bg);
+        const __m512 u = _mm512_add_ps(fp8_bytes_rows(acc[i][0], acc[i][1], true), bu);
         _mm256_mask_storeu_epi16(h + i * hs, mask, to_bf16(act16(act, g, u)));
     }
 }
@@ -194,10 +178,11 @@ INLINE void down_m(const size_t M, size_t k, const void *const *hv, const unsign
     const __m512 ba = _mm512_loadu_ps(ta), bb = _mm512_loadu_ps(tb);
     UNROLL
     for (size_t i = 0; i < M; i++) {
-        _mm512_mask_storeu_ps(ya + i * ys, rows_mask(na), _mm512_add_ps(first_rows(acc[i]), ba));
+        _mm512_mask_storeu_ps(ya + i * ys, rows_mask(na),
+                              _mm512_add_ps(fp8_bytes_rows(acc[i][0], acc[i][1], false), ba));
         if (yb)
             _mm512_mask_storeu_ps(yb + i * ys, rows_mask(nb),
-                                  _mm512_add_ps(second_rows(acc[i]), bb));
+                                  _mm512_add_ps(fp8_bytes_rows(acc[i][0], acc[i][1], true), bb));
     }
 }
 

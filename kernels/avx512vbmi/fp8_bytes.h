@@ -4,6 +4,7 @@
 #define MOE_KERNELS_AVX512VBMI_FP8_BYTES_H
 
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "kernels/inline.h"
 
@@ -59,17 +60,39 @@ INLINE fp8_dec fp8_dec_init(void)
     return d;
 }
 
-/* The 64 codes in v into w[0..3] (the order above). */
-INLINE void fp8_bytes_decode(const fp8_dec *d, __m512i v, __m512 w[4])
+/* The 64 codes in v as bf16 words, before the split: dword d of lane L of *w01 the codes
+ * 16L + 2d (low word) and 16L + 2d + 1 (high word), of *w23 the same 8 codes further. */
+INLINE void fp8_bytes_words(const fp8_dec *d, __m512i v, __m512i *w01, __m512i *w23)
 {
     const __m512i lo = _mm512_permutex2var_epi8(d->lo0, v, d->lo1);
     __m512i hi = _mm512_permutex2var_epi8(d->hi0, v, d->hi1);
     hi = _mm512_ternarylogic_epi32(hi, v, d->sign, 0xF8); /* hi | (v & 0x80) */
-    const __m512i w01 = _mm512_unpacklo_epi8(lo, hi), w23 = _mm512_unpackhi_epi8(lo, hi);
+    *w01 = _mm512_unpacklo_epi8(lo, hi);
+    *w23 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/* The 64 codes in v into w[0..3] (the order above). */
+INLINE void fp8_bytes_decode(const fp8_dec *d, __m512i v, __m512 w[4])
+{
+    __m512i w01, w23;
+    fp8_bytes_words(d, v, &w01, &w23);
     w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(w01, 16));
     w[1] = _mm512_castsi512_ps(_mm512_and_si512(w01, d->high));
     w[2] = _mm512_castsi512_ps(_mm512_slli_epi32(w23, 16));
     w[3] = _mm512_castsi512_ps(_mm512_and_si512(w23, d->high));
+}
+
+/* Two 16-row streams decoded side by side (32 codes of each at one k-pair: the first stream's
+ * in bytes 0-31, the second's in 32-63), the vectors a and b holding per lane what w01 and w23
+ * hold (lanes 0-7 the first stream's rows 0-3 and 8-11 in a, 4-7 and 12-15 in b; lanes 8-15 the
+ * second's): the 16 rows of the first (second = false) or the second stream in order. */
+INLINE __m512 fp8_bytes_rows(__m512 a, __m512 b, bool second)
+{
+    const __m512i first_idx =
+        _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second_idx =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    return _mm512_permutex2var_ps(a, second ? second_idx : first_idx, b);
 }
 
 #endif
