@@ -23,10 +23,10 @@
  * each holds rows 0-3 and 8-11 (or 4-7 and 12-15) of both streams, lanes 0-7 the first's, so
  * the pair's block scale is [s_first × 8 | s_second × 8] and the epilogue puts the rows back
  * in order (tile_amx.h); a group's lone last stream widens alone (fp8_bf16,
- * kernels/avx512/fp8_pairs.h). Each row's arithmetic is the same wherever its column sits. Per 128-K
- * block the sum tiles start at +0, take the block's chunks, and are stored; then each token's
- * row of each stream does acc = fma(C, s''_b, acc) on 16 lanes (MXCSR's defaults), acc kept
- * in a stack buffer in the stored tiles' order, which the epilogue reads.
+ * kernels/avx512/fp8_pairs.h). Each row's arithmetic is the same wherever its column sits.
+ * Per 128-K block the sum tiles start at +0, take the block's chunks, and are stored; then each
+ * token's row of each stream does acc = fma(C, s''_b, acc) on 16 lanes (MXCSR's defaults),
+ * acc kept in a stack buffer in the stored tiles' order, which the epilogue reads.
  *
  * Overlap: the vector units' work is interleaved with the tile unit's, in program order just
  * after each chunk's tdpbf16ps: the widening of the next chunk (into the second of two B
