@@ -28,9 +28,9 @@
  * are the reference's, and the AVX-512 and AMX-BF16 sets', at every m.
  */
 
-/* Tokens on the register decode: 4 chains and 4 totals each (at 3 and 4 the totals spill to
- * the stack, touched once per block). At 4 tokens 0.62-0.65 of the read floor against the
- * AVX-512 set's 0.47 (bench/NOTES.md, v32). */
+/* Tokens on the register decode: 4 chains and 4 totals each, so past two tokens the compiler
+ * keeps some on the stack. At 4 tokens 0.62-0.65 of the read floor against the AVX-512 set's
+ * 0.47 (bench/NOTES.md, v32). */
 #define DEC_MR 4
 #define BLOCK_CHUNKS (MOE_XL_KB / CHUNK)
 

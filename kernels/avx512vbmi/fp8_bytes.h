@@ -1,5 +1,5 @@
-/* fp8_bytes.h — internal: 64 E4M3 codes to four f32 weight vectors by two byte-table lookups
- * (VBMI). */
+/* fp8_bytes.h — internal: 64 E4M3 codes to bf16 words or four f32 weight vectors by two
+ * byte-table lookups (VBMI). */
 #ifndef MOE_KERNELS_AVX512VBMI_FP8_BYTES_H
 #define MOE_KERNELS_AVX512VBMI_FP8_BYTES_H
 
@@ -10,7 +10,8 @@
 
 /*
  * Shared by the f32 recipe's VBMI set (kernels/avx512vbmi/expert_fp8_f32.c, the groups order)
- * and the tile recipe's (kernels/avx512vbmi/expert_fp8_tile.c, the pairs order). 64 codes
+ * and the tile recipe's VBMI and AMX-BF16 sets (kernels/avx512vbmi/expert_fp8_tile.c, the pairs
+ * order; kernels/avx512amxbf16/expert_fp8_tile.c takes the bf16 words as B lines). 64 codes
  * become four f32 vectors in 9 operations: two vpermt2b look the 7-bit magnitude up in the
  * tables of the low and the high byte of bf16(e4m3(code) · 2^-8) (exact for every non-NaN code,
  * subnormals included), one vpternlogd puts the code's sign into bit 7 of the high byte,

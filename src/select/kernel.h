@@ -131,7 +131,7 @@ typedef union moe_kernel_fn {
 #define MOE_REQ_AVX512VBMI (MOE_REQ_AVX512 | (uint32_t)MOE_FEAT_AVX512_VBMI)
 #define MOE_REQ_AVX512AMX (MOE_REQ_AVX512VNNI | (uint32_t)MOE_FEAT_AMX_INT8)
 /* The AMX-BF16 folder also compiles with VBMI, which every CPU with AMX-BF16 has: its FP8 set
- * runs one and two tokens on the VBMI set's byte tables. */
+ * widens its codes with the VBMI set's byte tables and runs one and two tokens on that set. */
 #define MOE_REQ_AVX512AMXBF16                                                                      \
     (MOE_REQ_AVX512BF16 | (uint32_t)MOE_FEAT_AVX512_VBMI | (uint32_t)MOE_FEAT_AMX_BF16)
 
