@@ -48,16 +48,6 @@ INLINE void widen_codes(const int np, const unsigned char *codes, size_t pairs, 
                                _mm512_setzero_si512());
 }
 
-/* The sums of np projections for M tokens fenced (dp_fence). */
-INLINE void fence_sums(const size_t M, __m512 s[][2])
-{
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        dp_fence(s[i][0]);
-        dp_fence(s[i][1]);
-    }
-}
-
 /* The totals over K of np projections for M tokens: per block the chunks' chains in DP's MXCSR
  * (entered before the first chain, left after the block's last sum, fenced on both sides),
  * then the scale FMA under the caller's. */

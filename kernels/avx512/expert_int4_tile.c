@@ -41,16 +41,6 @@ INLINE void widen_block(const int np, const unsigned char *tile, size_t nb, size
     }
 }
 
-/* The sums of np projections for M tokens fenced (dp_fence). */
-INLINE void fence_sums(const size_t M, __m512 s[][2])
-{
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        dp_fence(s[i][0]);
-        dp_fence(s[i][1]);
-    }
-}
-
 /* The totals over K of np projections for M tokens: per group the blocks' chains in DP's MXCSR
  * (entered before the first chain, left after the group's last sum, fenced on both sides), then
  * the scale FMA under the caller's. */

@@ -33,6 +33,17 @@ INLINE void widen_chunk(const size_t M, const uint16_t *const *x, size_t k, size
     }
 }
 
+/* Two vectors per token (two projections, or two halves of rows) for M tokens fenced
+ * (dp_fence), so no arithmetic moves across an MXCSR write. */
+INLINE void fence_sums(const size_t M, __m512 s[][2])
+{
+    UNROLL
+    for (size_t i = 0; i < M; i++) {
+        dp_fence(s[i][0]);
+        dp_fence(s[i][1]);
+    }
+}
+
 /* One chunk of one projection (its 16 pair lines from l) into the M tokens' totals tot[i][p],
  * under DAZ and FTZ. With pf, each line is prefetched ahead (the L2 line skip bytes further once
  * it reaches end); lines the caller decoded into a buffer are not. */

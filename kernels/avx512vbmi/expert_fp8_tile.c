@@ -63,15 +63,6 @@ INLINE void prefetch_pair(const int np, const streams *s, size_t q)
     }
 }
 
-INLINE void fence_all(const size_t M, __m512 v[][2])
-{
-    UNROLL
-    for (size_t i = 0; i < M; i++) {
-        dp_fence(v[i][0]);
-        dp_fence(v[i][1]);
-    }
-}
-
 /* The totals over K of both streams for M ≤ DEC_MR tokens, in the decode's lane order:
  * acc[i][0] the first vector of each kind's rows, acc[i][1] the second's. */
 INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *x, const streams *s,
@@ -91,17 +82,17 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
         UNROLL
         for (size_t i = 0; i < M; i++)
             sum[i][0] = sum[i][1] = _mm512_setzero_ps();
-        fence_all(M, acc);
+        fence_sums(M, acc);
         const dp_state st = dp_enter();
-        fence_all(M, sum);
+        fence_sums(M, sum);
         for (size_t c = c0; c < c1; c++) {
             widen_chunk(M, x, k, c, xs);
             __m512 e[DEC_MR][2], o[DEC_MR][2];
             UNROLL
             for (size_t i = 0; i < M; i++) {
                 e[i][0] = e[i][1] = o[i][0] = o[i][1] = _mm512_setzero_ps();
-                fence_all(1, &e[i]);
-                fence_all(1, &o[i]);
+                fence_sums(1, &e[i]);
+                fence_sums(1, &o[i]);
             }
             const size_t q0 = c * STEPS, n = pairs - q0 < STEPS ? pairs - q0 : STEPS;
             for (size_t j = 0; j < STEPS; j++) {
@@ -127,9 +118,9 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
                 for (int v = 0; v < 2; v++)
                     sum[i][v] = _mm512_add_ps(sum[i][v], _mm512_add_ps(e[i][v], o[i][v]));
         }
-        fence_all(M, sum);
+        fence_sums(M, sum);
         dp_leave(st);
-        fence_all(M, sum);
+        fence_sums(M, sum);
         const __m512 sc =
             _mm512_insertf32x8(_mm512_set1_ps(load_f32(sa)), _mm256_set1_ps(load_f32(sb)), 1);
         UNROLL
@@ -137,7 +128,7 @@ INLINE void dots(const size_t M, const int np, size_t k, const uint16_t *const *
             for (int v = 0; v < 2; v++)
                 acc[i][v] = _mm512_fmadd_ps(sum[i][v], sc, acc[i][v]);
     }
-    fence_all(M, acc);
+    fence_sums(M, acc);
 }
 
 INLINE void gateup_m(const size_t M, size_t k, const void *const *xv, const unsigned char *tile,
